@@ -1,0 +1,55 @@
+# Entry points for users and CI. `make help` lists them.
+#
+#   make demo           testbed + emulated providers + virtual kubelet + a sample GPU workload
+#   make test           everything CI runs (deps, lint, cargo test against a fresh testbed)
+#   eval "$(make -s testbed-up)"   a local control plane in this shell; `make testbed-down` ends it
+#
+# TESTBED_NAME selects a testbed (default "default"), so several run side by side.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Build caches live outside the clone, so fresh clones (CI) reuse them.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/gpu-vk/cargo-target
+export CARGO_TERM_COLOR ?= never
+# Toolchains in their usual places, also when the caller's PATH is minimal.
+export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
+
+CARGO ?= cargo
+
+.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+deps: ## install what the build and the testbed need (apt packages, rust components, control plane)
+	@scripts/testbed/deps
+
+build: ## cargo build of every crate and target
+	$(CARGO) build --workspace --all-targets
+
+lint: ## rustfmt check and clippy with warnings as errors
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt: ## format the code
+	$(CARGO) fmt --all
+
+testbed-up: ## start a local control plane; prints `export KUBECONFIG=...` (use with eval)
+	@scripts/testbed/up
+
+testbed-down: ## stop the testbed and remove its state (KEEP=1 keeps logs and data)
+	@scripts/testbed/down
+
+test: deps lint ## everything CI runs: lint, then cargo test against a fresh testbed named "test"
+	@TESTBED_NAME=test scripts/testbed/with $(CARGO) test --workspace
+
+e2e: deps ## the conformance suite against a fresh testbed (KIND=1: a kind cluster, needs Docker)
+	@TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance
+
+demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload
+	@scripts/demo
+
+bench: ## benchmarks (scripts/bench)
+	@if [ -x scripts/bench ]; then scripts/bench; \
+	else echo "make bench: no benchmarks yet (scripts/bench does not exist)" >&2; exit 1; fi

@@ -1,0 +1,1 @@
+//! Cucumber conformance suite support library.

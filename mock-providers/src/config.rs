@@ -1,0 +1,229 @@
+//! Emulator configuration: API key, GPU stock, execution mode and rate limit.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One GPU type the emulated provider offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuStock {
+    /// Provider-side GPU type id (RunPod `gpu.id`, Vast `gpu_name`), e.g. `A100-80GB`.
+    pub gpu_type: String,
+    /// Total number of GPUs of this type.
+    pub count: u32,
+    /// Price of one GPU of this type, in USD per hour.
+    pub price_per_hour: f64,
+}
+
+impl GpuStock {
+    /// A stock line: `count` GPUs of `gpu_type` at `price_per_hour` USD each.
+    pub fn new(gpu_type: impl Into<String>, count: u32, price_per_hour: f64) -> Self {
+        Self {
+            gpu_type: gpu_type.into(),
+            count,
+            price_per_hour,
+        }
+    }
+}
+
+/// How workloads run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecutionMode {
+    /// Nothing runs; the lifecycle is computed from timestamps (cheap: 10,000 live workloads
+    /// cost no tasks or timers).
+    Simulated {
+        /// Time spent in PROVISIONING (Vast: `actual_status` null).
+        provision_ms: u64,
+        /// Time spent in STARTING (Vast: `loading`).
+        start_ms: u64,
+        /// Time spent RUNNING before exiting with code 0; `None` runs forever.
+        run_ms: Option<u64>,
+    },
+    /// The workload's command runs as a local child process (`sh -c`), so exit codes, output
+    /// and CPU/memory use are real. Only safe on a loopback address: the API then executes
+    /// whatever its callers send.
+    Process {
+        /// Time spent in PROVISIONING before the process is started.
+        provision_ms: u64,
+        /// Time spent in STARTING before the process is started.
+        start_ms: u64,
+    },
+}
+
+impl ExecutionMode {
+    /// Simulated mode with the given timings.
+    pub fn simulated(provision_ms: u64, start_ms: u64, run_ms: Option<u64>) -> Self {
+        Self::Simulated {
+            provision_ms,
+            start_ms,
+            run_ms,
+        }
+    }
+
+    /// Process mode with no provisioning delay.
+    pub fn process() -> Self {
+        Self::Process {
+            provision_ms: 0,
+            start_ms: 0,
+        }
+    }
+
+    pub(crate) fn provision(&self) -> Duration {
+        match self {
+            Self::Simulated { provision_ms, .. } | Self::Process { provision_ms, .. } => {
+                Duration::from_millis(*provision_ms)
+            }
+        }
+    }
+
+    pub(crate) fn start(&self) -> Duration {
+        match self {
+            Self::Simulated { start_ms, .. } | Self::Process { start_ms, .. } => {
+                Duration::from_millis(*start_ms)
+            }
+        }
+    }
+
+    pub(crate) fn run(&self) -> Option<Duration> {
+        match self {
+            Self::Simulated { run_ms, .. } => run_ms.map(Duration::from_millis),
+            Self::Process { .. } => None,
+        }
+    }
+
+    pub(crate) fn is_process(&self) -> bool {
+        matches!(self, Self::Process { .. })
+    }
+}
+
+impl Default for ExecutionMode {
+    fn default() -> Self {
+        Self::simulated(1_000, 1_000, None)
+    }
+}
+
+/// Everything an emulator needs to start.
+#[derive(Clone)]
+pub struct EmulatorConfig {
+    /// The only API key the emulator accepts (`Authorization: Bearer <key>`).
+    pub api_key: String,
+    /// GPU types, counts and prices.
+    pub inventory: Vec<GpuStock>,
+    /// Simulated or real child processes.
+    pub mode: ExecutionMode,
+    /// Requests per minute allowed on the real-API routes; `None` is unlimited.
+    pub rate_limit_per_minute: Option<u32>,
+}
+
+impl EmulatorConfig {
+    /// A config with the given key and inventory, simulated mode with 1 s provisioning and
+    /// 1 s start, no rate limit.
+    pub fn new(api_key: impl Into<String>, inventory: Vec<GpuStock>) -> Self {
+        Self {
+            api_key: api_key.into(),
+            inventory,
+            mode: ExecutionMode::default(),
+            rate_limit_per_minute: None,
+        }
+    }
+
+    /// Replace the execution mode.
+    pub fn with_mode(mut self, mode: ExecutionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Set a requests-per-minute limit.
+    pub fn with_rate_limit(mut self, per_minute: u32) -> Self {
+        self.rate_limit_per_minute = Some(per_minute);
+        self
+    }
+}
+
+impl fmt::Debug for EmulatorConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the API key.
+        f.debug_struct("EmulatorConfig")
+            .field("api_key", &"<redacted>")
+            .field("inventory", &self.inventory)
+            .field("mode", &self.mode)
+            .field("rate_limit_per_minute", &self.rate_limit_per_minute)
+            .finish()
+    }
+}
+
+/// Errors parsing a `--gpus` specification.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum GpuSpecError {
+    /// An entry is not of the form `TYPE=COUNT@PRICE`.
+    #[error("invalid GPU entry {0:?}: expected TYPE=COUNT@PRICE, e.g. A100-80GB=8@1.89")]
+    Malformed(String),
+    /// The count is not a non-negative integer.
+    #[error("invalid GPU count in {0:?}")]
+    Count(String),
+    /// The price is not a non-negative number.
+    #[error("invalid GPU price in {0:?}")]
+    Price(String),
+}
+
+/// Parse `A100-80GB=8@1.89,RTX4090=16@0.69` into stock lines.
+pub fn parse_gpus(spec: &str) -> Result<Vec<GpuStock>, GpuSpecError> {
+    let mut out = Vec::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (gpu_type, rest) = entry
+            .split_once('=')
+            .ok_or_else(|| GpuSpecError::Malformed(entry.to_owned()))?;
+        let (count, price) = rest
+            .split_once('@')
+            .ok_or_else(|| GpuSpecError::Malformed(entry.to_owned()))?;
+        let gpu_type = gpu_type.trim();
+        if gpu_type.is_empty() {
+            return Err(GpuSpecError::Malformed(entry.to_owned()));
+        }
+        let count: u32 = count
+            .trim()
+            .parse()
+            .map_err(|_| GpuSpecError::Count(entry.to_owned()))?;
+        let price: f64 = price
+            .trim()
+            .parse()
+            .map_err(|_| GpuSpecError::Price(entry.to_owned()))?;
+        if !price.is_finite() || price < 0.0 {
+            return Err(GpuSpecError::Price(entry.to_owned()));
+        }
+        out.push(GpuStock::new(gpu_type, count, price));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_gpu_spec() {
+        let gpus = parse_gpus("A100-80GB=8@1.89, RTX4090=16@0.69").unwrap();
+        assert_eq!(
+            gpus,
+            vec![
+                GpuStock::new("A100-80GB", 8, 1.89),
+                GpuStock::new("RTX4090", 16, 0.69)
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_gpu_spec() {
+        assert!(matches!(parse_gpus("A100"), Err(GpuSpecError::Malformed(_))));
+        assert!(matches!(parse_gpus("A100=x@1"), Err(GpuSpecError::Count(_))));
+        assert!(matches!(parse_gpus("A100=1@-1"), Err(GpuSpecError::Price(_))));
+        assert!(matches!(parse_gpus("=1@1"), Err(GpuSpecError::Malformed(_))));
+    }
+
+    #[test]
+    fn debug_hides_the_key() {
+        let c = EmulatorConfig::new("sekrit-key", vec![]);
+        assert!(!format!("{c:?}").contains("sekrit"));
+    }
+}

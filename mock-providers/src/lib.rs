@@ -1,0 +1,1 @@
+//! Emulators of real GPU provider HTTP APIs.

@@ -1,0 +1,345 @@
+//! The VK's configuration file (YAML): node identity, capacity, timings and the providers.
+//!
+//! Credentials are never written inline: a provider names an environment variable or a file
+//! holding its key, read at start-up and kept out of logs and `Debug` output.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Errors while loading or validating configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to parse config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+    #[error("provider {provider}: credential environment variable {var} is not set")]
+    MissingEnv { provider: String, var: String },
+    #[error("provider {provider}: failed to read credential file {path}: {source}")]
+    CredentialFile {
+        provider: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Config {
+    /// Name of the Node object this VK registers.
+    pub node_name: String,
+    /// Identifies this cluster in workload ownership markers; must differ between clusters that
+    /// share a provider account.
+    pub cluster_id: String,
+    /// Address advertised as the node's InternalIP (where the kubelet API listens).
+    #[serde(default = "default_internal_ip")]
+    pub internal_ip: String,
+    /// Port of the kubelet API, advertised in `daemonEndpoints`.
+    #[serde(default = "default_kubelet_port")]
+    pub kubelet_port: u16,
+    /// Address of the VK's own Prometheus metrics (`/metrics`).
+    #[serde(default = "default_metrics_addr")]
+    pub metrics_addr: String,
+    #[serde(default)]
+    pub capacity: Capacity,
+    /// Taint the node so only pods that tolerate it land there.
+    #[serde(default = "yes")]
+    pub taint: bool,
+    #[serde(default)]
+    pub timings: Timings,
+    /// Pods reconciled at the same time.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    pub providers: Vec<ProviderConfig>,
+}
+
+/// Capacity the node reports. Defaults are large enough to never be the limit for offloaded
+/// work, yet small enough that add-ons which size themselves from node capacity (for example
+/// per-node daemons computing requests as a fraction of allocatable) stay sane.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Capacity {
+    #[serde(default = "default_cpu")]
+    pub cpu: String,
+    #[serde(default = "default_memory")]
+    pub memory: String,
+    #[serde(default = "default_pods")]
+    pub pods: String,
+    #[serde(default = "default_gpus")]
+    pub gpus: String,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Self {
+            cpu: default_cpu(),
+            memory: default_memory(),
+            pods: default_pods(),
+            gpus: default_gpus(),
+        }
+    }
+}
+
+/// Timings, in milliseconds in the file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Timings {
+    /// Interval between two list calls to each provider.
+    #[serde(default = "default_poll_ms")]
+    pub poll_interval_ms: u64,
+    /// A workload without a pod is collected only once it is older than this and has been
+    /// seen orphaned for this long.
+    #[serde(default = "default_gc_grace_ms")]
+    pub gc_grace_ms: u64,
+    /// Lease renewal interval.
+    #[serde(default = "default_lease_ms")]
+    pub lease_renew_ms: u64,
+    /// Node status is re-posted at least this often even without change.
+    #[serde(default = "default_node_status_ms")]
+    pub node_status_ms: u64,
+    /// First delay of the container restart back-off (doubles up to `restartBackoffMaxMs`).
+    #[serde(default = "default_restart_backoff_ms")]
+    pub restart_backoff_ms: u64,
+    #[serde(default = "default_restart_backoff_max_ms")]
+    pub restart_backoff_max_ms: u64,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            poll_interval_ms: default_poll_ms(),
+            gc_grace_ms: default_gc_grace_ms(),
+            lease_renew_ms: default_lease_ms(),
+            node_status_ms: default_node_status_ms(),
+            restart_backoff_ms: default_restart_backoff_ms(),
+            restart_backoff_max_ms: default_restart_backoff_max_ms(),
+        }
+    }
+}
+
+impl Timings {
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+    pub fn gc_grace(&self) -> Duration {
+        Duration::from_millis(self.gc_grace_ms)
+    }
+}
+
+/// One configured provider instance.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderConfig {
+    /// Name used in annotations, labels and metrics (`gpu-vk.io/provider: <name>`).
+    pub name: String,
+    /// Which adapter: `runpod`, `vast`.
+    pub kind: String,
+    /// Environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// File holding the API key (trailing whitespace trimmed).
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// Adapter-specific settings (base URL, defaults), passed to the adapter as is.
+    #[serde(default)]
+    pub settings: serde_yaml::Value,
+    /// GPU types this provider is asked for; empty = any.
+    #[serde(default)]
+    pub gpu_types: Vec<String>,
+    /// Extra node labels contributed by this provider.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A credential resolved from the environment or a file; `Debug` never shows it.
+#[derive(Clone, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl ProviderConfig {
+    /// Reads the provider's API key from its environment variable or file (empty if neither).
+    pub fn api_key(&self) -> Result<Secret, Error> {
+        if let Some(var) = &self.api_key_env {
+            return std::env::var(var)
+                .map(Secret)
+                .map_err(|_| Error::MissingEnv {
+                    provider: self.name.clone(),
+                    var: var.clone(),
+                });
+        }
+        if let Some(path) = &self.api_key_file {
+            return std::fs::read_to_string(path)
+                .map(|s| Secret(s.trim_end().to_owned()))
+                .map_err(|source| Error::CredentialFile {
+                    provider: self.name.clone(),
+                    path: path.clone(),
+                    source,
+                });
+        }
+        Ok(Secret::default())
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let cfg: Self = serde_yaml::from_str(&text).map_err(|source| Error::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.node_name.is_empty() || self.cluster_id.is_empty() {
+            return Err(Error::Invalid(
+                "nodeName and clusterId must not be empty".into(),
+            ));
+        }
+        if self.providers.is_empty() {
+            return Err(Error::Invalid(
+                "at least one provider must be configured".into(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &self.providers {
+            if !seen.insert(&p.name) {
+                return Err(Error::Invalid(format!(
+                    "provider name {} is used twice",
+                    p.name
+                )));
+            }
+            if p.api_key_env.is_some() && p.api_key_file.is_some() {
+                return Err(Error::Invalid(format!(
+                    "provider {}: set apiKeyEnv or apiKeyFile, not both",
+                    p.name
+                )));
+            }
+        }
+        if self.timings.poll_interval_ms == 0 || self.workers == 0 {
+            return Err(Error::Invalid(
+                "pollIntervalMs and workers must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_internal_ip() -> String {
+    "127.0.0.1".into()
+}
+fn default_kubelet_port() -> u16 {
+    10250
+}
+fn default_metrics_addr() -> String {
+    "127.0.0.1:10255".into()
+}
+fn default_workers() -> usize {
+    32
+}
+fn default_cpu() -> String {
+    "1000".into()
+}
+fn default_memory() -> String {
+    "4Ti".into()
+}
+fn default_pods() -> String {
+    "10000".into()
+}
+fn default_gpus() -> String {
+    "1000".into()
+}
+fn default_poll_ms() -> u64 {
+    2000
+}
+fn default_gc_grace_ms() -> u64 {
+    30_000
+}
+fn default_lease_ms() -> u64 {
+    10_000
+}
+fn default_node_status_ms() -> u64 {
+    300_000
+}
+fn default_restart_backoff_ms() -> u64 {
+    10_000
+}
+fn default_restart_backoff_max_ms() -> u64 {
+    300_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config, Error> {
+        let cfg: Config = serde_yaml::from_str(s).map_err(|source| Error::Parse {
+            path: "test".into(),
+            source,
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let cfg =
+            parse("nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n").unwrap();
+        assert_eq!(cfg.kubelet_port, 10250);
+        assert_eq!(cfg.capacity.gpus, "1000");
+        assert!(cfg.taint);
+        assert_eq!(cfg.timings.poll_interval_ms, 2000);
+    }
+
+    #[test]
+    fn rejects_duplicate_names_unknown_fields_and_no_providers() {
+        assert!(parse("nodeName: vk\nclusterId: c\nproviders: []\n").is_err());
+        assert!(
+            parse("nodeName: vk\nclusterId: c\nproviders:\n- {name: a, kind: runpod}\n- {name: a, kind: vast}\n")
+                .is_err()
+        );
+        assert!(
+            parse("nodeName: vk\nclusterId: c\nbogus: 1\nproviders:\n- {name: a, kind: runpod}\n")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn secret_debug_is_redacted() {
+        let s = Secret::new("hunter2".into());
+        assert!(!format!("{s:?}").contains("hunter2"));
+        assert_eq!(s.expose(), "hunter2");
+    }
+}

@@ -1,0 +1,221 @@
+//! Work queue keyed by pod UID: one reconcile per pod at a time, duplicates collapsed, delayed
+//! retries with exponential back-off and jitter.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::Notify;
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<String>,
+    queued: HashSet<String>,
+    processing: HashSet<String>,
+    /// Enqueued while processing: goes back in when processing ends.
+    dirty: HashSet<String>,
+    failures: HashMap<String, u32>,
+    shutdown: bool,
+}
+
+/// A cloneable handle to the queue.
+#[derive(Clone, Default)]
+pub struct Queue {
+    state: Arc<Mutex<State>>,
+    notify: Arc<Notify>,
+}
+
+/// Back-off for a key that failed `failures` times in a row: 200 ms doubling to 60 s, ±20 %.
+pub fn backoff(failures: u32) -> Duration {
+    let base = 200u64.saturating_mul(1u64 << failures.min(12)).min(60_000);
+    let jitter = rand::rng().random_range(0.8..1.2);
+    Duration::from_millis((base as f64 * jitter) as u64)
+}
+
+impl Queue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means another worker panicked mid-update; the sets stay usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Schedules `key` now. Collapses with a pending entry; if the key is being processed it is
+    /// re-run once that ends.
+    pub fn add(&self, key: &str) {
+        let mut s = self.lock();
+        if s.shutdown {
+            return;
+        }
+        if s.processing.contains(key) {
+            s.dirty.insert(key.to_owned());
+        } else if s.queued.insert(key.to_owned()) {
+            s.ready.push_back(key.to_owned());
+            drop(s);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Schedules `key` after `delay`.
+    pub fn add_after(&self, key: &str, delay: Duration) {
+        if delay.is_zero() {
+            return self.add(key);
+        }
+        let q = self.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            q.add(&key);
+        });
+    }
+
+    /// Records a failed reconcile and schedules a retry with back-off.
+    pub fn retry(&self, key: &str) -> Duration {
+        let n = {
+            let mut s = self.lock();
+            let n = s.failures.entry(key.to_owned()).or_default();
+            *n = n.saturating_add(1);
+            *n
+        };
+        let d = backoff(n - 1);
+        self.add_after(key, d);
+        d
+    }
+
+    /// Forgets the failure count of a key after a successful reconcile.
+    pub fn forget(&self, key: &str) {
+        self.lock().failures.remove(key);
+    }
+
+    /// Waits for the next key; `None` once shut down. Call [`Queue::done`] after processing.
+    pub async fn next(&self) -> Option<String> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let mut s = self.lock();
+                if s.shutdown {
+                    return None;
+                }
+                if let Some(k) = s.ready.pop_front() {
+                    s.queued.remove(&k);
+                    s.processing.insert(k.clone());
+                    if !s.ready.is_empty() {
+                        self.notify.notify_one();
+                    }
+                    return Some(k);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Marks `key` processed; re-queues it if it was added meanwhile.
+    pub fn done(&self, key: &str) {
+        let requeue = {
+            let mut s = self.lock();
+            s.processing.remove(key);
+            s.dirty.remove(key)
+        };
+        if requeue {
+            self.add(key);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        let s = self.lock();
+        s.ready.len() + s.dirty.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn shutdown(&self) {
+        self.lock().shutdown = true;
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn duplicates_collapse() {
+        let q = Queue::new();
+        q.add("a");
+        q.add("a");
+        q.add("b");
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.next().await.as_deref(), Some("a"));
+        assert_eq!(q.next().await.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn a_key_added_while_processing_runs_again_after_done_not_concurrently() {
+        let q = Queue::new();
+        q.add("a");
+        let k = q.next().await.unwrap();
+        q.add("a");
+        // Not handed out while still processing.
+        let second = tokio::time::timeout(Duration::from_millis(50), q.next()).await;
+        assert!(second.is_err(), "key handed out twice concurrently");
+        q.done(&k);
+        let again = tokio::time::timeout(Duration::from_millis(50), q.next())
+            .await
+            .unwrap();
+        assert_eq!(again.as_deref(), Some("a"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn workers_never_overlap_on_one_key() {
+        let q = Queue::new();
+        let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        let processed = Arc::new(AtomicUsize::new(0));
+        let mut workers = Vec::new();
+        for _ in 0..8 {
+            let (q, in_flight, overlaps, processed) = (
+                q.clone(),
+                in_flight.clone(),
+                overlaps.clone(),
+                processed.clone(),
+            );
+            workers.push(tokio::spawn(async move {
+                while let Some(k) = q.next().await {
+                    if !in_flight.lock().unwrap().insert(k.clone()) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    in_flight.lock().unwrap().remove(&k);
+                    processed.fetch_add(1, Ordering::SeqCst);
+                    q.done(&k);
+                }
+            }));
+        }
+        for i in 0..400 {
+            q.add(&format!("k{}", i % 5));
+            if i % 7 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        q.shutdown();
+        for w in workers {
+            w.await.unwrap();
+        }
+        assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+        assert!(processed.load(Ordering::SeqCst) >= 5);
+    }
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert!(backoff(0) < Duration::from_millis(300));
+        assert!(backoff(3) >= Duration::from_millis(1200));
+        assert!(backoff(40) <= Duration::from_millis(72_000));
+    }
+}

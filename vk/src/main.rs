@@ -1,0 +1,118 @@
+//! The `vk` binary: runs the virtual kubelet (`vk run --config FILE`) or checks a config file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use tracing::info;
+
+use vk::config::Config;
+use vk::framework::Framework;
+use vk::naming::Owner;
+use vk::node::NodeManager;
+use vk::telemetry::{self, Metrics};
+
+#[derive(Parser)]
+#[command(name = "vk", version, about = "GPU-offload virtual kubelet")]
+struct Cli {
+    /// Log as JSON lines.
+    #[arg(long, global = true, env = "VK_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the virtual kubelet.
+    Run {
+        #[arg(long, env = "VK_CONFIG")]
+        config: PathBuf,
+    },
+    /// Validate a configuration file (and that every provider's credentials can be read).
+    CheckConfig {
+        #[arg(long, env = "VK_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    telemetry::init_logging(cli.log_json);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.command {
+            Command::CheckConfig { config } => {
+                let cfg = Config::load(&config)?;
+                let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
+                let providers = vk::registry::build(&cfg.providers, &owner)?;
+                println!(
+                    "config OK: node {} with providers {}",
+                    cfg.node_name,
+                    providers
+                        .iter()
+                        .map(|p| p.name().to_owned())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                Ok(())
+            }
+            Command::Run { config } => run(config).await,
+        }
+    })
+}
+
+async fn run(path: PathBuf) -> anyhow::Result<()> {
+    let cfg = Arc::new(Config::load(&path)?);
+    let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
+    let providers = vk::registry::build(&cfg.providers, &owner)?;
+    let client = kube::Client::try_default()
+        .await
+        .context("failed to build a Kubernetes client")?;
+    let metrics = Metrics::new();
+    let metrics_addr: SocketAddr = cfg.metrics_addr.parse().context("invalid metricsAddr")?;
+    let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
+        .await
+        .with_context(|| format!("failed to bind metrics address {metrics_addr}"))?;
+    drop(metrics_listener);
+    tokio::spawn(metrics.clone().serve(metrics_addr));
+
+    let names = providers.iter().map(|p| p.name().to_owned()).collect();
+    let node = Arc::new(NodeManager::new(client.clone(), cfg.clone(), names));
+    let fw = Framework::new(client.clone(), cfg.clone(), providers, metrics.clone());
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let node_task = tokio::spawn(node.clone().run(stopped(stop_rx.clone())));
+    let fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
+    info!(node = %cfg.node_name, cluster = %cfg.cluster_id, owner = owner.tag(), "virtual kubelet started");
+
+    shutdown_signal().await;
+    info!("signal received, shutting down");
+    let _ = stop_tx.send(true);
+    let _ = fw_task.await;
+    let _ = node_task.await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The virtual Node: registration, Lease heartbeats, status on change (or every few minutes),
+//! re-creation when the Node is deleted, and a clean not-ready on shutdown.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::config::Config;
+
+/// Taint key keeping ordinary pods off the virtual node.
+pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
+/// Label every virtual node carries.
+pub const TYPE_LABEL: (&str, &str) = ("type", "virtual-kubelet");
+const LEASE_NS: &str = "kube-node-lease";
+const LEASE_SECONDS: i32 = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to create node {0}: {1}")]
+    Create(String, #[source] kube::Error),
+    #[error("failed to write node status: {0}")]
+    Status(#[source] kube::Error),
+    #[error("failed to renew lease: {0}")]
+    Lease(#[source] kube::Error),
+}
+
+/// Manages the Node object of this VK.
+pub struct NodeManager {
+    client: Client,
+    cfg: Arc<Config>,
+    provider_names: Vec<String>,
+}
+
+impl NodeManager {
+    pub fn new(client: Client, cfg: Arc<Config>, provider_names: Vec<String>) -> Self {
+        Self {
+            client,
+            cfg,
+            provider_names,
+        }
+    }
+
+    fn api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// The Node object as we want it (metadata and spec).
+    pub fn desired(&self) -> Node {
+        let mut labels = BTreeMap::from([
+            (TYPE_LABEL.0.to_owned(), TYPE_LABEL.1.to_owned()),
+            ("kubernetes.io/role".to_owned(), "agent".to_owned()),
+            (
+                "kubernetes.io/hostname".to_owned(),
+                self.cfg.node_name.clone(),
+            ),
+            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+            ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+        ]);
+        for p in &self.cfg.providers {
+            labels.insert(format!("gpu-vk.io/provider.{}", p.name), "true".to_owned());
+            labels.extend(p.labels.clone());
+        }
+        let taints = self.cfg.taint.then(|| {
+            vec![Taint {
+                key: TAINT_KEY.into(),
+                value: Some(self.cfg.node_name.clone()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]
+        });
+        Node {
+            metadata: ObjectMeta {
+                name: Some(self.cfg.node_name.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// The status we report; `ready` false on shutdown.
+    pub fn status(&self, ready: bool, now: Timestamp) -> NodeStatus {
+        let c = &self.cfg.capacity;
+        let resources = BTreeMap::from([
+            ("cpu".to_owned(), Quantity(c.cpu.clone())),
+            ("memory".to_owned(), Quantity(c.memory.clone())),
+            ("pods".to_owned(), Quantity(c.pods.clone())),
+            (
+                crate::spec::GPU_RESOURCE.to_owned(),
+                Quantity(c.gpus.clone()),
+            ),
+            ("ephemeral-storage".to_owned(), Quantity("100Ti".into())),
+        ]);
+        let cond = |type_: &str, status: bool, reason: &str, message: &str| NodeCondition {
+            type_: type_.into(),
+            status: if status { "True" } else { "False" }.into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            last_heartbeat_time: Some(Time(now)),
+            last_transition_time: Some(Time(now)),
+        };
+        let ready_cond = if ready {
+            cond("Ready", true, "KubeletReady", "virtual kubelet is ready")
+        } else {
+            cond(
+                "Ready",
+                false,
+                "KubeletNotReady",
+                "virtual kubelet is shutting down",
+            )
+        };
+        NodeStatus {
+            capacity: Some(resources.clone()),
+            allocatable: Some(resources),
+            conditions: Some(vec![
+                ready_cond,
+                cond(
+                    "MemoryPressure",
+                    false,
+                    "KubeletHasSufficientMemory",
+                    "no memory pressure on a virtual node",
+                ),
+                cond(
+                    "DiskPressure",
+                    false,
+                    "KubeletHasNoDiskPressure",
+                    "no disk pressure on a virtual node",
+                ),
+                cond(
+                    "PIDPressure",
+                    false,
+                    "KubeletHasSufficientPID",
+                    "no PID pressure on a virtual node",
+                ),
+                cond(
+                    "NetworkUnavailable",
+                    false,
+                    "RouteCreated",
+                    "virtual node network is provider-managed",
+                ),
+            ]),
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: self.cfg.internal_ip.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: self.cfg.node_name.clone(),
+                },
+            ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: i32::from(self.cfg.kubelet_port),
+                }),
+            }),
+            node_info: Some(NodeSystemInfo {
+                architecture: "amd64".into(),
+                boot_id: String::new(),
+                container_runtime_version: format!("gpu-vk://{}", env!("CARGO_PKG_VERSION")),
+                kernel_version: String::new(),
+                kube_proxy_version: String::new(),
+                kubelet_version: format!("v1.36.0-gpu-vk.{}", env!("CARGO_PKG_VERSION")),
+                machine_id: String::new(),
+                operating_system: "linux".into(),
+                os_image: format!("providers: {}", self.provider_names.join(",")),
+                system_uuid: String::new(),
+                swap: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Creates the Node if missing (or re-creates it) and posts its status. Returns its UID.
+    pub async fn register(&self) -> Result<String, Error> {
+        let api = self.api();
+        let node = match api
+            .get_opt(&self.cfg.node_name)
+            .await
+            .map_err(|e| Error::Create(self.cfg.node_name.clone(), e))?
+        {
+            Some(n) => {
+                // Keep labels and taints as configured (server-side apply owns only our fields).
+                let pp = PatchParams::apply("gpu-vk").force();
+                let mut desired = self.desired();
+                desired.metadata.managed_fields = None;
+                let body = serde_json::json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": desired.metadata, "spec": desired.spec,
+                });
+                api.patch(&self.cfg.node_name, &pp, &Patch::Apply(&body))
+                    .await
+                    .unwrap_or(n)
+            }
+            None => {
+                info!(node = %self.cfg.node_name, "registering node");
+                api.create(&PostParams::default(), &self.desired())
+                    .await
+                    .map_err(|e| Error::Create(self.cfg.node_name.clone(), e))?
+            }
+        };
+        self.post_status(true).await?;
+        Ok(node.metadata.uid.unwrap_or_default())
+    }
+
+    pub async fn post_status(&self, ready: bool) -> Result<(), Error> {
+        let patch = serde_json::json!({ "status": self.status(ready, Timestamp::now()) });
+        self.api()
+            .patch_status(
+                &self.cfg.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(Error::Status)?;
+        Ok(())
+    }
+
+    async fn renew_lease(&self, node_uid: &str) -> Result<(), Error> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NS);
+        let name = &self.cfg.node_name;
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(LEASE_NS.into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: name.clone(),
+                    uid: node_uid.to_owned(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(name.clone()),
+                lease_duration_seconds: Some(LEASE_SECONDS),
+                renew_time: Some(MicroTime(Timestamp::now())),
+                ..Default::default()
+            }),
+        };
+        let pp = PatchParams::apply("gpu-vk").force();
+        let mut body = serde_json::to_value(&lease).unwrap_or_default();
+        body["apiVersion"] = "coordination.k8s.io/v1".into();
+        body["kind"] = "Lease".into();
+        api.patch(name, &pp, &Patch::Apply(&body))
+            .await
+            .map_err(Error::Lease)?;
+        Ok(())
+    }
+
+    /// Keeps the node registered, its lease renewed and its status fresh until `shutdown`,
+    /// then marks it not ready.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        let renew = Duration::from_millis(self.cfg.timings.lease_renew_ms);
+        let status_every = Duration::from_millis(self.cfg.timings.node_status_ms);
+        let (deleted_tx, mut deleted_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let watch = {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let wc = watcher::Config::default()
+                    .fields(&format!("metadata.name={}", me.cfg.node_name));
+                let mut s = watcher(me.api(), wc).default_backoff().boxed();
+                while let Some(ev) = s.next().await {
+                    if let Ok(watcher::Event::Delete(_)) = ev {
+                        let _ = deleted_tx.try_send(());
+                    }
+                }
+            })
+        };
+        let main = async {
+            let mut uid = String::new();
+            let mut last_status = None::<Instant>;
+            loop {
+                if uid.is_empty() {
+                    match self.register().await {
+                        Ok(u) => {
+                            uid = u;
+                            last_status = Some(Instant::now());
+                            info!(node = %self.cfg.node_name, "node registered and ready");
+                        }
+                        Err(e) => warn!(error = %e, "node registration failed; retrying"),
+                    }
+                }
+                if !uid.is_empty() {
+                    if let Err(e) = self.renew_lease(&uid).await {
+                        warn!(error = %e, "lease renewal failed");
+                    }
+                    if last_status.is_none_or(|t| t.elapsed() >= status_every) {
+                        match self.post_status(true).await {
+                            Ok(()) => last_status = Some(Instant::now()),
+                            Err(e) => warn!(error = %e, "node status update failed"),
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(if uid.is_empty() { Duration::from_secs(1) } else { renew }) => {}
+                    Some(()) = deleted_rx.recv() => {
+                        warn!(node = %self.cfg.node_name, "node object deleted; re-creating it");
+                        uid.clear();
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = main => {}
+            _ = shutdown => {}
+        }
+        watch.abort();
+        match self.post_status(false).await {
+            Ok(()) => info!(node = %self.cfg.node_name, "node marked not ready"),
+            Err(e) => warn!(error = %e, "failed to mark node not ready on shutdown"),
+        }
+    }
+}

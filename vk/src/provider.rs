@@ -1,0 +1,295 @@
+//! The External Provider contract: what an adapter implements, and the neutral types it speaks.
+//!
+//! An adapter only knows how to talk to its backend (create, delete, list, and optionally logs
+//! and metrics). Everything else (reconciliation, garbage collection, status translation, events,
+//! retries, naming) lives once in the framework (`crate::framework`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::naming::WorkloadId;
+
+/// A boxed future, used where providers are held as trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a provider can do; selects the optional kubelet API features and dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// GPU types this provider offers (normalised names such as `A100-80GB`, `RTX4090`).
+    /// Empty means "any type the request names is worth trying".
+    pub gpu_types: Vec<String>,
+    /// Largest GPU count a single workload may request.
+    pub max_gpus_per_workload: u32,
+    pub logs: bool,
+    pub exec: bool,
+    pub metrics: bool,
+}
+
+/// A provider-neutral, fully resolved description of what to run for one pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    /// Deterministic id derived from the pod UID and our ownership marker.
+    pub id: WorkloadId,
+    pub namespace: String,
+    pub pod_name: String,
+    pub container_name: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub working_dir: Option<String>,
+    /// Environment with ConfigMap/Secret/downward values already resolved. Values may be
+    /// secret: never log them (the `Debug` of [`EnvVar`] redacts values).
+    pub env: Vec<EnvVar>,
+    pub gpu: Option<GpuRequest>,
+    /// CPU in millicores, if requested or limited.
+    pub cpu_millis: Option<u64>,
+    /// Memory in bytes, if requested or limited.
+    pub memory_bytes: Option<u64>,
+    pub ports: Vec<u16>,
+    /// Provider-specific options from the pod's `gpu-vk.io/*` annotations (region, bid price, ...).
+    pub options: BTreeMap<String, String>,
+}
+
+/// One environment variable; its `Debug` never shows the value.
+#[derive(Clone, PartialEq, Eq, Serialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+impl fmt::Debug for EnvVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}=<redacted>", self.name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuRequest {
+    /// Requested type, or `None` for "any".
+    pub gpu_type: Option<String>,
+    pub count: u32,
+}
+
+/// What a provider reports about one of our workloads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Observed {
+    pub id: WorkloadId,
+    /// The provider's own id for the workload (used for delete, logs).
+    pub provider_id: String,
+    pub state: WorkloadState,
+    /// Free text from the provider, shown on the pod as the status message.
+    pub message: Option<String>,
+    pub created_at: Option<Timestamp>,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Option<Timestamp>,
+    /// IP where the provider exposes one.
+    pub ip: Option<String>,
+    /// Restarts the provider itself performed (Slurm requeues); added to ours.
+    pub provider_restarts: u32,
+    pub usage: Option<Usage>,
+}
+
+/// The closed set of provider states the framework understands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state")]
+pub enum WorkloadState {
+    /// Accepted, waiting for capacity or scheduling; `reason` is the provider's (e.g. Slurm's
+    /// `Resources`).
+    Queued {
+        reason: Option<String>,
+    },
+    /// Resources assigned, image pulling or container starting.
+    Starting,
+    Running,
+    /// Running but temporarily not serving (suspended, being reallocated).
+    NotReady {
+        reason: String,
+    },
+    Succeeded,
+    Failed {
+        exit_code: i32,
+        reason: FailureReason,
+    },
+    /// Taken away by the provider (outbid, preempted by a higher priority job).
+    Preempted,
+    /// The provider lost the machine the workload ran on.
+    Lost,
+    /// A state the adapter did not recognise; `raw` is the provider's value.
+    Unknown {
+        raw: String,
+    },
+}
+
+impl WorkloadState {
+    /// True once the workload will not run again by itself.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed { .. } | Self::Preempted | Self::Lost
+        )
+    }
+}
+
+/// Why a workload failed, mapped to the pod's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FailureReason {
+    /// Non-zero exit of the workload's command (`Error`).
+    Error,
+    OomKilled,
+    DeadlineExceeded,
+    /// Killed by someone other than us (e.g. `scancel` at the provider) (`Evicted`).
+    Evicted,
+    /// The provider failed to run it (`ProviderError`).
+    ProviderError,
+}
+
+impl FailureReason {
+    /// The reason string shown on the pod and its container status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "Error",
+            Self::OomKilled => "OOMKilled",
+            Self::DeadlineExceeded => "DeadlineExceeded",
+            Self::Evicted => "Evicted",
+            Self::ProviderError => "ProviderError",
+        }
+    }
+}
+
+/// Resource usage a provider reports for a running workload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Cumulative CPU time in nanoseconds since the workload started.
+    pub cpu_usage_nanos: u64,
+    /// Current CPU use in millicores.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub timestamp: Timestamp,
+}
+
+/// Options for a log request, as the kubelet's `/containerLogs` takes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    pub tail_lines: Option<u64>,
+    pub since: Option<Timestamp>,
+    pub limit_bytes: Option<u64>,
+    pub timestamps: bool,
+    pub follow: bool,
+    pub previous: bool,
+}
+
+/// A stream of log bytes.
+pub type LogStream =
+    Pin<Box<dyn futures::Stream<Item = Result<bytes::Bytes, ProviderError>> + Send>>;
+
+/// Errors an adapter returns, classified so the framework knows what to do.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProviderError {
+    /// Worth retrying with backoff; `retry_after` honours the provider's `Retry-After`.
+    #[error("transient provider error: {message}")]
+    Transient {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// The provider cannot serve this request now: try the next provider.
+    #[error("provider out of capacity: {message}")]
+    Capacity { message: String },
+    /// The request can never succeed as it is: fail the pod, do not retry.
+    #[error("invalid request: {message}")]
+    Invalid { message: String },
+    #[error("workload not found")]
+    NotFound,
+    /// Credentials missing, wrong or expired; retried, reported as an event.
+    #[error("provider authentication failed: {message}")]
+    Auth { message: String },
+    /// The provider does not offer this optional capability.
+    #[error("not supported by provider {provider}: {what}")]
+    Unsupported { provider: String, what: String },
+}
+
+impl ProviderError {
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::Transient {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// The contract an adapter implements. Native async; the framework boxes through
+/// [`DynProvider`], which every `Provider` gets for free.
+pub trait Provider: Send + Sync + 'static {
+    /// The configured name of this provider instance (e.g. `runpod`).
+    fn name(&self) -> &str;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Creates the workload. Must be idempotent on `w.id`: if a workload with that id exists,
+    /// return Ok without creating a second one.
+    fn create(&self, w: &Workload) -> impl Future<Output = Result<(), ProviderError>> + Send;
+
+    /// Deletes the workload by its provider id; `NotFound` means it is already gone.
+    fn delete(&self, provider_id: &str) -> impl Future<Output = Result<(), ProviderError>> + Send;
+
+    /// Every workload this VK owns at the provider (filtered by the ownership marker), in one
+    /// call (or as few as the API allows): never one call per pod.
+    fn list(&self) -> impl Future<Output = Result<Vec<Observed>, ProviderError>> + Send;
+
+    /// Container logs; providers without a log API keep this default.
+    fn logs(
+        &self,
+        _provider_id: &str,
+        _opts: &LogOptions,
+    ) -> impl Future<Output = Result<LogStream, ProviderError>> + Send {
+        let err = ProviderError::Unsupported {
+            provider: self.name().to_owned(),
+            what: "logs".into(),
+        };
+        async move { Err(err) }
+    }
+}
+
+/// Object-safe twin of [`Provider`], so the framework can hold many kinds in one list.
+pub trait DynProvider: Send + Sync {
+    fn name(&self) -> &str;
+    fn capabilities(&self) -> Capabilities;
+    fn create<'a>(&'a self, w: &'a Workload) -> BoxFuture<'a, Result<(), ProviderError>>;
+    fn delete<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Observed>, ProviderError>>;
+    fn logs<'a>(
+        &'a self,
+        provider_id: &'a str,
+        opts: &'a LogOptions,
+    ) -> BoxFuture<'a, Result<LogStream, ProviderError>>;
+}
+
+impl<P: Provider> DynProvider for P {
+    fn name(&self) -> &str {
+        Provider::name(self)
+    }
+    fn capabilities(&self) -> Capabilities {
+        Provider::capabilities(self)
+    }
+    fn create<'a>(&'a self, w: &'a Workload) -> BoxFuture<'a, Result<(), ProviderError>> {
+        Box::pin(Provider::create(self, w))
+    }
+    fn delete<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        Box::pin(Provider::delete(self, provider_id))
+    }
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Observed>, ProviderError>> {
+        Box::pin(Provider::list(self))
+    }
+    fn logs<'a>(
+        &'a self,
+        provider_id: &'a str,
+        opts: &'a LogOptions,
+    ) -> BoxFuture<'a, Result<LogStream, ProviderError>> {
+        Box::pin(Provider::logs(self, provider_id, opts))
+    }
+}

@@ -1,0 +1,156 @@
+//! The VK's own telemetry: structured `tracing` logs and Prometheus metrics on their own port.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::{Router, routing::get};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub provider: String,
+    pub op: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodLabels {
+    pub provider: String,
+    pub phase: String,
+}
+
+/// Every metric the VK exports. Cheap to clone (shared handles).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub reconciles: Family<ResultLabels, Counter>,
+    pub provider_calls: Family<CallLabels, Counter>,
+    pub status_writes: Counter,
+    pub pod_deletes: Counter,
+    pub gc_deletes: Counter,
+    pub queue_depth: Gauge,
+    pub pods: Family<PodLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("gpu_vk");
+        let reconciles = Family::<ResultLabels, Counter>::default();
+        r.register("reconciles", "Pod reconciles by result", reconciles.clone());
+        let provider_calls = Family::<CallLabels, Counter>::default();
+        r.register(
+            "provider_calls",
+            "Provider API calls by provider, operation and result",
+            provider_calls.clone(),
+        );
+        let status_writes = Counter::default();
+        r.register(
+            "pod_status_writes",
+            "Pod status writes to the API server",
+            status_writes.clone(),
+        );
+        let pod_deletes = Counter::default();
+        r.register(
+            "pod_deletes",
+            "Pods removed from the API server after their workload was gone",
+            pod_deletes.clone(),
+        );
+        let gc_deletes = Counter::default();
+        r.register(
+            "gc_deletes",
+            "Orphaned provider workloads collected",
+            gc_deletes.clone(),
+        );
+        let queue_depth = Gauge::default();
+        r.register(
+            "queue_depth",
+            "Pods waiting to be reconciled",
+            queue_depth.clone(),
+        );
+        let pods = Family::<PodLabels, Gauge>::default();
+        r.register(
+            "pods",
+            "Pods on this node by provider and phase",
+            pods.clone(),
+        );
+        Self {
+            registry: Arc::new(r),
+            reconciles,
+            provider_calls,
+            status_writes,
+            pod_deletes,
+            gc_deletes,
+            queue_depth,
+            pods,
+        }
+    }
+
+    pub fn call(&self, provider: &str, op: &str, ok: bool) {
+        self.provider_calls
+            .get_or_create(&CallLabels {
+                provider: provider.to_owned(),
+                op: op.to_owned(),
+                result: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Serves `/metrics` on `addr` until the process ends.
+    pub async fn serve(self, addr: SocketAddr) -> std::io::Result<()> {
+        let app = Router::new()
+            .route(
+                "/metrics",
+                get(move || {
+                    let m = self.clone();
+                    async move {
+                        (
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "text/plain; version=0.0.4",
+                            )],
+                            m.encode(),
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", get(|| async { "ok" }));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        axum::serve(listener, app).await
+    }
+}
+
+/// Installs the global tracing subscriber: JSON when `json`, else human-readable; level from
+/// `RUST_LOG` (default `info`).
+pub fn init_logging(json: bool) {
+    use tracing_subscriber::{EnvFilter, fmt};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

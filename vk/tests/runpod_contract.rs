@@ -1,0 +1,611 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Contract tests of the RunPod v2 adapter against a wiremock server: the exact requests it
+//! sends, and how it reads every documented answer (including the odd ones).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use vk::naming::Owner;
+use vk::provider::{
+    EnvVar, FailureReason, GpuRequest, Provider, ProviderError, Workload, WorkloadState,
+};
+use vk::providers::runpod::{Cloud, RunPod, RunPodConfig};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const KEY: &str = "rp-test-key-0123456789";
+const UID: &str = "8f1c6a2e-1b7d-4f6e-9a41-0c2d3e4f5a6b";
+
+fn owner() -> Owner {
+    Owner::new("cluster-a", "vk-node")
+}
+
+fn workload() -> Workload {
+    Workload {
+        id: owner().workload_id(UID).unwrap(),
+        namespace: "ml".into(),
+        pod_name: "train-0".into(),
+        container_name: "main".into(),
+        image: "ghcr.io/acme/train:1.2".into(),
+        command: vec!["python".into(), "-m".into(), "train".into()],
+        args: vec![
+            "--epochs".into(),
+            "3".into(),
+            "--name".into(),
+            "it's big".into(),
+        ],
+        working_dir: None,
+        env: vec![
+            EnvVar {
+                name: "HF_TOKEN".into(),
+                value: "hf_fake".into(),
+            },
+            EnvVar {
+                name: "MODE".into(),
+                value: "fast".into(),
+            },
+        ],
+        gpu: Some(GpuRequest {
+            gpu_type: Some("RTX4090".into()),
+            count: 2,
+        }),
+        cpu_millis: Some(8000),
+        memory_bytes: Some(32_000_000_000),
+        ports: vec![8080],
+        options: BTreeMap::new(),
+    }
+}
+
+fn config(server: &MockServer) -> RunPodConfig {
+    RunPodConfig {
+        base_url: format!("{}/v2", server.uri()),
+        gpu_ids: [("RTX4090".to_owned(), "NVIDIA GeForce RTX 4090".to_owned())].into(),
+        data_center_ids: vec!["US-TX-3".into()],
+        ..RunPodConfig::default()
+    }
+    .with_api_key(KEY)
+}
+
+fn adapter(server: &MockServer) -> RunPod {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    RunPod::new("runpod".into(), config(server), owner()).unwrap()
+}
+
+/// A pod as `GET /v2/pods` returns it (fields as in the v2 schema).
+fn pod(id: &str, name: &str, status: &str) -> Value {
+    json!({
+        "id": id, "name": name, "status": status, "actions": ["terminate"],
+        "image": "ghcr.io/acme/train:1.2", "args": "", "disk": 20, "mounts": {},
+        "ports": ["8080/tcp"], "env": {"HF_TOKEN": "hf_fake"}, "registry": null,
+        "cloud": "SECURE", "dataCenterId": "US-TX-3", "cudaVersion": "12.8",
+        "ssh": {"proxy": null, "direct": null}, "template": null, "cost": 0.88, "locked": false,
+        "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 2, "vcpuCount": 16, "memory": 64},
+        "runtime": null, "createdAt": "2026-06-01T12:00:00Z", "startedAt": null,
+        "globalNetworking": {"enabled": false}
+    })
+}
+
+fn problem(status: u16, detail: &str) -> Value {
+    json!({"title": "Error", "status": status, "detail": detail})
+}
+
+async fn mount_list(server: &MockServer, pods: Value) {
+    Mock::given(method("GET"))
+        .and(path("/v2/pods"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "pods": pods })))
+        .mount(server)
+        .await;
+}
+
+fn assert_no_key(err: &ProviderError) {
+    assert!(
+        !format!("{err} {err:?}").contains(KEY),
+        "API key leaked: {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn create_lists_then_posts_the_documented_body() {
+    let server = MockServer::start().await;
+    mount_list(&server, json!([pod("other1", "my-notebook", "RUNNING")])).await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .and(header("content-type", "application/json"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pod("new1", "x", "PROVISIONING")))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+
+    let reqs = server.received_requests().await.unwrap();
+    let calls: Vec<_> = reqs
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.url.path()))
+        .collect();
+    assert_eq!(calls, ["GET /v2/pods", "POST /v2/pods"]);
+    for r in &reqs {
+        assert_eq!(
+            r.headers.get("authorization").unwrap(),
+            &format!("Bearer {KEY}")
+        );
+    }
+    let body: Value = reqs[1].body_json().unwrap();
+    assert_eq!(body["name"], workload().id.as_str());
+    insta::assert_json_snapshot!("runpod_create_body", body);
+}
+
+#[tokio::test]
+async fn create_applies_pod_options() {
+    let server = MockServer::start().await;
+    mount_list(&server, json!([])).await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pod("new1", "x", "PROVISIONING")))
+        .mount(&server)
+        .await;
+    let mut w = workload();
+    w.command.clear();
+    w.args.clear();
+    w.cpu_millis = None;
+    w.memory_bytes = None;
+    w.options.insert("cloud".into(), "community".into());
+    w.options
+        .insert("data_center".into(), "EU-RO-1, EU-SE-1".into());
+    w.options.insert("disk_gb".into(), "75".into());
+
+    adapter(&server).create(&w).await.unwrap();
+
+    let reqs = server.received_requests().await.unwrap();
+    let body: Value = reqs[1].body_json().unwrap();
+    assert_eq!(body["cloud"], "COMMUNITY");
+    assert_eq!(body["dataCenterIds"], json!(["EU-RO-1", "EU-SE-1"]));
+    assert_eq!(body["disk"], 75);
+    assert!(
+        body.get("args").is_none(),
+        "no args means the image's own CMD: {body}"
+    );
+    assert_eq!(
+        body["gpu"],
+        json!({"id": "NVIDIA GeForce RTX 4090", "count": 2})
+    );
+}
+
+#[tokio::test]
+async fn create_is_idempotent_on_the_workload_name() {
+    let server = MockServer::start().await;
+    mount_list(
+        &server,
+        json!([pod("pod9", workload().id.as_str(), "STARTING")]),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(0)
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_terminated_namesake_does_not_count_as_existing() {
+    let server = MockServer::start().await;
+    mount_list(
+        &server,
+        json!([pod("old", workload().id.as_str(), "TERMINATED")]),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pod("new", "x", "PROVISIONING")))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_workloads_fail_before_any_request() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(500))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let rp = adapter(&server);
+
+    let mut no_gpu = workload();
+    no_gpu.gpu = None;
+    let mut bad_cloud = workload();
+    bad_cloud.options.insert("cloud".into(), "MOON".into());
+    let mut too_many = workload();
+    too_many.gpu = Some(GpuRequest {
+        gpu_type: None,
+        count: 16,
+    });
+    let mut foreign = workload();
+    foreign.id = Owner::new("cluster-b", "vk-node").workload_id(UID).unwrap();
+
+    for w in [no_gpu, bad_cloud, too_many, foreign] {
+        let err = rp.create(&w).await.unwrap_err();
+        assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
+    }
+}
+
+/// Runs a create whose POST answers `resp`.
+async fn create_error(resp: ResponseTemplate) -> ProviderError {
+    let server = MockServer::start().await;
+    mount_list(&server, json!([])).await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .respond_with(resp)
+        .mount(&server)
+        .await;
+    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    assert_no_key(&err);
+    err
+}
+
+#[tokio::test]
+async fn create_errors_are_classified() {
+    let capacity = create_error(ResponseTemplate::new(400).set_body_json(problem(
+        400,
+        "There are no longer any instances available with the requested specifications.",
+    )))
+    .await;
+    assert!(
+        matches!(capacity, ProviderError::Capacity { .. }),
+        "{capacity:?}"
+    );
+
+    let invalid = create_error(ResponseTemplate::new(400).set_body_json(problem(
+        400,
+        "gpu.allowedCudaVersions and gpu.minCudaVersion are exclusive",
+    )))
+    .await;
+    match invalid {
+        ProviderError::Invalid { message } => {
+            assert!(message.contains("are exclusive"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let schema = create_error(ResponseTemplate::new(422).set_body_json(json!({
+        "title": "Unprocessable Entity", "status": 422, "detail": "Request validation failed.",
+        "errors": ["$: additional properties 'bogus' not allowed"]
+    })))
+    .await;
+    match schema {
+        ProviderError::Invalid { message } => {
+            assert!(message.contains("'bogus' not allowed"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let auth = create_error(
+        ResponseTemplate::new(401).set_body_json(problem(401, &format!("bad token {KEY}"))),
+    )
+    .await;
+    assert!(matches!(auth, ProviderError::Auth { .. }), "{auth:?}");
+    let forbidden =
+        create_error(ResponseTemplate::new(403).set_body_json(problem(403, "access denied"))).await;
+    assert!(
+        matches!(forbidden, ProviderError::Auth { .. }),
+        "{forbidden:?}"
+    );
+
+    let broke = create_error(
+        ResponseTemplate::new(402).set_body_json(problem(402, "insufficient balance")),
+    )
+    .await;
+    assert!(matches!(broke, ProviderError::Capacity { .. }), "{broke:?}");
+
+    let limited = create_error(
+        ResponseTemplate::new(429)
+            .insert_header("Retry-After", "12")
+            .set_body_json(problem(429, "rate limit exceeded for the minute window")),
+    )
+    .await;
+    assert_eq!(
+        limited,
+        ProviderError::Transient {
+            message: "RunPod HTTP 429: rate limit exceeded for the minute window".into(),
+            retry_after: Some(Duration::from_secs(12)),
+        }
+    );
+
+    let down =
+        create_error(ResponseTemplate::new(500).set_body_json(problem(500, "upstream failed")))
+            .await;
+    assert!(
+        matches!(
+            down,
+            ProviderError::Transient {
+                retry_after: None,
+                ..
+            }
+        ),
+        "{down:?}"
+    );
+    let html =
+        create_error(ResponseTemplate::new(502).set_body_string("<html>bad gateway</html>")).await;
+    match html {
+        ProviderError::Transient { message, .. } => {
+            assert!(message.contains("bad gateway"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_uses_the_documented_delete() {
+    let server = MockServer::start().await;
+    Mock::given(method("DELETE"))
+        .and(path("/v2/pods/abc123"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(204))
+        .expect(1)
+        .mount(&server)
+        .await;
+    adapter(&server).delete("abc123").await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_errors_are_classified() {
+    let server = MockServer::start().await;
+    Mock::given(method("DELETE"))
+        .and(path("/v2/pods/gone"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(problem(404, "pod not found")))
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path("/v2/pods/member"))
+        .respond_with(ResponseTemplate::new(409).set_body_json(problem(
+            409,
+            "Pod belongs to a cluster and cannot be terminated via the pod endpoints.",
+        )))
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path("/v2/pods/busy"))
+        .respond_with(ResponseTemplate::new(429).insert_header("Retry-After", "3"))
+        .mount(&server)
+        .await;
+    let rp = adapter(&server);
+
+    assert_eq!(
+        rp.delete("gone").await.unwrap_err(),
+        ProviderError::NotFound
+    );
+    assert!(matches!(
+        rp.delete("member").await.unwrap_err(),
+        ProviderError::Invalid { .. }
+    ));
+    match rp.delete("busy").await.unwrap_err() {
+        ProviderError::Transient { retry_after, .. } => {
+            assert_eq!(retry_after, Some(Duration::from_secs(3)))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Path segments are encoded: an id can never escape its segment.
+    let err = rp.delete("../pods").await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::NotFound | ProviderError::Invalid { .. }),
+        "{err:?}"
+    );
+    let paths: Vec<_> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.url.path().to_owned())
+        .collect();
+    assert!(
+        paths.contains(&"/v2/pods/..%2Fpods".to_owned()),
+        "{paths:?}"
+    );
+}
+
+#[tokio::test]
+async fn list_is_one_call_and_maps_every_state() {
+    let server = MockServer::start().await;
+    let ours = |uid: &str| owner().workload_id(uid).unwrap().as_str().to_owned();
+    let other_vk = Owner::new("cluster-a", "another-node")
+        .workload_id(UID)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    let mut running = pod(
+        "p-run",
+        &ours("00000000-0000-4000-8000-000000000001"),
+        "RUNNING",
+    );
+    running["startedAt"] = json!("2026-06-01T12:02:00Z");
+    running["runtime"] = json!({
+        "uptime": 100, "cpu": {"util": 50}, "memory": {"util": 25},
+        "gpus": [{"util": 94, "memoryUtil": 78}],
+        "ports": [{"private": 8080, "public": 43210, "type": "tcp", "ip": "45.23.12.1"}]
+    });
+    let mut odd = pod(
+        "p-odd",
+        &ours("00000000-0000-4000-8000-000000000007"),
+        "RUNNING",
+    );
+    odd["runtime"] = json!("not an object");
+    odd["createdAt"] = json!(12);
+    let mut no_status = pod(
+        "p-nostatus",
+        &ours("00000000-0000-4000-8000-000000000008"),
+        "x",
+    );
+    no_status.as_object_mut().unwrap().remove("status");
+    mount_list(
+        &server,
+        json!([
+            running,
+            pod("p-prov", &ours("00000000-0000-4000-8000-000000000002"), "PROVISIONING"),
+            pod("p-start", &ours("00000000-0000-4000-8000-000000000003"), "STARTING"),
+            pod("p-exit", &ours("00000000-0000-4000-8000-000000000004"), "EXITED"),
+            pod("p-err", &ours("00000000-0000-4000-8000-000000000005"), "ERROR"),
+            pod("p-term", &ours("00000000-0000-4000-8000-000000000006"), "TERMINATED"),
+            pod("p-new", &ours("00000000-0000-4000-8000-00000000000a"), "HIBERNATING"),
+            odd,
+            no_status,
+            pod("p-other-vk", &other_vk, "RUNNING"),
+            pod("p-notebook", "my-notebook", "RUNNING"),
+            pod("p-lookalike", "vk-12345678-not-a-uid", "RUNNING"),
+            42,
+            {"name": "vk-nothing"}
+        ]),
+    )
+    .await;
+
+    let observed = adapter(&server).list().await.unwrap();
+
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        1,
+        "list must be one call"
+    );
+    let by_id = |pid: &str| {
+        observed
+            .iter()
+            .find(|o| o.provider_id == pid)
+            .map(|o| o.state.clone())
+    };
+    assert_eq!(by_id("p-run"), Some(WorkloadState::Running));
+    assert_eq!(
+        by_id("p-err"),
+        Some(WorkloadState::Failed {
+            exit_code: 1,
+            reason: FailureReason::ProviderError
+        })
+    );
+    assert_eq!(
+        by_id("p-new"),
+        Some(WorkloadState::Unknown {
+            raw: "HIBERNATING".into()
+        })
+    );
+    assert_eq!(by_id("p-term"), None, "terminated pods are gone");
+    assert_eq!(by_id("p-notebook"), None);
+    assert_eq!(by_id("p-lookalike"), None);
+    assert!(
+        by_id("p-other-vk").is_some(),
+        "any VK's workloads are listed; the framework filters"
+    );
+    let run = observed.iter().find(|o| o.provider_id == "p-run").unwrap();
+    let usage = run.usage.as_ref().unwrap();
+    assert_eq!(
+        (usage.cpu_millis, usage.memory_bytes),
+        (8000, 16_000_000_000)
+    );
+
+    let mut snap = serde_json::to_value(&observed).unwrap();
+    for o in snap.as_array_mut().unwrap() {
+        if let Some(u) = o.get_mut("usage").and_then(Value::as_object_mut) {
+            u.insert("timestamp".into(), json!("[now]"));
+        }
+    }
+    insta::assert_json_snapshot!("runpod_list_observed", snap);
+}
+
+#[tokio::test]
+async fn malformed_list_answers_are_transient() {
+    for body in ["not json", r#"{"pods": "nope"}"#, r#"[]"#] {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/v2/pods"))
+            .respond_with(ResponseTemplate::new(200).set_body_string(body))
+            .mount(&server)
+            .await;
+        let err = adapter(&server).list().await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::Transient { .. }),
+            "{body}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn list_errors_are_classified() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(
+            ResponseTemplate::new(401).set_body_json(problem(401, "missing bearer token")),
+        )
+        .mount(&server)
+        .await;
+    let err = adapter(&server).list().await.unwrap_err();
+    assert!(matches!(err, ProviderError::Auth { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn connection_failures_are_transient() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let cfg = RunPodConfig {
+        base_url: format!("http://{addr}/v2"),
+        ..RunPodConfig::default()
+    }
+    .with_api_key(KEY);
+    let rp = RunPod::new("runpod".into(), cfg, owner()).unwrap();
+    let err = rp.list().await.unwrap_err();
+    assert!(matches!(err, ProviderError::Transient { .. }), "{err:?}");
+    assert_no_key(&err);
+}
+
+#[tokio::test]
+async fn secrets_stay_out_of_debug_and_config_is_checked() {
+    let server = MockServer::start().await;
+    let rp = adapter(&server);
+    assert!(!format!("{rp:?}").contains(KEY));
+    assert!(!format!("{:?}", config(&server)).contains(KEY));
+
+    let empty = RunPodConfig::default();
+    assert!(
+        RunPod::new("rp".into(), empty, owner()).is_err(),
+        "an empty key is refused"
+    );
+    let bad_url = RunPodConfig {
+        base_url: "ftp://x".into(),
+        ..RunPodConfig::default()
+    }
+    .with_api_key(KEY);
+    assert!(RunPod::new("rp".into(), bad_url, owner()).is_err());
+}
+
+#[test]
+fn settings_parse_from_yaml() {
+    let yaml: serde_yaml::Value = serde_yaml::from_str(
+        "baseUrl: http://127.0.0.1:9000/v2\ncloud: COMMUNITY\ndataCenterIds: [EU-RO-1]\n\
+         defaultGpuType: RTX4090\ngpuIds: {RTX4090: NVIDIA GeForce RTX 4090}\ncontainerDiskGb: 40\n",
+    )
+    .unwrap();
+    let cfg = RunPodConfig::from_settings(&yaml).unwrap();
+    assert_eq!(cfg.cloud, Cloud::Community);
+    assert_eq!(cfg.container_disk_gb, 40);
+    assert_eq!(cfg.gpu_ids["RTX4090"], "NVIDIA GeForce RTX 4090");
+    assert!(cfg.api_key.is_empty(), "keys never come from settings");
+    let defaults = RunPodConfig::from_settings(&serde_yaml::Value::Null).unwrap();
+    assert_eq!(defaults.base_url, "https://api.runpod.io/v2");
+    assert!(RunPodConfig::from_settings(&serde_yaml::from_str("apiKey: x").unwrap()).is_err());
+}
+
+#[tokio::test]
+async fn capabilities_reflect_the_config() {
+    let server = MockServer::start().await;
+    let caps = adapter(&server).capabilities();
+    assert_eq!(caps.gpu_types, ["RTX4090"]);
+    assert!(!caps.logs && !caps.exec && caps.metrics);
+    assert!(matches!(
+        adapter(&server).logs("p1", &Default::default()).await.err(),
+        Some(ProviderError::Unsupported { .. })
+    ));
+}

@@ -1,0 +1,850 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Contract tests of the Vast.ai adapter against a wiremock server: offer search and renting,
+//! the exact requests it sends, and how it reads every documented answer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use vk::naming::Owner;
+use vk::provider::{
+    EnvVar, FailureReason, GpuRequest, LogOptions, Provider, ProviderError, Workload, WorkloadState,
+};
+use vk::providers::vast::{Vast, VastConfig};
+use wiremock::matchers::{body_partial_json, header, method, path, query_param};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const KEY: &str = "vast-test-key-0123456789";
+const UID: &str = "8f1c6a2e-1b7d-4f6e-9a41-0c2d3e4f5a6b";
+
+fn owner() -> Owner {
+    Owner::new("cluster-a", "vk-node")
+}
+
+fn workload() -> Workload {
+    Workload {
+        id: owner().workload_id(UID).unwrap(),
+        namespace: "ml".into(),
+        pod_name: "train-0".into(),
+        container_name: "main".into(),
+        image: "ghcr.io/acme/train:1.2".into(),
+        command: vec!["python".into(), "-m".into(), "train".into()],
+        args: vec!["--name".into(), "it's big".into()],
+        working_dir: None,
+        env: vec![
+            EnvVar {
+                name: "HF_TOKEN".into(),
+                value: "hf_fake".into(),
+            },
+            EnvVar {
+                name: "MODE".into(),
+                value: "fast".into(),
+            },
+        ],
+        gpu: Some(GpuRequest {
+            gpu_type: Some("RTX4090".into()),
+            count: 2,
+        }),
+        cpu_millis: None,
+        memory_bytes: None,
+        ports: vec![8000],
+        options: BTreeMap::new(),
+    }
+}
+
+fn config(server: &MockServer) -> VastConfig {
+    VastConfig {
+        base_url: server.uri(),
+        gpu_names: [("RTX4090".to_owned(), "RTX 4090".to_owned())].into(),
+        disk_gb: 32.0,
+        log_fetch_interval_ms: 10,
+        ..VastConfig::default()
+    }
+    .with_api_key(KEY)
+}
+
+fn adapter_with(cfg: VastConfig) -> Vast {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Vast::new("vast".into(), cfg, owner()).unwrap()
+}
+
+fn adapter(server: &MockServer) -> Vast {
+    adapter_with(config(server))
+}
+
+fn id() -> String {
+    workload().id.as_str().to_owned()
+}
+
+fn page(instances: Value, next: Option<&str>) -> Value {
+    json!({
+        "success": true, "instances_found": instances.as_array().map_or(0, Vec::len),
+        "total_instances": instances.as_array().map_or(0, Vec::len), "label_counts": {},
+        "next_token": next, "instances": instances
+    })
+}
+
+/// An instance as `GET /api/v1/instances/` returns it (a subset of the documented fields).
+fn instance(id: u64, label: &str, actual: Value, intended: &str, is_bid: bool) -> Value {
+    json!({
+        "id": id, "label": label, "actual_status": actual, "intended_status": intended,
+        "cur_state": intended, "next_state": intended, "status_msg": null, "is_bid": is_bid,
+        "image_uuid": "ghcr.io/acme/train:1.2", "start_date": 1_780_000_000.4,
+        "public_ipaddr": "203.0.113.7", "gpu_name": "RTX 4090", "num_gpus": 2,
+        "dph_total": 0.61, "extra_env": [["HF_TOKEN", "hf_fake"]]
+    })
+}
+
+fn offer(id: u64, dph_total: f64, min_bid: f64) -> Value {
+    json!({"id": id, "ask_contract_id": id, "gpu_name": "RTX 4090", "num_gpus": 2,
+           "dph_total": dph_total, "min_bid": min_bid, "rentable": true, "verified": true})
+}
+
+async fn mount_lookup(server: &MockServer, instances: Value) {
+    Mock::given(method("GET"))
+        .and(path("/api/v1/instances/"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(instances, None)))
+        .mount(server)
+        .await;
+}
+
+async fn mount_offers(server: &MockServer, offers: Value) {
+    Mock::given(method("POST"))
+        .and(path("/api/v0/bundles/"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({ "offers": offers })))
+        .mount(server)
+        .await;
+}
+
+fn rented() -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"success": true, "new_contract": 777}))
+}
+
+fn calls(reqs: &[Request]) -> Vec<String> {
+    reqs.iter()
+        .map(|r| format!("{} {}", r.method, r.url.path()))
+        .collect()
+}
+
+fn assert_no_key(err: &ProviderError) {
+    assert!(
+        !format!("{err} {err:?}").contains(KEY),
+        "API key leaked: {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn create_looks_up_searches_and_rents_the_cheapest_offer() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/v1/instances/"))
+        .and(query_param(
+            "select_filters",
+            json!({"label": {"eq": id()}}).to_string().as_str(),
+        ))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(json!([]), None)))
+        .expect(1)
+        .mount(&server)
+        .await;
+    mount_offers(
+        &server,
+        json!([
+            offer(31, 0.9, 0.4),
+            offer(32, 0.61, 0.3),
+            offer(33, 0.75, 0.2)
+        ]),
+    )
+    .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/32/"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(rented())
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+
+    let reqs = server.received_requests().await.unwrap();
+    assert_eq!(
+        calls(&reqs),
+        [
+            "GET /api/v1/instances/",
+            "POST /api/v0/bundles/",
+            "PUT /api/v0/asks/32/"
+        ]
+    );
+    let search: Value = reqs[1].body_json().unwrap();
+    insta::assert_json_snapshot!("vast_offer_search_body", search);
+    let rent: Value = reqs[2].body_json().unwrap();
+    assert_eq!(rent["label"], id());
+    assert!(
+        rent.get("price").is_none(),
+        "on-demand rents carry no bid: {rent}"
+    );
+    insta::assert_json_snapshot!("vast_rent_body", rent);
+}
+
+#[tokio::test]
+async fn gone_offers_are_skipped_cheapest_first() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(
+        &server,
+        json!([offer(3, 0.8, 0.1), offer(1, 0.5, 0.1), offer(2, 0.6, 0.1)]),
+    )
+    .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+            "success": false, "error": "invalid_args",
+            "msg": "error 404/3603: no_such_ask Instance type by id 1 is not available.", "ask_id": 1})))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/2/"))
+        .respond_with(ResponseTemplate::new(410).set_body_json(json!({
+            "success": false, "error": "no_such_ask",
+            "msg": "error 410/3907: no_such_ask Instance type 2 is no longer available.", "ask_id": 2})))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/3/"))
+        .respond_with(rented())
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+
+    let puts: Vec<_> = calls(&server.received_requests().await.unwrap())
+        .into_iter()
+        .filter(|c| c.starts_with("PUT"))
+        .collect();
+    assert_eq!(
+        puts,
+        [
+            "PUT /api/v0/asks/1/",
+            "PUT /api/v0/asks/2/",
+            "PUT /api/v0/asks/3/"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn no_offer_or_only_gone_offers_is_capacity() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([])).await;
+    Mock::given(method("PUT"))
+        .respond_with(rented())
+        .expect(0)
+        .mount(&server)
+        .await;
+    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Capacity { .. }), "{err:?}");
+
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.1), offer(2, 0.6, 0.1)])).await;
+    Mock::given(method("PUT"))
+        .respond_with(
+            ResponseTemplate::new(410)
+                .set_body_json(json!({"success": false, "error": "no_such_ask"})),
+        )
+        .expect(2)
+        .mount(&server)
+        .await;
+    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Capacity { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn the_price_ceiling_is_enforced_even_if_the_search_ignores_it() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.9, 0.1), offer(2, 0.35, 0.1)])).await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/2/"))
+        .respond_with(rented())
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(rented())
+        .expect(0)
+        .mount(&server)
+        .await;
+
+    let cfg = VastConfig {
+        max_price_per_hour: Some(0.4),
+        ..config(&server)
+    };
+    adapter_with(cfg).create(&workload()).await.unwrap();
+
+    let reqs = server.received_requests().await.unwrap();
+    let search: Value = reqs[1].body_json().unwrap();
+    assert_eq!(search["dph_total"], json!({"lte": 0.4}));
+}
+
+#[tokio::test]
+async fn interruptible_pods_bid() {
+    // Bid at the offer's minimum.
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(5, 0.3, 0.12)])).await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/5/"))
+        .and(body_partial_json(json!({"price": 0.12})))
+        .respond_with(rented())
+        .expect(1)
+        .mount(&server)
+        .await;
+    let mut w = workload();
+    w.options.insert("interruptible".into(), "true".into());
+    adapter(&server).create(&w).await.unwrap();
+    let search: Value = server.received_requests().await.unwrap()[1]
+        .body_json()
+        .unwrap();
+    assert_eq!(search["type"], "bid");
+
+    // An explicit bid skips offers whose minimum bid is higher.
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(6, 0.2, 0.3), offer(7, 0.4, 0.2)])).await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/7/"))
+        .and(body_partial_json(json!({"price": 0.25})))
+        .respond_with(rented())
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/6/"))
+        .respond_with(rented())
+        .expect(0)
+        .mount(&server)
+        .await;
+    w.options.insert("bid_price".into(), "0.25".into());
+    adapter(&server).create(&w).await.unwrap();
+}
+
+#[tokio::test]
+async fn create_is_idempotent_on_the_label() {
+    let server = MockServer::start().await;
+    mount_lookup(
+        &server,
+        json!([instance(900, &id(), json!("running"), "running", false)]),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200))
+        .expect(0)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .respond_with(rented())
+        .expect(0)
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lookup_that_ignores_the_filter_is_still_checked_by_label() {
+    // An API that returned every instance must not make the adapter think the workload exists.
+    let server = MockServer::start().await;
+    mount_lookup(
+        &server,
+        json!([instance(
+            1,
+            "someone-else",
+            json!("running"),
+            "running",
+            false
+        )]),
+    )
+    .await;
+    mount_offers(&server, json!([offer(2, 0.5, 0.1)])).await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/2/"))
+        .respond_with(rented())
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    adapter(&server).create(&workload()).await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_workloads_fail_before_any_request() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(500))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let vast = adapter(&server);
+    let mut no_gpu = workload();
+    no_gpu.gpu = None;
+    let mut bad_bid = workload();
+    bad_bid.options.insert("bid_price".into(), "-1".into());
+    let mut bad_flag = workload();
+    bad_flag
+        .options
+        .insert("interruptible".into(), "maybe".into());
+    for w in [no_gpu, bad_bid, bad_flag] {
+        let err = vast.create(&w).await.unwrap_err();
+        assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
+    }
+}
+
+/// Runs a create whose rent (`PUT /asks`) answers `resp`.
+async fn rent_error(resp: ResponseTemplate) -> ProviderError {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.1), offer(2, 0.6, 0.1)])).await;
+    Mock::given(method("PUT"))
+        .respond_with(resp)
+        .mount(&server)
+        .await;
+    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    assert_no_key(&err);
+    // Errors other than "offer gone" stop at the first offer.
+    let puts = calls(&server.received_requests().await.unwrap())
+        .iter()
+        .filter(|c| c.starts_with("PUT"))
+        .count();
+    assert_eq!(puts, 1, "{err:?}");
+    err
+}
+
+#[tokio::test]
+async fn rent_errors_are_classified() {
+    let invalid = rent_error(ResponseTemplate::new(400).set_body_json(json!({
+        "success": false, "error": "invalid_args",
+        "msg": "error 400/3467: Invalid args: 'image' is required", "ask_id": 1})))
+    .await;
+    match invalid {
+        ProviderError::Invalid { message } => {
+            assert!(message.contains("'image' is required"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let auth = rent_error(ResponseTemplate::new(401).set_body_json(json!({
+        "success": false, "error": "auth_error", "msg": format!("Invalid user key {KEY}")})))
+    .await;
+    assert!(matches!(auth, ProviderError::Auth { .. }), "{auth:?}");
+    let broke = rent_error(ResponseTemplate::new(402).set_body_json(json!({
+        "success": false, "error": "insufficient_credit", "msg": "Insufficient credit"})))
+    .await;
+    assert!(matches!(broke, ProviderError::Capacity { .. }), "{broke:?}");
+    let conflict = rent_error(ResponseTemplate::new(409).set_body_json(json!({
+        "success": false, "error": "conflict", "msg": "conflict"})))
+    .await;
+    assert!(
+        matches!(conflict, ProviderError::Invalid { .. }),
+        "{conflict:?}"
+    );
+    let limited = rent_error(
+        ResponseTemplate::new(429)
+            .insert_header("Retry-After", "7")
+            .set_body_json(json!({"detail": "API requests too frequent endpoint threshold=4.5"})),
+    )
+    .await;
+    assert_eq!(
+        limited,
+        ProviderError::Transient {
+            message: "Vast HTTP 429: API requests too frequent endpoint threshold=4.5".into(),
+            retry_after: Some(Duration::from_secs(7)),
+        }
+    );
+    let down =
+        rent_error(ResponseTemplate::new(500).set_body_string("Internal Server Error")).await;
+    assert!(matches!(down, ProviderError::Transient { .. }), "{down:?}");
+    let unreadable =
+        rent_error(ResponseTemplate::new(200).set_body_string("<html>ok?</html>")).await;
+    assert!(
+        matches!(unreadable, ProviderError::Transient { .. }),
+        "{unreadable:?}"
+    );
+    let refused = rent_error(ResponseTemplate::new(200).set_body_json(json!({
+        "success": false, "error": "invalid_price", "msg": "bid too low"})))
+    .await;
+    assert!(
+        matches!(refused, ProviderError::Invalid { .. }),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_key_reported_as_404_on_search_is_auth() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    Mock::given(method("POST"))
+        .and(path("/api/v0/bundles/"))
+        .respond_with(
+            ResponseTemplate::new(404)
+                .set_body_json(json!({"error": "auth_error", "msg": "Invalid user key"})),
+        )
+        .mount(&server)
+        .await;
+    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Auth { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn delete_destroys_the_instance() {
+    let server = MockServer::start().await;
+    Mock::given(method("DELETE"))
+        .and(path("/api/v0/instances/4242/"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"success": true, "msg": "destroyed"})),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path("/api/v0/instances/1/"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({
+            "success": false, "error": "not_found", "msg": "Instance not found"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path("/api/v0/instances/2/"))
+        .respond_with(ResponseTemplate::new(429).set_body_json(json!({
+            "success": false, "error": "rate_limit_exceeded", "msg": "API requests too frequent endpoint threshold=3.0"})))
+        .mount(&server)
+        .await;
+    let vast = adapter(&server);
+
+    vast.delete("4242").await.unwrap();
+    assert_eq!(vast.delete("1").await.unwrap_err(), ProviderError::NotFound);
+    assert!(matches!(
+        vast.delete("2").await.unwrap_err(),
+        ProviderError::Transient { .. }
+    ));
+    assert!(matches!(
+        vast.delete("../x").await.unwrap_err(),
+        ProviderError::Invalid { .. }
+    ));
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        3,
+        "a non-numeric id sends nothing"
+    );
+}
+
+#[tokio::test]
+async fn list_is_one_call_per_page_and_maps_every_state() {
+    let server = MockServer::start().await;
+    let ours = |uid: &str| owner().workload_id(uid).unwrap().as_str().to_owned();
+    let other_vk = Owner::new("cluster-b", "vk-node")
+        .workload_id(UID)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    let mut exited_bad = instance(
+        105,
+        &ours("00000000-0000-4000-8000-000000000005"),
+        json!("exited"),
+        "running",
+        false,
+    );
+    exited_bad["status_msg"] = json!("Error response from daemon: pull access denied");
+    let page1 = json!([
+        instance(
+            101,
+            &ours("00000000-0000-4000-8000-000000000001"),
+            Value::Null,
+            "running",
+            false
+        ),
+        instance(
+            102,
+            &ours("00000000-0000-4000-8000-000000000002"),
+            json!("loading"),
+            "running",
+            false
+        ),
+        instance(
+            103,
+            &ours("00000000-0000-4000-8000-000000000003"),
+            json!("running"),
+            "running",
+            true
+        ),
+        instance(
+            104,
+            &ours("00000000-0000-4000-8000-000000000004"),
+            json!("exited"),
+            "running",
+            false
+        ),
+        exited_bad,
+        instance(
+            106,
+            &ours("00000000-0000-4000-8000-000000000006"),
+            json!("stopped"),
+            "running",
+            true
+        ),
+        instance(
+            107,
+            &ours("00000000-0000-4000-8000-000000000007"),
+            json!("offline"),
+            "running",
+            false
+        ),
+    ]);
+    let page2 = json!([
+        instance(
+            108,
+            &ours("00000000-0000-4000-8000-000000000008"),
+            json!("unknown"),
+            "running",
+            false
+        ),
+        instance(
+            109,
+            &ours("00000000-0000-4000-8000-000000000009"),
+            json!("defrosting"),
+            "running",
+            false
+        ),
+        instance(
+            110,
+            &ours("00000000-0000-4000-8000-00000000000a"),
+            json!(17),
+            "running",
+            false
+        ),
+        instance(111, &other_vk, json!("running"), "running", false),
+        instance(112, "my-notebook", json!("running"), "running", false),
+        json!({"id": 113, "label": null, "actual_status": "running"}),
+        json!("garbage"),
+    ]);
+    Mock::given(method("GET"))
+        .and(path("/api/v1/instances/"))
+        .and(query_param("after_token", "tok-2"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(page2, None)))
+        .with_priority(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/api/v1/instances/"))
+        .and(query_param("limit", "25"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(page1, Some("tok-2"))))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let observed = adapter(&server).list().await.unwrap();
+
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        2,
+        "one call per page"
+    );
+    let by_id = |pid: &str| {
+        observed
+            .iter()
+            .find(|o| o.provider_id == pid)
+            .map(|o| o.state.clone())
+    };
+    assert_eq!(by_id("106"), Some(WorkloadState::Preempted));
+    assert_eq!(
+        by_id("105"),
+        Some(WorkloadState::Failed {
+            exit_code: 1,
+            reason: FailureReason::Error
+        })
+    );
+    assert_eq!(by_id("107"), Some(WorkloadState::Lost));
+    assert_eq!(
+        by_id("109"),
+        Some(WorkloadState::Unknown {
+            raw: "defrosting".into()
+        })
+    );
+    assert_eq!(
+        by_id("110"),
+        Some(WorkloadState::Unknown { raw: "17".into() })
+    );
+    assert!(
+        by_id("111").is_some(),
+        "any VK's workloads are listed; the framework filters"
+    );
+    assert_eq!(by_id("112"), None);
+    assert_eq!(by_id("113"), None);
+    insta::assert_json_snapshot!("vast_list_observed", observed);
+}
+
+#[tokio::test]
+async fn a_single_page_list_is_exactly_one_call() {
+    let server = MockServer::start().await;
+    mount_lookup(
+        &server,
+        json!([instance(1, &id(), json!("running"), "running", false)]),
+    )
+    .await;
+    let observed = adapter(&server).list().await.unwrap();
+    assert_eq!(observed.len(), 1);
+    assert_eq!(observed[0].ip.as_deref(), Some("203.0.113.7"));
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn malformed_or_failed_lists() {
+    for body in ["not json", "[1,2]"] {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_string(body))
+            .mount(&server)
+            .await;
+        let err = adapter(&server).list().await.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::Transient { .. }),
+            "{body}: {err:?}"
+        );
+    }
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({
+            "success": false, "error": "auth_error", "msg": "Invalid user key"})))
+        .mount(&server)
+        .await;
+    assert!(matches!(
+        adapter(&server).list().await.unwrap_err(),
+        ProviderError::Auth { .. }
+    ));
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(503).insert_header("Retry-After", "30"))
+        .mount(&server)
+        .await;
+    match adapter(&server).list().await.unwrap_err() {
+        ProviderError::Transient { retry_after, .. } => {
+            assert_eq!(retry_after, Some(Duration::from_secs(30)))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn logs_request_an_upload_then_download_it_without_the_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/instances/request_logs/4242/"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "success": true, "result_url": format!("{}/instance_logs/abc.log", server.uri()),
+            "msg": "uploading"})))
+        .expect(2)
+        .mount(&server)
+        .await;
+    // Not uploaded yet on the first try, as S3 answers.
+    Mock::given(method("GET"))
+        .and(path("/instance_logs/abc.log"))
+        .respond_with(ResponseTemplate::new(404))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/instance_logs/abc.log"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("epoch 1\nepoch 2\n"))
+        .mount(&server)
+        .await;
+    let vast = adapter(&server);
+
+    let opts = LogOptions {
+        tail_lines: Some(50),
+        ..LogOptions::default()
+    };
+    let chunks: Vec<_> = vast.logs("4242", &opts).await.unwrap().collect().await;
+    let text: Vec<u8> = chunks
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    assert_eq!(text, b"epoch 1\nepoch 2\n");
+
+    let reqs = server.received_requests().await.unwrap();
+    assert_eq!(reqs[0].body_json::<Value>().unwrap(), json!({"tail": "50"}));
+    let downloads: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.url.path() == "/instance_logs/abc.log")
+        .collect();
+    assert_eq!(downloads.len(), 2, "retried until the upload landed");
+    assert!(
+        downloads
+            .iter()
+            .all(|r| r.headers.get("authorization").is_none()),
+        "key sent to the log host"
+    );
+
+    let limited = LogOptions {
+        limit_bytes: Some(7),
+        ..LogOptions::default()
+    };
+    let chunks: Vec<_> = vast.logs("4242", &limited).await.unwrap().collect().await;
+    assert_eq!(chunks[0].as_ref().unwrap().as_ref(), b"epoch 1");
+
+    let previous = LogOptions {
+        previous: true,
+        ..LogOptions::default()
+    };
+    assert!(matches!(
+        vast.logs("4242", &previous).await.err(),
+        Some(ProviderError::Unsupported { .. })
+    ));
+}
+
+#[tokio::test]
+async fn logs_of_an_unknown_instance_are_not_found() {
+    let server = MockServer::start().await;
+    Mock::given(method("PUT"))
+        .respond_with(
+            ResponseTemplate::new(404)
+                .set_body_json(json!({"error": "invalid_id", "msg": "Invalid instance id."})),
+        )
+        .mount(&server)
+        .await;
+    assert_eq!(
+        adapter(&server)
+            .logs("9", &LogOptions::default())
+            .await
+            .err(),
+        Some(ProviderError::NotFound)
+    );
+}
+
+#[tokio::test]
+async fn secrets_stay_out_of_debug_and_settings_parse() {
+    let server = MockServer::start().await;
+    assert!(!format!("{:?}", adapter(&server)).contains(KEY));
+    assert!(!format!("{:?}", config(&server)).contains(KEY));
+    let caps = adapter(&server).capabilities();
+    assert!(caps.logs && !caps.exec && !caps.metrics);
+    assert_eq!(caps.gpu_types, ["RTX4090"]);
+
+    let yaml: serde_yaml::Value = serde_yaml::from_str(
+        "baseUrl: http://127.0.0.1:9001\ndiskGb: 40\nmaxPricePerHour: 1.5\ninterruptible: true\n\
+         gpuNames: {RTX4090: RTX 4090}\n",
+    )
+    .unwrap();
+    let cfg = VastConfig::from_settings(&yaml).unwrap();
+    assert!(cfg.interruptible && cfg.verified_only);
+    assert_eq!(cfg.max_price_per_hour, Some(1.5));
+    assert!(VastConfig::from_settings(&serde_yaml::from_str("bogus: 1").unwrap()).is_err());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    assert!(
+        Vast::new("v".into(), VastConfig::default(), owner()).is_err(),
+        "an empty key is refused"
+    );
+}
