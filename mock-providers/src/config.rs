@@ -215,10 +215,22 @@ mod tests {
 
     #[test]
     fn rejects_bad_gpu_spec() {
-        assert!(matches!(parse_gpus("A100"), Err(GpuSpecError::Malformed(_))));
-        assert!(matches!(parse_gpus("A100=x@1"), Err(GpuSpecError::Count(_))));
-        assert!(matches!(parse_gpus("A100=1@-1"), Err(GpuSpecError::Price(_))));
-        assert!(matches!(parse_gpus("=1@1"), Err(GpuSpecError::Malformed(_))));
+        assert!(matches!(
+            parse_gpus("A100"),
+            Err(GpuSpecError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_gpus("A100=x@1"),
+            Err(GpuSpecError::Count(_))
+        ));
+        assert!(matches!(
+            parse_gpus("A100=1@-1"),
+            Err(GpuSpecError::Price(_))
+        ));
+        assert!(matches!(
+            parse_gpus("=1@1"),
+            Err(GpuSpecError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{EmulatorConfig, ExecutionMode, GpuStock};
 use crate::inventory::{AllocError, Inventory, InventoryLine, Placement};
-use gate::{Admission, Denied, GateState, RouteKind};
+use gate::{Admission, Credential, Denied, GateState, RouteKind};
 use logs::{LogBuffer, LogLine, LogSource};
 use process::{Launch, ProcState};
 
@@ -247,6 +247,8 @@ pub struct AdminWorkload {
     pub command: Option<String>,
     /// Machine.
     pub machine_id: Option<u64>,
+    /// Process (group) id while a process-mode command runs.
+    pub pid: Option<u32>,
     /// Creation time (RFC 3339).
     pub created_at: String,
 }
@@ -343,8 +345,7 @@ impl Engine {
     }
 
     /// Pass a real-API request through counters, faults, authentication and the rate limit.
-    /// `key` is the presented key (`Err(())` for a malformed credential).
-    pub async fn gate(&self, kind: RouteKind, key: Result<Option<&str>, ()>) -> Result<Admission, Denied> {
+    pub async fn gate(&self, kind: RouteKind, key: Credential<'_>) -> Result<Admission, Denied> {
         let (latency, fault) = self.lock().gate.observe(kind);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -353,8 +354,8 @@ impl Engine {
             return Err(denied);
         }
         match key {
-            Ok(Some(k)) if gate::same_secret(k, &self.api_key) => {}
-            Ok(None) => return Err(Denied::Unauthorized { missing: true }),
+            Credential::Key(k) if gate::same_secret(k, &self.api_key) => {}
+            Credential::Missing => return Err(Denied::Unauthorized { missing: true }),
             _ => return Err(Denied::Unauthorized { missing: false }),
         }
         let rate = self
@@ -389,8 +390,11 @@ impl Engine {
             if let Some(p) = w.placement.take() {
                 inner.inventory.release(p);
             }
-            w.logs
-                .push(at, LogSource::Container, "[emulator] simulated workload finished");
+            w.logs.push(
+                at,
+                LogSource::Container,
+                "[emulator] simulated workload finished",
+            );
             w.logs
                 .push(at, LogSource::System, "container exited with code 0");
             w.exit_code = Some(0);
@@ -474,7 +478,10 @@ impl Engine {
             w.logs.push(
                 at,
                 LogSource::Container,
-                format!("[emulator] simulated container started from image {}", w.image),
+                format!(
+                    "[emulator] simulated container started from image {}",
+                    w.image
+                ),
             );
         }
     }
@@ -496,18 +503,30 @@ impl Engine {
         if let Some(run) = self.mode.run() {
             inner.exits.push(Reverse((ready + run, seq, w.generation)));
         }
-        if self.mode.is_process() {
-            process::launch(
-                self.weak.clone(),
-                Launch {
-                    seq,
-                    generation: w.generation,
-                    command: w.command.clone(),
-                    env: w.env.clone(),
-                    delay: ready.saturating_duration_since(Instant::now()),
-                },
-            );
+        if !self.mode.is_process() {
+            return;
         }
+        let delay = ready.saturating_duration_since(Instant::now());
+        if w.command.is_none() && delay.is_zero() {
+            // Nothing to run and already past starting: up right away.
+            let at = ts_add(since_wall, self.mode.provision() + self.mode.start());
+            w.proc.started = true;
+            w.running_since = Some(at);
+            w.announced = 3;
+            w.logs
+                .push(at, LogSource::System, "container is running (no command)");
+            return;
+        }
+        process::launch(
+            self.weak.clone(),
+            Launch {
+                seq,
+                generation: w.generation,
+                command: w.command.clone(),
+                env: w.env.clone(),
+                delay,
+            },
+        );
     }
 
     /// Create a workload (GPUs are taken now unless it starts stopped).
@@ -532,14 +551,17 @@ impl Engine {
                     .allocate(&new.gpu_type, new.gpu_count, new.machine_id)?,
             )
         };
-        let machine_id = placement.map(|p| p.machine_id).or(new.machine_id).or_else(|| {
-            // A stopped workload still belongs to a machine of its type.
-            inner
-                .inventory
-                .get(&new.gpu_type)
-                .and_then(|t| t.machines.first())
-                .map(|m| m.id)
-        });
+        let machine_id = placement
+            .map(|p| p.machine_id)
+            .or(new.machine_id)
+            .or_else(|| {
+                // A stopped workload still belongs to a machine of its type.
+                inner
+                    .inventory
+                    .get(&new.gpu_type)
+                    .and_then(|t| t.machines.first())
+                    .map(|m| m.id)
+            });
         let seq = inner.next_seq;
         inner.next_seq += 1;
         let id = match self.flavor {
@@ -628,7 +650,12 @@ impl Engine {
 
     /// Start a stopped/exited/failed workload again on its machine. `skip_provisioning`
     /// resumes at STARTING (the machine is kept).
-    pub fn start_locked(&self, inner: &mut Inner, seq: u64, now: Instant) -> Result<(), AllocError> {
+    pub fn start_locked(
+        &self,
+        inner: &mut Inner,
+        seq: u64,
+        now: Instant,
+    ) -> Result<(), AllocError> {
         self.settle(inner, now);
         let Some(w) = inner.workloads.get(&seq) else {
             return Ok(());
@@ -834,6 +861,7 @@ impl Engine {
                 interruptible: w.interruptible,
                 command: w.command.clone(),
                 machine_id: w.machine_id,
+                pid: w.proc.pid,
                 created_at: crate::util::rfc3339(w.created_at),
             });
         }
@@ -930,7 +958,12 @@ impl Engine {
     }
 
     /// Append container log lines.
-    pub fn add_logs(&self, id: &str, source: LogSource, lines: Vec<String>) -> Result<(), AdminError> {
+    pub fn add_logs(
+        &self,
+        id: &str,
+        source: LogSource,
+        lines: Vec<String>,
+    ) -> Result<(), AdminError> {
         self.with_active(id, |_, inner, seq, _| {
             if let Some(w) = inner.workloads.get_mut(&seq) {
                 let now = Timestamp::now();

@@ -444,7 +444,11 @@ async fn list_pods(AxState(s): AxState<State>, headers: HeaderMap) -> Response {
     )
 }
 
-async fn get_pod(AxState(s): AxState<State>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn get_pod(
+    AxState(s): AxState<State>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let admission = match s.engine.gate(RouteKind::Get, bearer(&headers)).await {
         Ok(a) => a,
         Err(d) => return denied(d),

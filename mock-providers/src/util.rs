@@ -124,6 +124,9 @@ mod tests {
     fn pod_ids_look_right() {
         let id = pod_id();
         assert_eq!(id.len(), 14);
-        assert!(id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        );
     }
 }

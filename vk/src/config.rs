@@ -154,9 +154,6 @@ pub struct ProviderConfig {
     /// Adapter-specific settings (base URL, defaults), passed to the adapter as is.
     #[serde(default)]
     pub settings: serde_yaml::Value,
-    /// GPU types this provider is asked for; empty = any.
-    #[serde(default)]
-    pub gpu_types: Vec<String>,
     /// Extra node labels contributed by this provider.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,

@@ -66,7 +66,8 @@ struct ProviderSlot {
 /// Local memory of recent actions, to judge list results that raced with them.
 #[derive(Default)]
 struct Recent {
-    /// pod UID -> when we created its workload (per provider index).
+    /// (provider, pod UID) -> when we last tried to create its workload; kept until a list
+    /// that began later has been applied.
     created: HashMap<(usize, String), Instant>,
     /// pod UID -> when we deleted its workload.
     deleted: HashMap<(usize, String), Instant>,
@@ -355,10 +356,10 @@ impl Framework {
                 .filter(|uid| !seen.contains(*uid))
                 // A workload created after this list began is not missing, just not listed yet.
                 .filter(|uid| {
-                    !recent
+                    recent
                         .created
                         .get(&(i, (*uid).clone()))
-                        .is_some_and(|t| *t > started)
+                        .is_none_or(|t| *t <= started)
                 })
                 .cloned()
                 .collect();
@@ -582,9 +583,18 @@ impl Framework {
         for i in candidates {
             let slot = &self.slots[i];
             let name = slot.provider.name().to_owned();
+            // An earlier attempt on this provider may have created the workload even though it
+            // failed for us (timeout, crash): only a list that began after it can tell. This is
+            // what lets adapters create without looking up the name first.
+            if read(&self.recent).created.contains_key(&(i, uid.clone())) {
+                return Ok(Some(self.cfg.timings.poll_interval()));
+            }
             if assigned.as_deref() != Some(name.as_str()) {
                 self.annotate_assigned(pod, &name).await?;
             }
+            write(&self.recent)
+                .created
+                .insert((i, uid.clone()), Instant::now());
             let result =
                 match tokio::time::timeout(PROVIDER_TIMEOUT, slot.provider.create(&workload)).await
                 {
@@ -594,7 +604,6 @@ impl Framework {
             self.metrics.call(&name, "create", result.is_ok());
             match result {
                 Ok(()) => {
-                    let now = Instant::now();
                     let obs = Observed {
                         id: id.clone(),
                         provider_id: String::new(),
@@ -607,7 +616,6 @@ impl Framework {
                         provider_restarts: 0,
                         usage: None,
                     };
-                    write(&self.recent).created.insert((i, uid.clone()), now);
                     write(&slot.cache).insert(uid.clone(), obs.clone());
                     info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, "created workload");
                     self.event(

@@ -230,8 +230,9 @@ pub trait Provider: Send + Sync + 'static {
 
     fn capabilities(&self) -> Capabilities;
 
-    /// Creates the workload. Must be idempotent on `w.id`: if a workload with that id exists,
-    /// return Ok without creating a second one.
+    /// Creates the workload named `w.id`. The framework calls this only when no list that
+    /// began after its previous attempt showed the workload (so a create lost to a timeout or
+    /// a crash is adopted, not repeated); adapters therefore need no lookup before creating.
     fn create(&self, w: &Workload) -> impl Future<Output = Result<(), ProviderError>> + Send;
 
     /// Deletes the workload by its provider id; `NotFound` means it is already gone.

@@ -2,26 +2,27 @@
 
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
+
 use crate::config::{self, ProviderConfig};
 use crate::naming::Owner;
 use crate::provider::DynProvider;
+use crate::providers::{rest::InitError, runpod, vast};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("provider {name}: unknown kind {kind:?} (known: {known})")]
-    UnknownKind {
-        name: String,
-        kind: String,
-        known: &'static str,
-    },
+    #[error("provider {name}: unknown kind {kind:?} (known: {KINDS})")]
+    UnknownKind { name: String, kind: String },
     #[error("provider {name}: invalid settings: {message}")]
     Settings { name: String, message: String },
     #[error(transparent)]
     Credential(#[from] config::Error),
+    #[error(transparent)]
+    Init(#[from] InitError),
 }
 
 /// Kinds of adapters this build knows.
-pub const KINDS: &str = "";
+pub const KINDS: &str = "runpod, vast";
 
 /// Builds every configured provider, in configuration order.
 pub fn build(
@@ -31,11 +32,41 @@ pub fn build(
     providers.iter().map(|p| build_one(p, owner)).collect()
 }
 
-fn build_one(p: &ProviderConfig, _owner: &Owner) -> Result<Arc<dyn DynProvider>, Error> {
-    let _key = p.api_key()?;
-    Err(Error::UnknownKind {
+fn settings<T: DeserializeOwned>(p: &ProviderConfig) -> Result<T, Error> {
+    let value = match &p.settings {
+        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        v => v.clone(),
+    };
+    serde_yaml::from_value(value).map_err(|e| Error::Settings {
         name: p.name.clone(),
-        kind: p.kind.clone(),
-        known: KINDS,
+        message: e.to_string(),
+    })
+}
+
+fn build_one(p: &ProviderConfig, owner: &Owner) -> Result<Arc<dyn DynProvider>, Error> {
+    let key = p.api_key()?;
+    Ok(match p.kind.as_str() {
+        "runpod" => {
+            let cfg: runpod::RunPodConfig = settings(p)?;
+            Arc::new(runpod::RunPod::new(
+                p.name.clone(),
+                cfg.with_api_key(key.expose()),
+                owner.clone(),
+            )?)
+        }
+        "vast" => {
+            let cfg: vast::VastConfig = settings(p)?;
+            Arc::new(vast::Vast::new(
+                p.name.clone(),
+                cfg.with_api_key(key.expose()),
+                owner.clone(),
+            )?)
+        }
+        other => {
+            return Err(Error::UnknownKind {
+                name: p.name.clone(),
+                kind: other.to_owned(),
+            });
+        }
     })
 }

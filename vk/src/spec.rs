@@ -20,14 +20,17 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// Enrichment annotations passed to the adapter as options (`gpu-vk.io/<key>` -> `<key>`),
 /// with a validator each.
-const OPTIONS: &[(&str, fn(&str) -> bool)] = &[
+/// Checks an option value.
+type Validator = fn(&str) -> bool;
+
+const OPTIONS: &[(&str, Validator)] = &[
     ("cloud", |v| !v.is_empty()),
     ("region", |v| !v.is_empty()),
     ("bid-price", |v| {
         v.parse::<f64>().is_ok_and(|p| p.is_finite() && p > 0.0)
     }),
     ("interruptible", |v| v == "true" || v == "false"),
-    ("max-price", |v| {
+    ("max-price-per-hour", |v| {
         v.parse::<f64>().is_ok_and(|p| p.is_finite() && p > 0.0)
     }),
     ("partition", |v| !v.is_empty()),
@@ -123,7 +126,8 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
             }
             _ => match OPTIONS.iter().find(|(name, _)| *name == key) {
                 Some((_, valid)) if valid(v) => {
-                    options.insert(key.to_owned(), v.clone());
+                    // Adapters read options in snake_case (`bid-price` -> `bid_price`).
+                    options.insert(key.replace('-', "_"), v.clone());
                 }
                 Some(_) => {
                     return Err(SpecError(format!("annotation {k} has invalid value {v:?}")));
@@ -328,7 +332,7 @@ mod tests {
         );
         assert_eq!(r.cpu_millis, Some(1500));
         assert_eq!(r.memory_bytes, Some(2 * 1024 * 1024 * 1024));
-        assert_eq!(r.options.get("bid-price").map(String::as_str), Some("0.45"));
+        assert_eq!(r.options.get("bid_price").map(String::as_str), Some("0.45"));
     }
 
     #[test]

@@ -312,16 +312,17 @@ fn keep_times(cs: &mut ContainerStatus, old: Option<&ContainerStatus>) {
     let Some(state) = cs.state.as_mut() else {
         return;
     };
-    if let (Some(new), Some(prev)) = (state.running.as_mut(), old_state.running.as_ref()) {
-        if prev.started_at.is_some() {
-            new.started_at = prev.started_at.clone();
-        }
+    if let (Some(new), Some(prev)) = (state.running.as_mut(), old_state.running.as_ref())
+        && prev.started_at.is_some()
+    {
+        new.started_at = prev.started_at.clone();
     }
-    if let (Some(new), Some(prev)) = (state.terminated.as_mut(), old_state.terminated.as_ref()) {
-        if new.exit_code == prev.exit_code && new.reason == prev.reason {
-            new.finished_at = prev.finished_at.clone().or(new.finished_at.clone());
-            new.started_at = new.started_at.clone().or(prev.started_at.clone());
-        }
+    if let (Some(new), Some(prev)) = (state.terminated.as_mut(), old_state.terminated.as_ref())
+        && new.exit_code == prev.exit_code
+        && new.reason == prev.reason
+    {
+        new.finished_at = prev.finished_at.clone().or(new.finished_at.clone());
+        new.started_at = new.started_at.clone().or(prev.started_at.clone());
     }
 }
 

@@ -106,7 +106,7 @@ fn assert_no_key(err: &ProviderError) {
 }
 
 #[tokio::test]
-async fn create_lists_then_posts_the_documented_body() {
+async fn create_posts_the_documented_body_without_a_lookup_first() {
     let server = MockServer::start().await;
     mount_list(&server, json!([pod("other1", "my-notebook", "RUNNING")])).await;
     Mock::given(method("POST"))
@@ -125,14 +125,18 @@ async fn create_lists_then_posts_the_documented_body() {
         .iter()
         .map(|r| format!("{} {}", r.method, r.url.path()))
         .collect();
-    assert_eq!(calls, ["GET /v2/pods", "POST /v2/pods"]);
+    assert_eq!(
+        calls,
+        ["POST /v2/pods"],
+        "one call per create: the framework guarantees no duplicate"
+    );
     for r in &reqs {
         assert_eq!(
             r.headers.get("authorization").unwrap(),
             &format!("Bearer {KEY}")
         );
     }
-    let body: Value = reqs[1].body_json().unwrap();
+    let body: Value = reqs[0].body_json().unwrap();
     assert_eq!(body["name"], workload().id.as_str());
     insta::assert_json_snapshot!("runpod_create_body", body);
 }
@@ -159,7 +163,7 @@ async fn create_applies_pod_options() {
     adapter(&server).create(&w).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
-    let body: Value = reqs[1].body_json().unwrap();
+    let body: Value = reqs[0].body_json().unwrap();
     assert_eq!(body["cloud"], "COMMUNITY");
     assert_eq!(body["dataCenterIds"], json!(["EU-RO-1", "EU-SE-1"]));
     assert_eq!(body["disk"], 75);
@@ -171,41 +175,6 @@ async fn create_applies_pod_options() {
         body["gpu"],
         json!({"id": "NVIDIA GeForce RTX 4090", "count": 2})
     );
-}
-
-#[tokio::test]
-async fn create_is_idempotent_on_the_workload_name() {
-    let server = MockServer::start().await;
-    mount_list(
-        &server,
-        json!([pod("pod9", workload().id.as_str(), "STARTING")]),
-    )
-    .await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(201))
-        .expect(0)
-        .mount(&server)
-        .await;
-
-    adapter(&server).create(&workload()).await.unwrap();
-}
-
-#[tokio::test]
-async fn a_terminated_namesake_does_not_count_as_existing() {
-    let server = MockServer::start().await;
-    mount_list(
-        &server,
-        json!([pod("old", workload().id.as_str(), "TERMINATED")]),
-    )
-    .await;
-    Mock::given(method("POST"))
-        .and(path("/v2/pods"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pod("new", "x", "PROVISIONING")))
-        .expect(1)
-        .mount(&server)
-        .await;
-
-    adapter(&server).create(&workload()).await.unwrap();
 }
 
 #[tokio::test]

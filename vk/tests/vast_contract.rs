@@ -400,6 +400,15 @@ async fn invalid_workloads_fail_before_any_request() {
         let err = vast.create(&w).await.unwrap_err();
         assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
     }
+    let capped = adapter_with(VastConfig {
+        max_price_per_hour: Some(1.0),
+        ..config(&server)
+    });
+    let mut greedy = workload();
+    greedy.options.insert("interruptible".into(), "yes".into());
+    greedy.options.insert("bid_price".into(), "5".into());
+    let err = capped.create(&greedy).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
 }
 
 /// Runs a create whose rent (`PUT /asks`) answers `resp`.

@@ -59,10 +59,7 @@ impl RouteKind {
         if name == "any" {
             return Some(None);
         }
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == name)
-            .map(Some)
+        Self::ALL.into_iter().find(|k| k.as_str() == name).map(Some)
     }
 }
 
@@ -177,6 +174,13 @@ pub enum Denied {
     },
 }
 
+/// An admitted request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Quota left, when a rate limit is configured.
+    pub rate: Option<RateInfo>,
+}
+
 /// Quota state after an admitted request (for `RateLimit` headers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateInfo {
@@ -236,7 +240,11 @@ impl GateState {
     }
 
     /// Take one request from the rate window.
-    pub fn take_rate(&mut self, limit: Option<u32>, now: Instant) -> Result<Option<RateInfo>, Denied> {
+    pub fn take_rate(
+        &mut self,
+        limit: Option<u32>,
+        now: Instant,
+    ) -> Result<Option<RateInfo>, Denied> {
         let Some(limit) = limit else {
             return Ok(None);
         };
@@ -289,22 +297,33 @@ impl GateState {
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header: `Ok(None)` when the header is
-/// absent, `Err(())` when it is present but not a bearer token.
-pub fn bearer(headers: &HeaderMap) -> Result<Option<&str>, ()> {
+/// What a request presented as credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential<'a> {
+    /// Nothing.
+    Missing,
+    /// Something that is not a bearer token.
+    Malformed,
+    /// A key.
+    Key(&'a str),
+}
+
+/// The credential of an `Authorization: Bearer <token>` header.
+pub fn bearer(headers: &HeaderMap) -> Credential<'_> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Ok(None);
+        return Credential::Missing;
     };
-    let value = value.to_str().map_err(|_| ())?;
-    let (scheme, token) = value.trim().split_once(' ').ok_or(())?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(());
+    let Ok(value) = value.to_str() else {
+        return Credential::Malformed;
+    };
+    match value.trim().split_once(' ') {
+        Some((scheme, token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+        {
+            Credential::Key(token.trim())
+        }
+        _ => Credential::Malformed,
     }
-    let token = token.trim();
-    if token.is_empty() {
-        return Err(());
-    }
-    Ok(Some(token))
 }
 
 /// Compare secrets without an early exit on the first differing byte.
@@ -401,7 +420,10 @@ mod tests {
         assert_eq!(g.take_rate(Some(2), now).unwrap().unwrap().remaining, 0);
         assert!(matches!(
             g.take_rate(Some(2), now),
-            Err(Denied::RateLimited { retry_after_s: 60, .. })
+            Err(Denied::RateLimited {
+                retry_after_s: 60,
+                ..
+            })
         ));
         let later = now + Duration::from_secs(61);
         assert!(g.take_rate(Some(2), later).is_ok());
@@ -411,11 +433,11 @@ mod tests {
     #[test]
     fn bearer_parsing() {
         let mut h = HeaderMap::new();
-        assert_eq!(bearer(&h), Ok(None));
+        assert_eq!(bearer(&h), Credential::Missing);
         h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
-        assert_eq!(bearer(&h), Ok(Some("abc")));
+        assert_eq!(bearer(&h), Credential::Key("abc"));
         h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
-        assert_eq!(bearer(&h), Err(()));
+        assert_eq!(bearer(&h), Credential::Malformed);
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("abc", "abd"));
         assert!(!same_secret("abc", "abcd"));

@@ -23,7 +23,7 @@ pub enum LogSource {
 }
 
 /// One line.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LogLine {
     /// Increasing per workload, never reused.
     pub seq: u64,
@@ -71,7 +71,12 @@ impl LogBuffer {
     }
 
     /// Lines with `seq > after`, of the given source (or all), at most the last `tail`.
-    pub fn after(&self, after: u64, source: Option<LogSource>, tail: Option<usize>) -> Vec<LogLine> {
+    pub fn after(
+        &self,
+        after: u64,
+        source: Option<LogSource>,
+        tail: Option<usize>,
+    ) -> Vec<LogLine> {
         let matching: Vec<&LogLine> = self
             .lines
             .iter()

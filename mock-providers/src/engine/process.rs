@@ -159,7 +159,10 @@ async fn run(engine: Weak<Engine>, launch: Launch) {
     cmd.arg("-c")
         .arg(&command_line)
         .env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .env("HOME", &workdir)
         .envs(&env)
         .current_dir(&workdir)
@@ -188,8 +191,14 @@ async fn run(engine: Weak<Engine>, launch: Launch) {
         return;
     }
     let readers: Vec<_> = [
-        child.stdout.take().map(|s| tokio::spawn(pump(engine.clone(), seq, s))),
-        child.stderr.take().map(|s| tokio::spawn(pump(engine.clone(), seq, s))),
+        child
+            .stdout
+            .take()
+            .map(|s| tokio::spawn(pump(engine.clone(), seq, s))),
+        child
+            .stderr
+            .take()
+            .map(|s| tokio::spawn(pump(engine.clone(), seq, s))),
     ]
     .into_iter()
     .flatten()
@@ -219,7 +228,11 @@ async fn run(engine: Weak<Engine>, launch: Launch) {
                 .unwrap_or(-1);
             e.proc_exited(seq, generation, code);
         }
-        Err(err) => e.proc_failed(seq, generation, format!("failed to wait for process: {err}")),
+        Err(err) => e.proc_failed(
+            seq,
+            generation,
+            format!("failed to wait for process: {err}"),
+        ),
     }
 }
 

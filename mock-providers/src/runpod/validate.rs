@@ -84,8 +84,10 @@ struct Checker {
 
 impl Checker {
     fn wrong_type(&mut self, path: &str, want: &str, got: &Value) {
-        self.errors
-            .push(format!("{path}: expected {want}, but got {}", type_name(got)));
+        self.errors.push(format!(
+            "{path}: expected {want}, but got {}",
+            type_name(got)
+        ));
     }
 
     fn object<'a>(&mut self, path: &str, v: &'a Value) -> Option<&'a Map<String, Value>> {
@@ -197,7 +199,8 @@ impl Checker {
 /// `major.minor`.
 pub fn is_cuda_version(s: &str) -> bool {
     let mut parts = s.split('.');
-    let ok = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let ok =
+        |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
     ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
 }
 
@@ -240,8 +243,8 @@ const GPU_FIELDS: &[&str] = &[
 
 /// Validate a create body.
 pub fn parse_create(body: &[u8]) -> Result<CreatePod, Invalid> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| Invalid::Json(format!("invalid JSON body: {e}")))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Invalid::Json(format!("invalid JSON body: {e}")))?;
     let mut c = Checker { errors: Vec::new() };
     let Some(m) = c.object("$", &value) else {
         return Err(Invalid::Schema(c.errors));
@@ -255,7 +258,9 @@ pub fn parse_create(body: &[u8]) -> Result<CreatePod, Invalid> {
             None
         }
     };
-    let template_id = m.get("templateId").and_then(|v| c.string("$.templateId", v, 1));
+    let template_id = m
+        .get("templateId")
+        .and_then(|v| c.string("$.templateId", v, 1));
     let image = match m.get("image") {
         Some(v) => c.string("$.image", v, 0),
         None => {
@@ -391,7 +396,9 @@ pub fn parse_create(body: &[u8]) -> Result<CreatePod, Invalid> {
     };
     // Cross-field rules: 400.
     if gpu.is_some() == cpu.is_some() {
-        return Err(Invalid::Rule("exactly one of gpu or cpu must be set".into()));
+        return Err(Invalid::Rule(
+            "exactly one of gpu or cpu must be set".into(),
+        ));
     }
     if let Some(g) = &gpu
         && !g.allowed_cuda_versions.is_empty()
@@ -450,9 +457,8 @@ fn parse_gpu(c: &mut Checker, v: &Value) -> Option<GpuRequest> {
         Some(v) => match c.string("$.gpu.minCudaVersion", v, 0) {
             Some(s) if is_cuda_version(&s) => Some(s),
             Some(_) => {
-                c.errors.push(
-                    "$.gpu.minCudaVersion: does not match pattern '^\\d+\\.\\d+$'".into(),
-                );
+                c.errors
+                    .push("$.gpu.minCudaVersion: does not match pattern '^\\d+\\.\\d+$'".into());
                 None
             }
             None => None,
@@ -506,19 +512,15 @@ impl PodAction {
 
 /// Validate an action body.
 pub fn parse_action(body: &[u8]) -> Result<PodAction, Invalid> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| Invalid::Json(format!("invalid JSON body: {e}")))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Invalid::Json(format!("invalid JSON body: {e}")))?;
     let mut c = Checker { errors: Vec::new() };
     let Some(m) = c.object("$", &value) else {
         return Err(Invalid::Schema(c.errors));
     };
     c.allowed("$", m, &["action"]);
     let action = match m.get("action") {
-        Some(v) => c.enumeration(
-            "$.action",
-            v,
-            &["start", "stop", "restart", "terminate"],
-        ),
+        Some(v) => c.enumeration("$.action", v, &["start", "stop", "restart", "terminate"]),
         None => {
             c.errors.push("$: missing property 'action'".into());
             None
@@ -562,7 +564,8 @@ mod tests {
 
     #[test]
     fn schema_errors_are_listed() {
-        let Err(Invalid::Schema(errors)) = create(json!({"bogus": 1, "gpu": {"id": 3, "count": 0}}))
+        let Err(Invalid::Schema(errors)) =
+            create(json!({"bogus": 1, "gpu": {"id": 3, "count": 0}}))
         else {
             panic!("expected schema error");
         };
@@ -580,7 +583,9 @@ mod tests {
             Err(Invalid::Rule(_))
         ));
         assert!(matches!(
-            create(json!({"name": "a", "image": "i", "gpu": {"id": "x", "allowedCudaVersions": ["12.8"], "minCudaVersion": "12.1"}})),
+            create(
+                json!({"name": "a", "image": "i", "gpu": {"id": "x", "allowedCudaVersions": ["12.8"], "minCudaVersion": "12.1"}})
+            ),
             Err(Invalid::Rule(_))
         ));
         assert!(matches!(parse_create(b"{nope"), Err(Invalid::Json(_))));

@@ -5,12 +5,12 @@ use std::cmp::Ordering;
 
 use serde_json::{Map, Value};
 
-/// Operators accepted in search and `select_filters`.
-pub const OPERATORS: &[&str] = &["eq", "neq", "gt", "gte", "lt", "lte", "in", "notin"];
-
-/// GPU names compare case-insensitively with `_` and ` ` equal (`RTX_4090` == `RTX 4090`).
+/// GPU names compare case-insensitively ignoring `_` and spaces (`RTX_4090` == `RTX 4090` == `RTX4090`).
 pub fn normalize_gpu_name(s: &str) -> String {
-    s.trim().replace('_', " ").to_ascii_lowercase()
+    s.chars()
+        .filter(|c| *c != '_' && !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase()
 }
 
 fn normalized(field: &str, v: &Value) -> Value {
@@ -239,7 +239,10 @@ mod tests {
         let e = parse_env(&json!("-e HF_TOKEN=hf_x -e 'MSG=a b' -p 8000:8000 -h box")).unwrap();
         assert_eq!(
             e.vars,
-            vec![("HF_TOKEN".into(), "hf_x".into()), ("MSG".into(), "a b".into())]
+            vec![
+                ("HF_TOKEN".into(), "hf_x".into()),
+                ("MSG".into(), "a b".into())
+            ]
         );
         assert_eq!(e.ports, vec!["8000:8000".to_owned()]);
         let e = parse_env(&json!({"A": "1", "-p 8188:8188": "1"})).unwrap();
@@ -250,6 +253,9 @@ mod tests {
 
     #[test]
     fn words() {
-        assert_eq!(split_words(r#"a "b c" 'd e' f\ g"#), ["a", "b c", "d e", "f g"]);
+        assert_eq!(
+            split_words(r#"a "b c" 'd e' f\ g"#),
+            ["a", "b c", "d e", "f g"]
+        );
     }
 }

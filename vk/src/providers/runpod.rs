@@ -342,14 +342,11 @@ fn is_capacity_detail(detail: &str) -> bool {
     let d = detail.to_ascii_lowercase();
     [
         "no instances",
+        "no longer any instances",
         "not enough",
         "unavailable",
-        "no longer any instances",
         "could not be placed",
-        "could not find",
         "no available",
-        "out of capacity",
-        "insufficient capacity",
         "capacity",
         "out of stock",
     ]
@@ -382,14 +379,8 @@ impl Provider for RunPod {
             });
         }
         let body = self.create_request(w)?;
-        let existing = self.list_pods().await?;
-        if let Some(pod) = existing.iter().find(|p| {
-            p.name.as_deref() == Some(w.id.as_str())
-                && p.status.as_ref().and_then(|s| s.as_str()) != Some("TERMINATED")
-        }) {
-            info!(provider = %self.name, workload = %w.id, pod_id = ?pod.id, "workload already exists; not creating it again");
-            return Ok(());
-        }
+        // No lookup by name first: the framework only creates when no list begun after its
+        // previous attempt showed this workload (see `Provider::create`).
         let body = serde_json::to_value(&body).map_err(|e| ProviderError::Invalid {
             message: format!("cannot encode the request: {e}"),
         })?;

@@ -34,11 +34,12 @@
 //!   no exit code in its API: `exited` is Succeeded unless `status_msg` reads like an error.
 //! - State mapping: null -> Queued; loading / created -> Starting; running -> Running;
 //!   rebooting / frozen -> NotReady; stopped while intended running -> Preempted for a bid,
-//!   NotReady for on-demand; stopped while intended stopped (we never stop instances) ->
-//!   Failed(Evicted); exited -> Succeeded / Failed(Error); offline -> Lost (Vast: it will not
-//!   come back to running); unknown or anything else -> Unknown{raw}.
+//!   NotReady for on-demand; stopped or exited while intended stopped (we never stop
+//!   instances) -> Failed(Evicted); exited -> Succeeded / Failed(Error); offline -> Lost (the
+//!   docs: it never comes back to running); unknown or anything else -> Unknown{raw}.
 //! - Bid price: the pod's `bid_price` option, else the offer's `min_bid` (else its
-//!   `dph_total`); offers above `maxPricePerHour` are never rented.
+//!   `dph_total`); offers above `maxPricePerHour` are never rented, and a `bid_price` above it
+//!   is an invalid request.
 //! - Idempotent create: one `GET /api/v1/instances/` filtered on the label before renting.
 //! - A transient failure while renting stops the offer loop (the rent may have happened); the
 //!   framework retries and the label lookup prevents a second instance.
@@ -284,6 +285,14 @@ impl Vast {
         let bid_price = rest::positive_option(&w.options, "bid_price")?;
         let max_price = rest::positive_option(&w.options, "max_price_per_hour")?
             .or(self.cfg.max_price_per_hour);
+        if let (Some(bid), Some(max)) = (bid_price, max_price)
+            && interruptible
+            && bid > max
+        {
+            return Err(invalid(format!(
+                "bid_price {bid} is above the maximum of {max} $/h"
+            )));
+        }
         let disk = rest::positive_option(&w.options, "disk_gb")?.unwrap_or(self.cfg.disk_gb);
         let geolocation = rest::list_option(&w.options, &["region", "geolocation"])
             .map(|v| {
@@ -766,7 +775,8 @@ fn state_of(inst: &Instance) -> WorkloadState {
         "stopped" if intended_running => WorkloadState::NotReady {
             reason: "stopped by the host".into(),
         },
-        "stopped" => WorkloadState::Failed {
+        // We never stop instances: someone else did.
+        "stopped" | "exited" if !intended_running => WorkloadState::Failed {
             exit_code: ERROR_EXIT_CODE,
             reason: FailureReason::Evicted,
         },
@@ -990,6 +1000,13 @@ mod tests {
         assert_eq!(
             s(json!({"actual_status": "exited", "status_msg": "done"})),
             WorkloadState::Succeeded
+        );
+        assert_eq!(
+            s(json!({"actual_status": "exited", "intended_status": "stopped"})),
+            WorkloadState::Failed {
+                exit_code: 1,
+                reason: FailureReason::Evicted
+            }
         );
         assert_eq!(
             s(json!({"actual_status": "exited", "status_msg": "Error response from daemon"})),

@@ -1,0 +1,290 @@
+//! The admin and fault-injection API under `/_admin`, identical for every emulator. It is not
+//! part of any real provider API; tests use it to inspect workloads, inject failures,
+//! preemption and lost workloads, change inventory, and count calls.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::config::GpuStock;
+use crate::engine::gate::FaultSpec;
+use crate::engine::logs::LogSource;
+use crate::engine::{AdminError, Engine, Extra, NewWorkload, Usage};
+use crate::inventory::AllocError;
+
+/// Admin routes for `engine`.
+pub fn router(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .route("/_admin/workloads", get(list).post(inject))
+        .route("/_admin/workloads/{id}", delete(vanish))
+        .route("/_admin/workloads/{id}/preempt", post(preempt))
+        .route("/_admin/workloads/{id}/exit", post(exit))
+        .route("/_admin/workloads/{id}/fail", post(fail))
+        .route("/_admin/workloads/{id}/usage", post(usage))
+        .route("/_admin/workloads/{id}/logs", post(add_logs))
+        .route("/_admin/inventory", get(get_inventory).put(put_inventory))
+        .route(
+            "/_admin/faults",
+            get(list_faults).post(add_fault).delete(clear_faults),
+        )
+        .route("/_admin/counters", get(counters))
+        .route("/_admin/reset", post(reset))
+        .route("/_admin/config", get(config))
+        .with_state(engine)
+}
+
+fn err(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": msg.into()}))).into_response()
+}
+
+fn admin_error(e: AdminError) -> Response {
+    let status = match e {
+        AdminError::NotFound(_) => StatusCode::NOT_FOUND,
+        AdminError::Conflict(_) => StatusCode::CONFLICT,
+        AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+    };
+    err(status, e.to_string())
+}
+
+fn done(r: Result<(), AdminError>) -> Response {
+    match r {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => admin_error(e),
+    }
+}
+
+/// Parse a JSON body; an empty body means `{}`.
+fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
+    let text = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        bytes
+    };
+    serde_json::from_slice(text).map_err(|e| err(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+async fn list(State(e): State<Arc<Engine>>) -> Response {
+    axum::Json(e.admin_list()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InjectBody {
+    name: String,
+    #[serde(default)]
+    image: String,
+    gpu_type: String,
+    #[serde(default = "one")]
+    gpu_count: u32,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    interruptible: bool,
+    #[serde(default)]
+    command: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+async fn inject(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
+    let b: InjectBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let new = NewWorkload {
+        name: b.name,
+        image: b.image,
+        env: b.env,
+        gpu_type: b.gpu_type,
+        gpu_count: b.gpu_count,
+        command: b.command,
+        interruptible: b.interruptible,
+        extra: Extra::None,
+        ..NewWorkload::default()
+    };
+    match e.inject(new) {
+        Ok(id) => (StatusCode::CREATED, axum::Json(json!({"id": id}))).into_response(),
+        Err(AllocError::UnknownType(t)) => {
+            err(StatusCode::BAD_REQUEST, format!("unknown GPU type {t:?}"))
+        }
+        Err(e @ AllocError::NoCapacity { .. }) => err(StatusCode::CONFLICT, e.to_string()),
+    }
+}
+
+async fn vanish(State(e): State<Arc<Engine>>, Path(id): Path<String>) -> Response {
+    done(e.vanish(&id))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PreemptBody {
+    #[serde(default)]
+    price: Option<f64>,
+}
+
+async fn preempt(State(e): State<Arc<Engine>>, Path(id): Path<String>, bytes: Bytes) -> Response {
+    let b: PreemptBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    done(e.preempt(&id, b.price))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExitBody {
+    exit_code: i32,
+}
+
+async fn exit(State(e): State<Arc<Engine>>, Path(id): Path<String>, bytes: Bytes) -> Response {
+    let b: ExitBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    done(e.admin_exit(&id, b.exit_code))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FailBody {
+    #[serde(default)]
+    message: Option<String>,
+}
+
+async fn fail(State(e): State<Arc<Engine>>, Path(id): Path<String>, bytes: Bytes) -> Response {
+    let b: FailBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    done(
+        e.admin_fail(
+            &id,
+            b.message
+                .unwrap_or_else(|| "container failed (injected)".into()),
+        ),
+    )
+}
+
+async fn usage(State(e): State<Arc<Engine>>, Path(id): Path<String>, bytes: Bytes) -> Response {
+    let u: Usage = match body(&bytes) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    done(e.set_usage(&id, u))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsBody {
+    lines: Vec<String>,
+    #[serde(default)]
+    source: Option<String>,
+}
+
+async fn add_logs(State(e): State<Arc<Engine>>, Path(id): Path<String>, bytes: Bytes) -> Response {
+    let b: LogsBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let source = match b.source.as_deref() {
+        None | Some("container") => LogSource::Container,
+        Some("system") => LogSource::System,
+        Some(other) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                format!("unknown source {other:?}: expected container|system"),
+            );
+        }
+    };
+    done(e.add_logs(&id, source, b.lines))
+}
+
+async fn get_inventory(State(e): State<Arc<Engine>>) -> Response {
+    axum::Json(json!({"gpus": e.inventory_lines()})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InventoryBody {
+    gpus: Vec<GpuStock>,
+}
+
+async fn put_inventory(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
+    let b: InventoryBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    if let Some(bad) = b
+        .gpus
+        .iter()
+        .find(|g| g.gpu_type.is_empty() || !g.price_per_hour.is_finite() || g.price_per_hour < 0.0)
+    {
+        return err(
+            StatusCode::BAD_REQUEST,
+            format!("invalid GPU stock line for {:?}", bad.gpu_type),
+        );
+    }
+    e.set_inventory(&b.gpus);
+    axum::Json(json!({"gpus": e.inventory_lines()})).into_response()
+}
+
+async fn list_faults(State(e): State<Arc<Engine>>) -> Response {
+    axum::Json(json!({"active": e.lock().gate.fault_count()})).into_response()
+}
+
+async fn add_fault(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
+    let spec: FaultSpec = match body(&bytes) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match e.lock().gate.add_fault(spec) {
+        Ok(()) => StatusCode::CREATED.into_response(),
+        Err(x) => err(StatusCode::BAD_REQUEST, x.to_string()),
+    }
+}
+
+async fn clear_faults(State(e): State<Arc<Engine>>) -> Response {
+    e.lock().gate.clear_faults();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn counters(State(e): State<Arc<Engine>>) -> Response {
+    axum::Json(e.lock().gate.counters()).into_response()
+}
+
+async fn reset(State(e): State<Arc<Engine>>) -> Response {
+    e.reset();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn config(State(e): State<Arc<Engine>>) -> Response {
+    let flavor = match e.flavor() {
+        crate::engine::Flavor::RunPod => "runpod",
+        crate::engine::Flavor::Vast => "vast",
+    };
+    let mode = match e.mode() {
+        crate::config::ExecutionMode::Simulated {
+            provision_ms,
+            start_ms,
+            run_ms,
+        } => {
+            json!({"kind": "simulated", "provision_ms": provision_ms, "start_ms": start_ms, "run_ms": run_ms})
+        }
+        crate::config::ExecutionMode::Process {
+            provision_ms,
+            start_ms,
+        } => json!({"kind": "process", "provision_ms": provision_ms, "start_ms": start_ms}),
+    };
+    axum::Json(json!({"provider": flavor, "mode": mode})).into_response()
+}

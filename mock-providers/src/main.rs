@@ -1,0 +1,172 @@
+//! `mock-providers`: serve the RunPod v2 and/or Vast.ai emulators (plus `/_admin`) on local
+//! addresses, for demos, the testbed and conformance runs.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use mock_providers::{EmulatorConfig, ExecutionMode, GpuStock, parse_gpus, runpod, spawn_on, vast};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Lifecycle computed from timestamps; nothing runs.
+    Simulated,
+    /// Each workload's command runs as a local child process (`sh -c`).
+    Process,
+}
+
+/// Emulators of GPU provider APIs with an admin and fault-injection API under /_admin.
+#[derive(Parser)]
+#[command(name = "mock-providers", version, about)]
+struct Args {
+    /// Serve the RunPod v2 emulator on this address, e.g. 127.0.0.1:9001.
+    #[arg(long, value_name = "ADDR")]
+    runpod: Option<SocketAddr>,
+    /// Serve the Vast.ai emulator on this address, e.g. 127.0.0.1:9002.
+    #[arg(long, value_name = "ADDR")]
+    vast: Option<SocketAddr>,
+    /// The API key the emulators accept (Authorization: Bearer <key>).
+    #[arg(long, env = "MOCK_API_KEY", hide_env_values = true)]
+    api_key: String,
+    /// GPU stock per emulator as TYPE=COUNT@PRICE,... or `nvml` to read the host's GPUs.
+    #[arg(long, default_value = "A100-80GB=8@1.89,RTX4090=16@0.69")]
+    gpus: String,
+    /// Price per GPU-hour of GPUs read through NVML.
+    #[arg(long, default_value_t = 1.0)]
+    nvml_price: f64,
+    /// Execution mode.
+    #[arg(long, value_enum, default_value_t = Mode::Simulated)]
+    mode: Mode,
+    /// Time in PROVISIONING.
+    #[arg(long, default_value_t = 2000)]
+    provision_ms: u64,
+    /// Time in STARTING.
+    #[arg(long, default_value_t = 1000)]
+    start_ms: u64,
+    /// Simulated mode: exit with code 0 after running this long (default: run forever).
+    #[arg(long)]
+    run_ms: Option<u64>,
+    /// Requests per minute on the real-API routes (default: unlimited).
+    #[arg(long)]
+    rate_limit_per_minute: Option<u32>,
+    /// In process mode, allow binding a non-loopback address (the API then runs commands
+    /// sent by anyone who can reach it and knows the key).
+    #[arg(long)]
+    allow_non_loopback: bool,
+}
+
+fn inventory(args: &Args) -> anyhow::Result<Vec<GpuStock>> {
+    if args.gpus.trim() != "nvml" {
+        return parse_gpus(&args.gpus).context("failed to parse --gpus");
+    }
+    nvml_inventory(args.nvml_price)
+}
+
+#[cfg(feature = "nvml")]
+fn nvml_inventory(price: f64) -> anyhow::Result<Vec<GpuStock>> {
+    match mock_providers::inventory::nvml::host_inventory(price) {
+        Ok(stock) => Ok(stock),
+        Err(err) => {
+            tracing::warn!(
+                error = %err,
+                "NVML is not available; falling back to the default inventory A100-80GB=8@1.89,RTX4090=16@0.69"
+            );
+            parse_gpus("A100-80GB=8@1.89,RTX4090=16@0.69").context("failed to parse default GPUs")
+        }
+    }
+}
+
+#[cfg(not(feature = "nvml"))]
+fn nvml_inventory(_price: f64) -> anyhow::Result<Vec<GpuStock>> {
+    bail!("--gpus nvml needs a build with `--features nvml`")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if args.runpod.is_none() && args.vast.is_none() {
+        bail!("nothing to serve: give --runpod ADDR and/or --vast ADDR");
+    }
+    if args.api_key.is_empty() {
+        bail!("the API key must not be empty");
+    }
+    let mode = match args.mode {
+        Mode::Simulated => ExecutionMode::simulated(args.provision_ms, args.start_ms, args.run_ms),
+        Mode::Process => ExecutionMode::Process {
+            provision_ms: args.provision_ms,
+            start_ms: args.start_ms,
+        },
+    };
+    if args.mode == Mode::Process && !args.allow_non_loopback {
+        for addr in [args.runpod, args.vast].into_iter().flatten() {
+            if !addr.ip().is_loopback() {
+                bail!(
+                    "refusing to bind {addr} in process mode: the API runs commands it is sent; \
+                     use a loopback address or pass --allow-non-loopback"
+                );
+            }
+        }
+    }
+    let gpus = inventory(&args)?;
+    let config = EmulatorConfig {
+        api_key: args.api_key.clone(),
+        inventory: gpus,
+        mode,
+        rate_limit_per_minute: args.rate_limit_per_minute,
+    };
+    let mut servers = Vec::new();
+    let mut engines = Vec::new();
+    if let Some(addr) = args.runpod {
+        let state = runpod::State::new(config.clone());
+        engines.push(state.engine().clone());
+        let router = runpod::router(state);
+        let (bound, handle) = spawn_on(addr, router)
+            .await
+            .with_context(|| format!("failed to bind the RunPod emulator on {addr}"))?;
+        tracing::info!(provider = "runpod", %bound, base_url = %format!("http://{bound}/v2"), "emulator listening");
+        servers.push(handle);
+    }
+    if let Some(addr) = args.vast {
+        let state = vast::State::new(config.clone());
+        engines.push(state.engine().clone());
+        let router = vast::router(state);
+        let (bound, handle) = spawn_on(addr, router)
+            .await
+            .with_context(|| format!("failed to bind the Vast emulator on {addr}"))?;
+        tracing::info!(provider = "vast", %bound, base_url = %format!("http://{bound}"), "emulator listening");
+        servers.push(handle);
+    }
+    tracing::info!(
+        mode = ?args.mode,
+        gpus = ?config.inventory,
+        rate_limit_per_minute = ?config.rate_limit_per_minute,
+        "emulators ready; admin API under /_admin"
+    );
+    shutdown_signal().await?;
+    tracing::info!("shutting down");
+    for s in servers {
+        s.abort();
+    }
+    // Kill every child process group before the runtime goes away.
+    for engine in engines {
+        engine.reset();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("failed to install the SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("failed to wait for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
+}

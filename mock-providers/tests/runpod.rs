@@ -1,0 +1,477 @@
+//! RunPod v2 emulator: lifecycle, actions, errors, capacity, rate limits and logs, checked over
+//! HTTP as a client of the real API would see them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/helpers.rs"]
+mod helpers;
+
+use std::time::{Duration, Instant};
+
+use helpers::*;
+use mock_providers::ExecutionMode;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+fn pod_body(name: &str, gpu: &str, count: u32) -> Value {
+    json!({
+        "name": name,
+        "image": "runpod/pytorch:2.4",
+        "gpu": {"id": gpu, "count": count},
+        "env": {"POD_UID": "uid-1"},
+        "dataCenterIds": ["US-TX-3"],
+        "cloud": "SECURE",
+    })
+}
+
+async fn create(emu: &Emu, body: Value) -> reqwest::Response {
+    emu.post("/v2/pods").json(&body).send().await.unwrap()
+}
+
+async fn status_of(emu: &Emu, id: &str) -> String {
+    let pod: Value = emu
+        .get(&format!("/v2/pods/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    pod["status"].as_str().unwrap().to_owned()
+}
+
+fn assert_problem(body: &Value, status: u16) {
+    assert_eq!(body["status"], status, "{body}");
+    assert!(body["title"].is_string(), "{body}");
+    assert!(body["detail"].is_string(), "{body}");
+}
+
+#[tokio::test]
+async fn lifecycle_provisioning_starting_running_exited() {
+    let emu = start_runpod(config(ExecutionMode::simulated(150, 150, Some(300)))).await;
+    let r = create(&emu, pod_body("train-1", "A100-80GB", 2)).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let pod: Value = r.json().await.unwrap();
+    let id = pod["id"].as_str().unwrap().to_owned();
+    assert_eq!(pod["status"], "PROVISIONING");
+    assert_eq!(pod["name"], "train-1");
+    assert_eq!(pod["gpu"]["id"], "A100-80GB");
+    assert_eq!(pod["gpu"]["count"], 2);
+    assert_eq!(pod["env"]["POD_UID"], "uid-1");
+    assert_eq!(pod["dataCenterId"], "US-TX-3");
+    assert_eq!(pod["runtime"], Value::Null);
+    assert_eq!(pod["startedAt"], Value::Null);
+    assert_eq!(pod["actions"], json!(["stop", "terminate"]));
+    assert!((pod["cost"].as_f64().unwrap() - 3.78).abs() < 1e-9);
+
+    eventually("STARTING", Duration::from_secs(5), || async {
+        (status_of(&emu, &id).await == "STARTING").then_some(())
+    })
+    .await;
+    let running: Value = eventually("RUNNING", Duration::from_secs(5), || async {
+        let pod: Value = emu
+            .get(&format!("/v2/pods/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (pod["status"] == "RUNNING").then_some(pod)
+    })
+    .await;
+    assert_eq!(running["actions"], json!(["stop", "restart", "terminate"]));
+    assert!(running["runtime"].is_object(), "{running}");
+    assert!(running["runtime"]["cpu"]["util"].as_u64().unwrap() > 0);
+    assert!(running["runtime"]["memory"]["util"].as_u64().unwrap() > 0);
+    assert_eq!(running["runtime"]["gpus"].as_array().unwrap().len(), 2);
+    assert!(running["startedAt"].is_string());
+
+    // run_ms elapses: the container exits with 0, GPUs are released, cost drops to 0.
+    eventually("EXITED", Duration::from_secs(5), || async {
+        (status_of(&emu, &id).await == "EXITED").then_some(())
+    })
+    .await;
+    let pod: Value = emu
+        .get(&format!("/v2/pods/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pod["runtime"], Value::Null);
+    assert_eq!(pod["cost"].as_f64(), Some(0.0));
+    assert_eq!(pod["actions"], json!(["start", "terminate"]));
+    // The exit code is not part of the RunPod schema; only the admin API shows it.
+    assert!(pod.get("exitCode").is_none());
+    let w = emu.workload(&id).await.unwrap();
+    assert_eq!(w["exit_code"], 0);
+    let inv = emu.admin_get("/_admin/inventory").await;
+    assert_eq!(inv["gpus"][0]["free"], 8);
+}
+
+#[tokio::test]
+async fn auth_failures_are_401_problems() {
+    let emu = start_runpod(config(ExecutionMode::default())).await;
+    let r = emu.client.get(emu.url("/v2/pods")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"title": "Unauthorized", "status": 401, "detail": "missing bearer token"})
+    );
+
+    let r = emu
+        .client
+        .post(emu.url("/v2/pods"))
+        .bearer_auth("wrong-key")
+        .json(&pod_body("x", "A100-80GB", 1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["detail"], "invalid bearer token");
+    // A refused create must not create anything.
+    assert!(emu.workloads().await.is_empty());
+
+    let r = emu
+        .client
+        .get(emu.url("/v2/pods"))
+        .header("authorization", format!("Basic {KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn capacity_exhaustion_is_400_with_only_a_detail() {
+    let emu = start_runpod(config(ExecutionMode::default())).await;
+    for i in 0..2 {
+        let r = create(&emu, pod_body(&format!("p{i}"), "A100-80GB", 4)).await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let r = create(&emu, pod_body("p3", "A100-80GB", 1)).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body: Value = r.json().await.unwrap();
+    assert_problem(&body, 400);
+    assert!(body.get("errors").is_none(), "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no longer any instances available")
+    );
+    // More GPUs than one machine carries never fit.
+    let r = create(&emu, pod_body("big", "RTX4090", 9)).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // Terminating frees capacity again.
+    let pods: Value = emu
+        .get("/v2/pods")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = pods["pods"][0]["id"].as_str().unwrap().to_owned();
+    let r = emu.delete(&format!("/v2/pods/{id}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = create(&emu, pod_body("p4", "A100-80GB", 4)).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn unknown_gpu_and_schema_errors() {
+    let emu = start_runpod(config(ExecutionMode::default())).await;
+    let r = create(&emu, pod_body("x", "H200-NOPE", 1)).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body: Value = r.json().await.unwrap();
+    assert_problem(&body, 400);
+    assert!(body["errors"][0].as_str().unwrap().contains("$.gpu.id"));
+
+    let r = create(
+        &emu,
+        json!({"name": "", "gpu": {"id": "A100-80GB", "count": 0}, "bogus": 1}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = r.json().await.unwrap();
+    assert_problem(&body, 422);
+    let errors: Vec<&str> = body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(errors.contains(&"$: additional properties 'bogus' not allowed"));
+    assert!(errors.contains(&"$: missing property 'image'"));
+    assert!(errors.contains(&"$.gpu.count: must be >= 1"));
+    assert!(errors.contains(&"$.name: length must be >= 1"));
+
+    // Neither gpu nor cpu: a cross-field rule, 400.
+    let r = create(&emu, json!({"name": "x", "image": "i"})).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    // Not JSON.
+    let r = emu.post("/v2/pods").body("{not json").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(emu.workloads().await.is_empty());
+}
+
+#[tokio::test]
+async fn actions_stop_start_restart_terminate_and_conflicts() {
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;
+    let pod: Value = create(&emu, pod_body("a", "RTX4090", 8))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = pod["id"].as_str().unwrap().to_owned();
+    let action = |a: &'static str| {
+        let emu = &emu;
+        let id = id.clone();
+        async move {
+            emu.post(&format!("/v2/pods/{id}/action"))
+                .json(&json!({ "action": a }))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(status_of(&emu, &id).await, "RUNNING");
+    // start is not valid while RUNNING.
+    let r = action("start").await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_problem(&r.json().await.unwrap(), 409);
+
+    let r = action("stop").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "EXITED");
+    assert_eq!(body["actions"], json!(["start", "terminate"]));
+    // Stopping released the GPUs: another 8-GPU pod fits on that machine now.
+    let other: Value = create(&emu, pod_body("b", "RTX4090", 8))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let other_id = other["id"].as_str().unwrap().to_owned();
+    let other2 = create(&emu, pod_body("c", "RTX4090", 8)).await;
+    assert_eq!(other2.status(), StatusCode::CREATED);
+    // Both machines are full, so start fails for capacity (the pod keeps its machine).
+    let r = action("start").await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(status_of(&emu, &id).await, "EXITED");
+    let r = emu
+        .delete(&format!("/v2/pods/{other_id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let r = action("start").await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(status_of(&emu, &id).await, "RUNNING");
+
+    let r = action("restart").await;
+    assert_eq!(r.status(), StatusCode::OK);
+
+    let r = emu
+        .post(&format!("/v2/pods/{id}/action"))
+        .json(&json!({"action": "explode"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    let r = action("terminate").await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(r.bytes().await.unwrap().len(), 0);
+    // Terminated pods disappear from list and get.
+    let r = emu.get(&format!("/v2/pods/{id}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_problem(&r.json().await.unwrap(), 404);
+    let pods: Value = emu
+        .get("/v2/pods")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        pods["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["id"] != id.as_str())
+    );
+    let r = action("stop").await;
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = emu.delete(&format!("/v2/pods/{id}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn rate_limit_gives_429_with_retry_after_and_headers() {
+    let emu = start_runpod(config(ExecutionMode::default()).with_rate_limit(3)).await;
+    for remaining in [2, 1, 0] {
+        let r = emu.get("/v2/pods").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let rl = r.headers()["ratelimit"].to_str().unwrap().to_owned();
+        assert!(
+            rl.starts_with(&format!("\"minute\";r={remaining};t=")),
+            "{rl}"
+        );
+        assert_eq!(
+            r.headers()["ratelimit-policy"].to_str().unwrap(),
+            "\"minute\";q=3;w=60"
+        );
+    }
+    let r = emu.get("/v2/pods").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry));
+    let body: Value = r.json().await.unwrap();
+    assert_problem(&body, 429);
+    assert_eq!(body["detail"], "rate limit exceeded for the minute window");
+    // Rate-limited calls are still counted.
+    assert_eq!(emu.counters().await["list"], 4);
+}
+
+#[tokio::test]
+async fn list_returns_every_pod_once_per_call() {
+    let emu = start_runpod(config(ExecutionMode::default())).await;
+    for i in 0..3 {
+        assert_eq!(
+            create(&emu, pod_body(&format!("p{i}"), "RTX4090", 1))
+                .await
+                .status(),
+            StatusCode::CREATED
+        );
+    }
+    let pods: Value = emu
+        .get("/v2/pods")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = pods["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p0", "p1", "p2"]);
+    let c = emu.counters().await;
+    assert_eq!(c["create"], 3);
+    assert_eq!(c["list"], 1);
+    assert_eq!(c["get"], 0);
+}
+
+#[tokio::test]
+async fn ten_thousand_simulated_pods_are_cheap() {
+    let cfg = mock_providers::EmulatorConfig::new(
+        KEY,
+        vec![mock_providers::GpuStock::new("A100-80GB", 10_000, 1.0)],
+    )
+    .with_mode(ExecutionMode::simulated(100, 100, Some(60_000)));
+    let state = mock_providers::runpod::State::new(cfg);
+    let engine = state.engine().clone();
+    for i in 0..10_000 {
+        engine
+            .inject(mock_providers::engine::NewWorkload {
+                name: format!("pod-{i}"),
+                image: "img".into(),
+                gpu_type: "A100-80GB".into(),
+                gpu_count: 1,
+                ..Default::default()
+            })
+            .unwrap();
+    }
+    let (addr, server) = mock_providers::spawn(mock_providers::runpod::router(state))
+        .await
+        .unwrap();
+    let client = client();
+    let started = Instant::now();
+    let pods: Value = client
+        .get(format!("http://{addr}/v2/pods"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pods = pods["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 10_000);
+    assert!(pods.iter().all(|p| p["status"] == "RUNNING"));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    server.abort();
+}
+
+#[tokio::test]
+async fn logs_stream_as_server_sent_events() {
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, Some(200)))).await;
+    let pod: Value = create(&emu, pod_body("logs", "RTX4090", 1))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = pod["id"].as_str().unwrap().to_owned();
+    let r = emu
+        .admin_post(
+            &format!("/_admin/workloads/{id}/logs"),
+            json!({"lines": ["epoch 1 loss 0.5", "epoch 2 loss 0.25"]}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    // The stream ends once the pod has exited (run_ms = 200).
+    let r = emu
+        .get(&format!("/v2/pods/{id}/logs?source=container&tail=100"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let text = tokio::time::timeout(Duration::from_secs(10), r.text())
+        .await
+        .unwrap()
+        .unwrap();
+    let data: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let lines: Vec<&str> = data.iter().map(|d| d["line"].as_str().unwrap()).collect();
+    assert!(lines.contains(&"epoch 1 loss 0.5"), "{text}");
+    assert!(lines.contains(&"epoch 2 loss 0.25"), "{text}");
+    assert!(data.iter().all(|d| d["source"] == "container"));
+    assert!(data.iter().all(|d| d["ts"].is_string()));
+    assert!(text.lines().any(|l| l.starts_with("id: ")));
+
+    let r = emu
+        .get(&format!("/v2/pods/{id}/logs?tail=99999"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let r = emu.get("/v2/pods/nope/logs").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+}

@@ -1,0 +1,310 @@
+//! The kubelet API on the node's kubelet port: HTTPS (axum over tokio-rustls) serving logs,
+//! stats, resource metrics, the pod list and health, behind the kubelet's authentication and
+//! authorization (client certificates, TokenReview, SubjectAccessReview).
+//!
+//! Routes (as the kubelet's `pkg/kubelet/server`):
+//!
+//! | path | what |
+//! |------|------|
+//! | `/healthz` | `ok` |
+//! | `/pods` | `PodList` of the pods bound to this node |
+//! | `/containerLogs/{ns}/{pod}/{container}` | logs streamed from the pod's provider ([`logs`]) |
+//! | `/stats/summary` | stats summary JSON from the providers' usage figures ([`stats`]) |
+//! | `/metrics/resource` | the Prometheus resource metrics metrics-server parses ([`stats`]) |
+//! | `/exec`, `/attach`, `/portForward` | 501 naming the provider until one supports it ([`exec`]) |
+//!
+//! Every path, `/healthz` included, is authenticated and authorized like on the kubelet
+//! ([`auth`]). TLS: [`tls`].
+
+pub mod auth;
+pub mod exec;
+pub mod logs;
+pub mod stats;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, PodList};
+use kube::Client;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::framework::Framework;
+use crate::provider::{DynProvider, Observed, ProviderError};
+pub use tls::TlsConfig;
+
+/// Timeout of a provider call made while answering a request (before any byte is streamed).
+const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Errors while starting the kubelet API server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid kubelet API address {addr}: {source}")]
+    Address {
+        addr: String,
+        source: std::net::AddrParseError,
+    },
+    #[error("failed to bind the kubelet API on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("failed to set up TLS: {0}")]
+    Tls(#[from] tls::Error),
+}
+
+/// What the API needs from the running VK; [`Framework`] is the real one, tests bring their own.
+pub trait Host: Send + Sync + 'static {
+    /// A pod bound to this node.
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
+    /// Every pod bound to this node.
+    fn pods(&self) -> Vec<Arc<Pod>>;
+    /// The provider and workload serving a pod, by pod UID.
+    fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)>;
+}
+
+impl Host for Framework {
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        Framework::pod(self, namespace, name)
+    }
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        Framework::pods(self)
+    }
+    fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)> {
+        Framework::workload_of(self, uid)
+    }
+}
+
+/// Shared state of the handlers.
+pub(crate) struct Shared {
+    pub(crate) host: Arc<dyn Host>,
+    pub(crate) node_name: String,
+    pub(crate) started: Timestamp,
+    pub(crate) auth: auth::Auth,
+    pub(crate) ledger: Mutex<stats::CpuLedger>,
+}
+
+pub(crate) type AppState = Arc<Shared>;
+
+/// The running server.
+pub struct Server {
+    pub local_addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Stops serving (open streams are dropped).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `internal_ip:kubelet_port`, sets up TLS and client authentication, and serves the API
+/// in the background until the process ends or [`Server::abort`].
+pub async fn start(fw: Arc<Framework>, cfg: Arc<Config>, client: Client) -> Result<Server, Error> {
+    let ip = cfg
+        .internal_ip
+        .parse::<std::net::IpAddr>()
+        .map_err(|source| Error::Address {
+            addr: cfg.internal_ip.clone(),
+            source,
+        })?;
+    let addr = SocketAddr::new(ip, cfg.kubelet_port);
+    let tcp = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let local_addr = tcp.local_addr().unwrap_or(addr);
+    let serving =
+        tls::ServingCert::load(&cfg.tls, &cfg.node_name, &cfg.internal_ip)?;
+    let roots = tls::client_roots(&cfg.tls, &client).await;
+    let x509 = roots.is_some();
+    let server_config = tls::server_config(serving.clone(), roots)?;
+    serving.watch();
+    let listener = tls::TlsListener::new(tcp, server_config);
+
+    let reviewer = Arc::new(auth::KubeReviewer::new(client));
+    let auth = auth::Auth::new(reviewer, cfg.anonymous_auth);
+    let app = router(fw, cfg.node_name.clone(), auth);
+    info!(
+        addr = %local_addr,
+        x509_client_auth = x509,
+        anonymous = cfg.anonymous_auth,
+        serving_cert = serving.source(),
+        "kubelet API listening"
+    );
+    let task = tokio::spawn(async move {
+        let svc = app.into_make_service_with_connect_info::<tls::Peer>();
+        if let Err(e) = axum::serve(listener, svc).await {
+            warn!(error = %e, "kubelet API server stopped");
+        }
+    });
+    Ok(Server { local_addr, task })
+}
+
+/// The API's routes behind authentication and authorization.
+pub fn router(host: Arc<dyn Host>, node_name: String, auth: auth::Auth) -> Router {
+    let state: AppState = Arc::new(Shared {
+        host,
+        node_name,
+        started: Timestamp::now(),
+        auth,
+        ledger: Mutex::default(),
+    });
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(logs::container_logs),
+        )
+        .route("/stats/summary", get(stats::summary))
+        .route("/metrics/resource", get(stats::resource_metrics))
+        .merge(exec::routes())
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::middleware,
+        ))
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("{} is not served by this kubelet", uri.path()),
+    )
+}
+
+/// `/pods`: the pods bound to this node, as the kubelet's `PodList`.
+async fn pods(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
+    let mut items: Vec<Pod> = s.host.pods().iter().map(|p| (**p).clone()).collect();
+    items.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let list = PodList {
+        items,
+        metadata: Default::default(),
+    };
+    match serde_json::to_vec(&list) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to encode pods: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+/// An error answered as plain text, as the kubelet does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    /// Maps a provider's answer to a status; the message always names the provider.
+    pub fn from_provider(provider: &str, e: &ProviderError) -> Self {
+        let status = match e {
+            ProviderError::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+            ProviderError::NotFound => StatusCode::NOT_FOUND,
+            ProviderError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            ProviderError::Transient { .. } | ProviderError::Capacity { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ProviderError::Auth { .. } => StatusCode::BAD_GATEWAY,
+        };
+        let message = match e {
+            // Already "not supported by provider <name>: <what>".
+            ProviderError::Unsupported { .. } => e.to_string(),
+            _ => format!("provider {provider}: {e}"),
+        };
+        Self::new(status, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("{}\n", self.message),
+        )
+            .into_response()
+    }
+}
+
+/// The pod `namespace/name` on this node and its container `container`, or 404 naming them.
+pub(crate) fn find_container(
+    host: &dyn Host,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> Result<Arc<Pod>, ApiError> {
+    let p = host
+        .pod(namespace, pod)
+        .ok_or_else(|| ApiError::not_found(format!("pod \"{namespace}/{pod}\" does not exist")))?;
+    let spec = p.spec.as_ref();
+    let names = spec
+        .into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .map(|c| c.name.as_str())
+                .chain(s.init_containers.iter().flatten().map(|c| c.name.as_str()))
+                .chain(
+                    s.ephemeral_containers
+                        .iter()
+                        .flatten()
+                        .map(|c| c.name.as_str()),
+                )
+        })
+        .collect::<Vec<_>>();
+    if !names.contains(&container) {
+        return Err(ApiError::not_found(format!(
+            "container \"{container}\" not found in pod \"{namespace}/{pod}\""
+        )));
+    }
+    Ok(p)
+}
+
+/// The provider workload running a pod, or 400 when it has none (not started or removed).
+pub(crate) fn workload(
+    host: &dyn Host,
+    pod: &Pod,
+    container: &str,
+) -> Result<(Arc<dyn DynProvider>, Observed), ApiError> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    host.workload_of(uid).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{}/{}\" has no workload at a provider (not started yet, or already removed)",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+        ))
+    })
+}
