@@ -263,3 +263,32 @@ async fn vast_args_runtype_exits_and_ssh_onstart_keeps_running() {
     assert_eq!(w["phase"], "running");
     assert_eq!(w["exit_code"], Value::Null);
 }
+
+#[tokio::test]
+async fn injected_workloads_run_at_once_in_process_mode() {
+    let emu = start_runpod(config(ExecutionMode::Process {
+        provision_ms: 5_000,
+        start_ms: 5_000,
+    }))
+    .await;
+    let r = emu
+        .admin_post(
+            "/_admin/workloads",
+            json!({"name": "orphan", "gpu_type": "RTX4090"}),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let w = emu.workload(&id).await.unwrap();
+    assert_eq!(w["state"], "RUNNING");
+    // A normal create waits for provisioning.
+    let created = create_pod(&emu, "sleep 100").await;
+    assert_eq!(
+        emu.workload(&created).await.unwrap()["state"],
+        "PROVISIONING"
+    );
+    assert_eq!(emu.workload(&created).await.unwrap()["pid"], Value::Null);
+}

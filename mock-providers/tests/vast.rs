@@ -529,3 +529,43 @@ async fn logs_through_result_url() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn target_state_stopped_creates_without_gpus() {
+    let emu = start_vast(config(ExecutionMode::simulated(0, 0, None))).await;
+    let offer = first_offer(&emu, "A100-80GB", 8).await;
+    let r = rent(
+        &emu,
+        offer,
+        json!({"image": "img", "target_state": "stopped"}),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let id = r.json::<Value>().await.unwrap()["new_contract"]
+        .as_u64()
+        .unwrap();
+    let inst = show(&emu, id).await;
+    assert_eq!(inst["actual_status"], "stopped");
+    assert_eq!(inst["intended_status"], "stopped");
+    // The machine's GPUs are free: someone else rents them.
+    let other = first_offer(&emu, "A100-80GB", 8).await;
+    assert_eq!(
+        rent(&emu, other, json!({"image": "img"})).await.status(),
+        StatusCode::OK
+    );
+    // Starting now finds the GPUs taken: it stays stopped, waiting, intended running.
+    emu.put(&format!("/api/v0/instances/{id}/"))
+        .json(&json!({"state": "running"}))
+        .send()
+        .await
+        .unwrap();
+    let inst = show(&emu, id).await;
+    assert_eq!(inst["actual_status"], "stopped");
+    assert_eq!(inst["intended_status"], "running");
+    assert!(
+        inst["status_msg"]
+            .as_str()
+            .unwrap()
+            .contains("Waiting for GPUs")
+    );
+}

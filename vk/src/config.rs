@@ -62,6 +62,14 @@ pub struct Config {
     #[serde(default = "default_workers")]
     pub workers: usize,
     pub providers: Vec<ProviderConfig>,
+    /// Kubelet API serving certificate and client certificate authentication
+    /// (see `crate::kubelet_api::tls`).
+    #[serde(default)]
+    pub tls: crate::kubelet_api::TlsConfig,
+    /// Lets requests without credentials reach the kubelet API as `system:anonymous` (still
+    /// authorized by SubjectAccessReview). Off by default: they get 401.
+    #[serde(default)]
+    pub anonymous_auth: bool,
 }
 
 /// Capacity the node reports. Defaults are large enough to never be the limit for offloaded

@@ -713,13 +713,10 @@ impl Framework {
             .unwrap_or("Always");
         let restart = match &obs.state {
             WorkloadState::Succeeded => policy == "Always",
+            // Evicted means someone killed it on purpose: the pod fails, as after a kubelet
+            // eviction, and its controller replaces it.
             WorkloadState::Failed { reason: r, .. } => {
-                policy != "Never"
-                    && !matches!(
-                        r,
-                        crate::provider::FailureReason::Evicted
-                            | crate::provider::FailureReason::ProviderError
-                    )
+                policy != "Never" && *r != crate::provider::FailureReason::Evicted
             }
             _ => false,
         };

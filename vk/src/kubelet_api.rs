@@ -22,6 +22,9 @@ pub mod logs;
 pub mod stats;
 pub mod tls;
 
+#[cfg(test)]
+mod tests;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +34,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, PodList};
+use k8s_openapi::List;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use tracing::{info, warn};
 
@@ -121,9 +125,8 @@ pub async fn start(fw: Arc<Framework>, cfg: Arc<Config>, client: Client) -> Resu
         .await
         .map_err(|source| Error::Bind { addr, source })?;
     let local_addr = tcp.local_addr().unwrap_or(addr);
-    let serving =
-        tls::ServingCert::load(&cfg.tls, &cfg.node_name, &cfg.internal_ip)?;
-    let roots = tls::client_roots(&cfg.tls, &client).await;
+    let serving = tls::ServingCert::load(&cfg.tls, &cfg.node_name, &cfg.internal_ip)?;
+    let roots = tls::client_roots(&cfg.tls, &client).await?;
     let x509 = roots.is_some();
     let server_config = tls::server_config(serving.clone(), roots)?;
     serving.watch();
@@ -193,7 +196,7 @@ async fn pods(axum::extract::State(s): axum::extract::State<AppState>) -> Respon
     items.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
-    let list = PodList {
+    let list = List::<Pod> {
         items,
         metadata: Default::default(),
     };

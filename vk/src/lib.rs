@@ -9,6 +9,7 @@ pub mod config;
 pub mod dispatch;
 pub mod env;
 pub mod framework;
+pub mod kubelet_api;
 pub mod naming;
 pub mod node;
 pub mod provider;

@@ -90,6 +90,9 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let kubelet_api = vk::kubelet_api::start(fw.clone(), cfg.clone(), client.clone())
+        .await
+        .context("failed to start the kubelet API")?;
     let node_task = tokio::spawn(node.clone().run(stopped(stop_rx.clone())));
     let fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
     info!(node = %cfg.node_name, cluster = %cfg.cluster_id, owner = owner.tag(), "virtual kubelet started");
@@ -99,6 +102,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = fw_task.await;
     let _ = node_task.await;
+    kubelet_api.abort();
     Ok(())
 }
 

@@ -105,8 +105,7 @@ pub struct Attributes {
 
 fn is_subpath(path: &str, prefix: &str) -> bool {
     let prefix = prefix.trim_end_matches('/');
-    path == prefix
-        || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
 /// The kubelet's mapping of a request to authorization attributes.
@@ -157,8 +156,10 @@ pub enum ReviewError {
 /// Asks the API server who a token is and what a user may do.
 pub trait Reviewer: Send + Sync + 'static {
     /// `None` when the token does not authenticate.
-    fn review_token<'a>(&'a self, token: &'a str)
-    -> BoxFuture<'a, Result<Option<User>, ReviewError>>;
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<User>, ReviewError>>;
     /// Whether `user` may `verb` `nodes/<subresource>` named `node`.
     fn review_access<'a>(
         &'a self,
@@ -333,9 +334,7 @@ impl Auth {
                     }
                 },
             };
-            return reviewed
-                .map(User::authenticated)
-                .ok_or_else(unauthorized);
+            return reviewed.map(User::authenticated).ok_or_else(unauthorized);
         }
         if self.anonymous {
             return Ok(User::anonymous());
@@ -524,16 +523,25 @@ mod tests {
     fn attributes_match_the_kubelet() {
         let a = |m: Method, p: &str| request_attributes(&m, p);
         assert_eq!(a(Method::GET, "/stats/summary").subresources, ["stats"]);
-        assert_eq!(a(Method::GET, "/metrics/resource").subresources, ["metrics"]);
+        assert_eq!(
+            a(Method::GET, "/metrics/resource").subresources,
+            ["metrics"]
+        );
         assert_eq!(a(Method::GET, "/metrics").subresources, ["metrics"]);
         assert_eq!(a(Method::GET, "/metricsfoo").subresources, ["proxy"]);
         assert_eq!(a(Method::GET, "/logs/syslog").subresources, ["log"]);
-        assert_eq!(a(Method::GET, "/containerLogs/a/b/c").subresources, ["proxy"]);
+        assert_eq!(
+            a(Method::GET, "/containerLogs/a/b/c").subresources,
+            ["proxy"]
+        );
         assert_eq!(a(Method::POST, "/exec/a/b/c").subresources, ["proxy"]);
         assert_eq!(a(Method::POST, "/exec/a/b/c").verb, "create");
         assert_eq!(a(Method::GET, "/pods").subresources, ["pods", "proxy"]);
         assert_eq!(a(Method::GET, "/pods/").subresources, ["pods", "proxy"]);
-        assert_eq!(a(Method::GET, "/healthz").subresources, ["healthz", "proxy"]);
+        assert_eq!(
+            a(Method::GET, "/healthz").subresources,
+            ["healthz", "proxy"]
+        );
         assert_eq!(a(Method::PUT, "/x").verb, "update");
         assert_eq!(a(Method::PATCH, "/x").verb, "patch");
         assert_eq!(a(Method::DELETE, "/x").verb, "delete");
@@ -547,7 +555,10 @@ mod tests {
         assert_eq!(e.status, StatusCode::UNAUTHORIZED);
         let (a, _) = auth(vec![], true);
         let u = a.authenticate(None, None).await.unwrap();
-        assert_eq!((u.name.as_str(), u.groups.as_slice()), (ANONYMOUS, &[UNAUTHENTICATED.to_owned()][..]));
+        assert_eq!(
+            (u.name.as_str(), u.groups.as_slice()),
+            (ANONYMOUS, &[UNAUTHENTICATED.to_owned()][..])
+        );
         // An anonymous user still needs the authorizer's yes.
         let e = a
             .check(None, None, &Method::GET, "/metrics/resource", "vk-node")
@@ -559,9 +570,16 @@ mod tests {
     #[tokio::test]
     async fn certificates_win_and_tokens_are_reviewed_once() {
         let (a, fake) = auth(vec!["alice:get:metrics", "kube-apiserver:get:proxy"], true);
-        let cert = User::from_certificate("kube-apiserver".into(), vec!["system:masters".into()]).unwrap();
+        let cert =
+            User::from_certificate("kube-apiserver".into(), vec!["system:masters".into()]).unwrap();
         let u = a
-            .check(Some(&cert), Some("Bearer good-alice"), &Method::GET, "/containerLogs/a/b/c", "vk-node")
+            .check(
+                Some(&cert),
+                Some("Bearer good-alice"),
+                &Method::GET,
+                "/containerLogs/a/b/c",
+                "vk-node",
+            )
             .await
             .unwrap();
         assert_eq!(u.name, "kube-apiserver");
@@ -570,7 +588,13 @@ mod tests {
 
         for _ in 0..3 {
             let u = a
-                .check(None, Some("bearer good-alice"), &Method::GET, "/metrics/resource", "vk-node")
+                .check(
+                    None,
+                    Some("bearer good-alice"),
+                    &Method::GET,
+                    "/metrics/resource",
+                    "vk-node",
+                )
                 .await
                 .unwrap();
             assert_eq!(u.name, "alice");
@@ -582,7 +606,10 @@ mod tests {
     #[tokio::test]
     async fn bad_tokens_are_401_even_with_anonymous_and_errors_are_not_cached() {
         let (a, fake) = auth(vec![], true);
-        let e = a.authenticate(None, Some("Bearer nobody")).await.unwrap_err();
+        let e = a
+            .authenticate(None, Some("Bearer nobody"))
+            .await
+            .unwrap_err();
         assert_eq!(e.status, StatusCode::UNAUTHORIZED);
         for _ in 0..2 {
             let e = a.authenticate(None, Some("Bearer boom")).await.unwrap_err();
@@ -590,15 +617,27 @@ mod tests {
         }
         assert_eq!(fake.token_calls.load(Ordering::SeqCst), 3);
         // Another scheme or an empty token is no token: anonymous.
-        assert_eq!(a.authenticate(None, Some("Basic abc")).await.unwrap().name, ANONYMOUS);
-        assert_eq!(a.authenticate(None, Some("Bearer ")).await.unwrap().name, ANONYMOUS);
+        assert_eq!(
+            a.authenticate(None, Some("Basic abc")).await.unwrap().name,
+            ANONYMOUS
+        );
+        assert_eq!(
+            a.authenticate(None, Some("Bearer ")).await.unwrap().name,
+            ANONYMOUS
+        );
     }
 
     #[tokio::test]
     async fn forbidden_names_the_attributes_and_fine_grained_paths_fall_back_to_proxy() {
         let (a, fake) = auth(vec!["bob:get:proxy", "carol:get:pods"], false);
         let e = a
-            .check(None, Some("Bearer good-dave"), &Method::GET, "/pods", "vk-node")
+            .check(
+                None,
+                Some("Bearer good-dave"),
+                &Method::GET,
+                "/pods",
+                "vk-node",
+            )
             .await
             .unwrap_err();
         assert_eq!(e.status, StatusCode::FORBIDDEN);
@@ -606,19 +645,55 @@ mod tests {
             e.message,
             "Forbidden (user=dave, verb=get, resource=nodes, subresource(s)=[pods,proxy])"
         );
-        a.check(None, Some("Bearer good-bob"), &Method::GET, "/pods", "vk-node").await.unwrap();
-        a.check(None, Some("Bearer good-carol"), &Method::GET, "/pods", "vk-node").await.unwrap();
+        a.check(
+            None,
+            Some("Bearer good-bob"),
+            &Method::GET,
+            "/pods",
+            "vk-node",
+        )
+        .await
+        .unwrap();
+        a.check(
+            None,
+            Some("Bearer good-carol"),
+            &Method::GET,
+            "/pods",
+            "vk-node",
+        )
+        .await
+        .unwrap();
         let e = a
-            .check(None, Some("Bearer good-carol"), &Method::GET, "/stats/summary", "vk-node")
+            .check(
+                None,
+                Some("Bearer good-carol"),
+                &Method::GET,
+                "/stats/summary",
+                "vk-node",
+            )
             .await
             .unwrap_err();
         assert_eq!(e.status, StatusCode::FORBIDDEN);
         let before = fake.access_calls.load(Ordering::SeqCst);
         // Denials are cached too.
-        let _ = a.check(None, Some("Bearer good-carol"), &Method::GET, "/stats/summary", "vk-node").await;
+        let _ = a
+            .check(
+                None,
+                Some("Bearer good-carol"),
+                &Method::GET,
+                "/stats/summary",
+                "vk-node",
+            )
+            .await;
         assert_eq!(fake.access_calls.load(Ordering::SeqCst), before);
         let e = a
-            .check(None, Some("Bearer good-error"), &Method::GET, "/pods", "vk-node")
+            .check(
+                None,
+                Some("Bearer good-error"),
+                &Method::GET,
+                "/pods",
+                "vk-node",
+            )
             .await
             .unwrap_err();
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);

@@ -98,7 +98,11 @@ pub struct StreamOptions {
 /// requested, and a TTY has no separate stderr, as the kubelet checks.
 pub fn parse_options(kind: Kind, pairs: &[(String, String)]) -> Result<StreamOptions, ApiError> {
     let flag = |name: &str| -> Result<bool, ApiError> {
-        match pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()) {
+        match pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+        {
             None | Some("" | "0" | "false" | "False" | "FALSE") => Ok(false),
             Some("1" | "true" | "True" | "TRUE") => Ok(true),
             Some(v) => Err(ApiError::bad_request(format!(
@@ -118,7 +122,9 @@ pub fn parse_options(kind: Kind, pairs: &[(String, String)]) -> Result<StreamOpt
         tty: flag("tty")?,
     };
     if kind == Kind::Exec && o.command.is_empty() {
-        return Err(ApiError::bad_request("exec needs at least one command parameter"));
+        return Err(ApiError::bad_request(
+            "exec needs at least one command parameter",
+        ));
     }
     if !(o.stdin || o.stdout || o.stderr) {
         return Err(ApiError::bad_request(
@@ -196,7 +202,17 @@ async fn attach4(
     headers: HeaderMap,
     q: Q,
 ) -> Response {
-    stream(&s, Kind::Attach, &ns, &pod, Some(&uid), Some(&c), &headers, q).await
+    stream(
+        &s,
+        Kind::Attach,
+        &ns,
+        &pod,
+        Some(&uid),
+        Some(&c),
+        &headers,
+        q,
+    )
+    .await
 }
 
 async fn port_forward2(
@@ -214,7 +230,17 @@ async fn port_forward3(
     headers: HeaderMap,
     q: Q,
 ) -> Response {
-    stream(&s, Kind::PortForward, &ns, &pod, Some(&uid), None, &headers, q).await
+    stream(
+        &s,
+        Kind::PortForward,
+        &ns,
+        &pod,
+        Some(&uid),
+        None,
+        &headers,
+        q,
+    )
+    .await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -291,16 +317,19 @@ mod tests {
     fn options_follow_the_kubelet_rules() {
         let o = parse_options(
             Kind::Exec,
-            &pairs(&[("command", "ls"), ("command", "-l"), ("stdout", "1"), ("stderr", "true")]),
+            &pairs(&[
+                ("command", "ls"),
+                ("command", "-l"),
+                ("stdout", "1"),
+                ("stderr", "true"),
+            ]),
         )
         .unwrap();
         assert_eq!(o.command, ["ls", "-l"]);
         assert!(o.stdout && o.stderr && !o.stdin && !o.tty);
         assert!(parse_options(Kind::Exec, &pairs(&[("stdout", "1")])).is_err());
         assert!(parse_options(Kind::Attach, &pairs(&[])).is_err());
-        assert!(
-            parse_options(Kind::Attach, &pairs(&[("tty", "1"), ("stderr", "1")])).is_err()
-        );
+        assert!(parse_options(Kind::Attach, &pairs(&[("tty", "1"), ("stderr", "1")])).is_err());
         assert!(parse_options(Kind::Attach, &pairs(&[("stdin", "maybe")])).is_err());
     }
 
@@ -315,8 +344,14 @@ mod tests {
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static("base64.channel.k8s.io, v4.channel.k8s.io, v5.channel.k8s.io"),
         );
-        assert_eq!(negotiate(&h), Transport::WebSocket("v5.channel.k8s.io".into()));
-        h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static("bogus"));
+        assert_eq!(
+            negotiate(&h),
+            Transport::WebSocket("v5.channel.k8s.io".into())
+        );
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("bogus"),
+        );
         assert_eq!(negotiate(&h), Transport::None);
     }
 }

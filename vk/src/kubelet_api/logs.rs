@@ -37,7 +37,10 @@ pub fn parse_query(pairs: &[(String, String)], now: Timestamp) -> Result<LogOpti
             .map(|(_, v)| v.as_str())
     };
     let mut opts = LogOptions {
-        follow: get("follow").map(|v| boolean("follow", v)).transpose()?.unwrap_or(false),
+        follow: get("follow")
+            .map(|v| boolean("follow", v))
+            .transpose()?
+            .unwrap_or(false),
         timestamps: get("timestamps")
             .map(|v| boolean("timestamps", v))
             .transpose()?
@@ -121,9 +124,7 @@ fn integer(name: &str, v: &str) -> Result<i64, ApiError> {
 fn invalid(name: &str, v: &str, why: &str) -> ApiError {
     let mut shown = v.to_owned();
     shown.truncate(64);
-    ApiError::bad_request(format!(
-        "invalid query parameter {name}={shown:?}: {why}"
-    ))
+    ApiError::bad_request(format!("invalid query parameter {name}={shown:?}: {why}"))
 }
 
 /// The handler.
@@ -270,14 +271,27 @@ mod tests {
 
     #[test]
     fn legacy_tail_and_unknown_parameters() {
-        assert_eq!(parse_query(&q("tail=5"), now()).unwrap().tail_lines, Some(5));
-        assert_eq!(parse_query(&q("tail=all&tailLines=3"), now()).unwrap().tail_lines, None);
+        assert_eq!(
+            parse_query(&q("tail=5"), now()).unwrap().tail_lines,
+            Some(5)
+        );
+        assert_eq!(
+            parse_query(&q("tail=all&tailLines=3"), now())
+                .unwrap()
+                .tail_lines,
+            None
+        );
         assert_eq!(
             parse_query(&q("insecureSkipTLSVerifyBackend=true&stream=All"), now()).unwrap(),
             LogOptions::default()
         );
         // First value wins.
-        assert_eq!(parse_query(&q("tailLines=1&tailLines=x"), now()).unwrap().tail_lines, Some(1));
+        assert_eq!(
+            parse_query(&q("tailLines=1&tailLines=x"), now())
+                .unwrap()
+                .tail_lines,
+            Some(1)
+        );
     }
 
     #[test]
@@ -301,8 +315,10 @@ mod tests {
     }
 
     fn stream_of(chunks: &[&'static str], fail_at_end: bool) -> LogStream {
-        let mut items: Vec<Result<Bytes, ProviderError>> =
-            chunks.iter().map(|c| Ok(Bytes::from_static(c.as_bytes()))).collect();
+        let mut items: Vec<Result<Bytes, ProviderError>> = chunks
+            .iter()
+            .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+            .collect();
         if fail_at_end {
             items.push(Err(ProviderError::transient("connection reset")));
         }
@@ -311,7 +327,11 @@ mod tests {
 
     #[tokio::test]
     async fn limit_bytes_cuts_the_stream_and_stops_polling() {
-        let l = Limited::new(stream_of(&["hello\n", "world\n", "more\n"], true), Some(8), "p".into());
+        let l = Limited::new(
+            stream_of(&["hello\n", "world\n", "more\n"], true),
+            Some(8),
+            "p".into(),
+        );
         let got: Vec<_> = l.collect().await;
         let text: Vec<u8> = got.into_iter().flat_map(|c| c.unwrap().to_vec()).collect();
         assert_eq!(text, b"hello\nwo");
@@ -322,6 +342,12 @@ mod tests {
         let l = Limited::new(stream_of(&["a\n"], true), None, "rp".into());
         let got: Vec<_> = l.collect().await;
         assert_eq!(got.len(), 2);
-        assert!(got[1].as_ref().unwrap_err().to_string().contains("provider rp"));
+        assert!(
+            got[1]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("provider rp")
+        );
     }
 }

@@ -193,7 +193,10 @@ pub(crate) fn snapshot(s: &AppState) -> Snapshot {
 pub(crate) async fn resource_metrics(State(s): State<AppState>) -> Response {
     let text = render_resource_metrics(&snapshot(&s));
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()
@@ -558,7 +561,13 @@ mod tests {
 
     #[test]
     fn summary_json() {
-        let s = snapshot_of(vec![container("ml", "train-0", 90_500_000_000, 1500, 314_572_800)]);
+        let s = snapshot_of(vec![container(
+            "ml",
+            "train-0",
+            90_500_000_000,
+            1500,
+            314_572_800,
+        )]);
         insta::assert_json_snapshot!(summary_of(&s));
     }
 

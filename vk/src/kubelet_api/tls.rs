@@ -103,7 +103,10 @@ pub enum Error {
         source: rustls::pki_types::pem::Error,
     },
     #[error("unusable private key in {path}: {source}")]
-    Key { path: PathBuf, source: rustls::Error },
+    Key {
+        path: PathBuf,
+        source: rustls::Error,
+    },
     #[error("certificate {cert} does not match private key {key}: {source}")]
     Mismatch {
         cert: PathBuf,
@@ -203,7 +206,12 @@ impl ServingCert {
 
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap_or_else(|e| e.into_inner()).clone())
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
     }
 }
 
@@ -279,7 +287,10 @@ pub fn self_signed(node_name: &str, internal_ip: &str) -> Result<CertifiedKey, E
 
 /// The CAs client certificates are verified against: the configured file, else the cluster's
 /// client CA (see the module docs); `None` disables client certificate authentication.
-pub async fn client_roots(cfg: &TlsConfig, client: &Client) -> Result<Option<RootCertStore>, Error> {
+pub async fn client_roots(
+    cfg: &TlsConfig,
+    client: &Client,
+) -> Result<Option<RootCertStore>, Error> {
     if let Some(path) = &cfg.client_ca_file {
         let certs = CertificateDer::pem_file_iter(path)
             .and_then(|it| it.collect::<Result<Vec<_>, _>>())
@@ -308,7 +319,9 @@ pub async fn client_roots(cfg: &TlsConfig, client: &Client) -> Result<Option<Roo
             return Ok(None);
         }
         Err(_) => {
-            warn!("timed out reading the cluster's client CA: client certificates will not authenticate");
+            warn!(
+                "timed out reading the cluster's client CA: client certificates will not authenticate"
+            );
             return Ok(None);
         }
     };
@@ -567,7 +580,8 @@ mod tests {
         let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
         p.distinguished_name = rcgen::DistinguishedName::new();
         if let Some(o) = org {
-            p.distinguished_name.push(rcgen::DnType::OrganizationName, o);
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, o);
         }
         if let Some(cn) = cn {
             p.distinguished_name.push(rcgen::DnType::CommonName, cn);
@@ -578,7 +592,10 @@ mod tests {
 
     #[test]
     fn reads_cn_and_organizations() {
-        let der = cert_with(Some("kube-apiserver-kubelet-client"), Some("system:masters"));
+        let der = cert_with(
+            Some("kube-apiserver-kubelet-client"),
+            Some("system:masters"),
+        );
         assert_eq!(
             subject(&der),
             Some((
@@ -586,8 +603,14 @@ mod tests {
                 vec!["system:masters".to_owned()]
             ))
         );
-        assert_eq!(subject(&cert_with(Some("bob"), None)), Some(("bob".into(), vec![])));
-        assert_eq!(subject(&cert_with(None, Some("g"))), Some((String::new(), vec!["g".into()])));
+        assert_eq!(
+            subject(&cert_with(Some("bob"), None)),
+            Some(("bob".into(), vec![]))
+        );
+        assert_eq!(
+            subject(&cert_with(None, Some("g"))),
+            Some((String::new(), vec!["g".into()]))
+        );
     }
 
     #[test]
@@ -615,7 +638,10 @@ mod tests {
             cert_file: Some("/nonexistent.crt".into()),
             ..TlsConfig::default()
         };
-        assert!(matches!(ServingCert::load(&cfg, "n", "127.0.0.1"), Err(Error::Incomplete)));
+        assert!(matches!(
+            ServingCert::load(&cfg, "n", "127.0.0.1"),
+            Err(Error::Incomplete)
+        ));
     }
 
     #[test]

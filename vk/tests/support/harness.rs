@@ -231,12 +231,15 @@ pub struct Vk {
     child: Option<tokio::process::Child>,
     dir: PathBuf,
     config: String,
+    rust_log: String,
 }
 
 pub struct VkOptions {
     pub poll_ms: u64,
     pub gc_grace_ms: u64,
     pub restart_backoff_ms: u64,
+    /// `RUST_LOG` of the VK process.
+    pub rust_log: String,
 }
 
 impl Default for VkOptions {
@@ -245,6 +248,7 @@ impl Default for VkOptions {
             poll_ms: 500,
             gc_grace_ms: 2000,
             restart_backoff_ms: 500,
+            rust_log: "info,vk=debug".into(),
         }
     }
 }
@@ -278,6 +282,7 @@ impl Vk {
             child: None,
             dir,
             config,
+            rust_log: opts.rust_log,
         };
         vk.spawn();
         vk
@@ -302,7 +307,7 @@ impl Vk {
             .args(["run", "--config"])
             .arg(self.dir.join("config.yaml"))
             .env("TEST_PROVIDER_KEY", API_KEY)
-            .env("RUST_LOG", "info,vk=debug")
+            .env("RUST_LOG", &self.rust_log)
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)

@@ -1,0 +1,319 @@
+//! Cluster tests of pod lifecycles on the real testbed: restart policies, failover between
+//! providers on capacity errors, provider faults retried without crashing, and secrets kept out
+//! of the VK's logs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/harness.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use harness::*;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use mock_providers::config::{ExecutionMode, GpuStock};
+use serde_json::json;
+
+fn fast() -> ExecutionMode {
+    ExecutionMode::simulated(100, 100, None)
+}
+
+async fn ready_node(c: &Client, vk: &Vk) {
+    wait_for(Duration::from_secs(15), "node Ready", || async {
+        let n = Api::<Node>::all(c.clone()).get_opt(&vk.node).await.ok()??;
+        n.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+async fn create(c: &Client, ns: &str, pod: Pod) -> Pod {
+    Api::<Pod>::namespaced(c.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+}
+
+async fn get(c: &Client, ns: &str, name: &str) -> Pod {
+    Api::<Pod>::namespaced(c.clone(), ns)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+fn with_restart_policy(mut p: Pod, policy: &str) -> Pod {
+    p.spec.as_mut().unwrap().restart_policy = Some(policy.into());
+    p
+}
+
+async fn running_workload(c: &Client, ns: &str, name: &str, rp: &Emulator) -> (Pod, String) {
+    wait_for(
+        Duration::from_secs(30),
+        &format!("{name} running with a workload"),
+        || async {
+            let p = get(c, ns, name).await;
+            if phase(&p) != "Running" {
+                return None;
+            }
+            let w = rp.workloads_of(&uid(&p)).await;
+            let running = w.iter().find(|w| w["state"] == "RUNNING")?;
+            Some((p.clone(), running["id"].as_str()?.to_owned()))
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn restart_policies_relaunch_with_a_growing_restart_count_or_end_the_pod() {
+    let c = client().await;
+    let ns = namespace(&c, "life-restart").await;
+    let rp = Emulator::runpod(fast(), vec![GpuStock::new("A100-80GB", 16, 1.89)]).await;
+    let mut vk = Vk::start(&[("runpod", &rp)], VkOptions::default()).await;
+    ready_node(&c, &vk).await;
+
+    create(
+        &c,
+        &ns,
+        with_restart_policy(gpu_pod("always", &vk.node, 1, &[]), "Always"),
+    )
+    .await;
+    create(
+        &c,
+        &ns,
+        with_restart_policy(gpu_pod("never", &vk.node, 1, &[]), "Never"),
+    )
+    .await;
+    create(
+        &c,
+        &ns,
+        with_restart_policy(gpu_pod("onfailure", &vk.node, 1, &[]), "OnFailure"),
+    )
+    .await;
+
+    // Always: the workload ends, a new one is launched, restartCount grows, lastState is kept.
+    let (always, first) = running_workload(&c, &ns, "always", &rp).await;
+    rp.admin_post(&format!("/workloads/{first}/exit"), json!({"exit_code": 0}))
+        .await;
+    let restarted = wait_for(Duration::from_secs(30), "always restarted", || async {
+        let p = get(&c, &ns, "always").await;
+        let cs = p
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
+        (cs.restart_count == 1 && cs.state.as_ref()?.running.is_some()).then_some(cs)
+    })
+    .await;
+    let last = restarted.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.reason.as_deref(), Some("Completed"));
+    let live = rp.workloads_of(&uid(&always)).await;
+    assert_eq!(live.len(), 1, "exactly one live workload after the restart");
+    assert_ne!(
+        live[0]["id"].as_str().unwrap(),
+        first,
+        "the restart launched a new workload"
+    );
+    let events = events_for(&c, &ns, "always").await;
+    assert!(events.iter().any(|(r, _)| r == "BackOff"), "{events:?}");
+
+    // Never: a provider failure ends the pod, with the reason and exit code.
+    let (_, w) = running_workload(&c, &ns, "never", &rp).await;
+    rp.admin_post(&format!("/workloads/{w}/fail"), json!({}))
+        .await;
+    let failed = wait_for(Duration::from_secs(30), "never Failed", || async {
+        let p = get(&c, &ns, "never").await;
+        (phase(&p) == "Failed").then_some(p)
+    })
+    .await;
+    let cs = &failed
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let t = cs.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        (t.exit_code, t.reason.as_deref()),
+        (1, Some("ProviderError"))
+    );
+    assert_eq!(cs.restart_count, 0);
+
+    // OnFailure: a clean exit completes the pod.
+    let (_, w) = running_workload(&c, &ns, "onfailure", &rp).await;
+    rp.admin_post(&format!("/workloads/{w}/exit"), json!({"exit_code": 0}))
+        .await;
+    wait_for(Duration::from_secs(30), "onfailure Succeeded", || async {
+        (phase(&get(&c, &ns, "onfailure").await) == "Succeeded").then_some(())
+    })
+    .await;
+    delete_namespace(&c, &ns).await;
+    vk.cleanup(&c).await;
+}
+
+#[tokio::test]
+async fn capacity_errors_fail_over_to_the_next_provider_and_the_choice_is_recorded() {
+    let c = client().await;
+    let ns = namespace(&c, "life-failover").await;
+    let full = Emulator::runpod(fast(), vec![GpuStock::new("A100-80GB", 0, 1.89)]).await;
+    let spare = Emulator::runpod(fast(), vec![GpuStock::new("A100-80GB", 8, 2.10)]).await;
+    let mut vk = Vk::start(
+        &[("cloud-a", &full), ("cloud-b", &spare)],
+        VkOptions::default(),
+    )
+    .await;
+    ready_node(&c, &vk).await;
+
+    create(&c, &ns, gpu_pod("job", &vk.node, 1, &[])).await;
+    let p = wait_for(Duration::from_secs(30), "job Running", || async {
+        let p = get(&c, &ns, "job").await;
+        (phase(&p) == "Running").then_some(p)
+    })
+    .await;
+    assert_eq!(
+        p.metadata.annotations.as_ref().unwrap()["gpu-vk.io/assigned-provider"],
+        "cloud-b"
+    );
+    assert!(full.live().await.is_empty());
+    assert_eq!(spare.workloads_of(&uid(&p)).await.len(), 1);
+    let events = events_for(&c, &ns, "job").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "ProviderCapacity" && n.contains("cloud-a")),
+        "{events:?}"
+    );
+
+    // Pinned to the full provider: it waits with ProviderCapacity, never runs elsewhere.
+    create(
+        &c,
+        &ns,
+        gpu_pod("pinned", &vk.node, 1, &[("gpu-vk.io/provider", "cloud-a")]),
+    )
+    .await;
+    let waiting = wait_for(
+        Duration::from_secs(30),
+        "pinned waiting on capacity",
+        || async {
+            let p = get(&c, &ns, "pinned").await;
+            let cs = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .clone();
+            (cs.state?.waiting?.reason.as_deref() == Some("ProviderCapacity")).then_some(p)
+        },
+    )
+    .await;
+    assert_eq!(phase(&waiting), "Pending");
+    assert!(spare.workloads_of(&uid(&waiting)).await.is_empty());
+    delete_namespace(&c, &ns).await;
+    vk.cleanup(&c).await;
+}
+
+#[tokio::test]
+async fn provider_faults_are_retried_and_never_crash_the_vk() {
+    let c = client().await;
+    let ns = namespace(&c, "life-faults").await;
+    let rp = Emulator::runpod(fast(), vec![GpuStock::new("A100-80GB", 8, 1.89)]).await;
+    let mut vk = Vk::start(&[("runpod", &rp)], VkOptions::default()).await;
+    ready_node(&c, &vk).await;
+
+    rp.admin_post("/faults", json!({"route": "create", "fail_next": 2, "status": 503, "body": {"title": "Service Unavailable", "status": 503, "detail": "maintenance"}})).await;
+    rp.admin_post(
+        "/faults",
+        json!({"route": "create", "fail_next": 1, "status": 429, "retry_after_s": 1}),
+    )
+    .await;
+    rp.admin_post(
+        "/faults",
+        json!({"route": "list", "fail_next": 3, "status": 200, "body": "not json at all"}),
+    )
+    .await;
+    create(&c, &ns, gpu_pod("flaky", &vk.node, 1, &[])).await;
+    let p = wait_for(
+        Duration::from_secs(60),
+        "flaky Running despite faults",
+        || async {
+            let p = get(&c, &ns, "flaky").await;
+            (phase(&p) == "Running").then_some(p)
+        },
+    )
+    .await;
+    assert_eq!(
+        rp.workloads_of(&uid(&p)).await.len(),
+        1,
+        "retries created a duplicate"
+    );
+    let events = events_for(&c, &ns, "flaky").await;
+    assert!(
+        events.iter().any(|(r, _)| r == "ProviderError"),
+        "{events:?}"
+    );
+    assert!(
+        vk.metric("gpu_vk_reconciles_total").await > 0.0,
+        "the VK stopped serving metrics"
+    );
+    delete_namespace(&c, &ns).await;
+    vk.cleanup(&c).await;
+}
+
+#[tokio::test]
+async fn secret_values_and_provider_keys_never_reach_the_logs() {
+    let c = client().await;
+    let ns = namespace(&c, "life-secret").await;
+    let rp = Emulator::runpod(fast(), vec![GpuStock::new("A100-80GB", 8, 1.89)]).await;
+    let opts = VkOptions {
+        rust_log: "trace".into(),
+        ..Default::default()
+    };
+    let mut vk = Vk::start(&[("runpod", &rp)], opts).await;
+    ready_node(&c, &vk).await;
+
+    const VALUE: &str = "s3cr3t-Value-9c1e";
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"}, "stringData": {"token": VALUE}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let mut pod = gpu_pod("uses-secret", &vk.node, 1, &[]);
+    pod.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({
+            "name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}
+        }))
+        .unwrap(),
+    ]);
+    create(&c, &ns, pod).await;
+    let p = wait_for(Duration::from_secs(30), "uses-secret Running", || async {
+        let p = get(&c, &ns, "uses-secret").await;
+        (phase(&p) == "Running").then_some(p)
+    })
+    .await;
+    // The value really reached the provider...
+    let w = &rp.workloads_of(&uid(&p)).await[0];
+    assert_eq!(
+        w["env"]["TOKEN"], VALUE,
+        "the secret was not passed to the workload: {w}"
+    );
+    // ...and never the VK's logs, even at trace level; nor did the provider API key.
+    let log = vk.log();
+    assert!(log.len() > 1000, "trace logging produced almost nothing");
+    assert!(!log.contains(VALUE), "secret value found in the VK log");
+    assert!(
+        !log.contains(API_KEY),
+        "provider API key found in the VK log"
+    );
+    delete_namespace(&c, &ns).await;
+    vk.cleanup(&c).await;
+}
