@@ -42,7 +42,7 @@ testbed-down: ## stop the testbed and remove its state (KEEP=1 keeps logs and da
 	@scripts/testbed/down
 
 test: deps lint ## everything CI runs: lint, then cargo test against a fresh testbed named "test"
-	@TESTBED_NAME=test scripts/testbed/with $(CARGO) test --workspace
+	@TESTBED_NAME=test scripts/testbed/with $(CARGO) test --workspace --no-fail-fast
 
 e2e: deps ## the conformance suite against a fresh testbed (KIND=1: a kind cluster, needs Docker)
 	@TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance

@@ -1,1 +1,990 @@
-fn main() {}
+//! The conformance suite: runs `features/*.feature` against every provider under test (set by
+//! `CONFORMANCE_PROVIDERS`, default `runpod,vast`), each behind a real virtual kubelet on the
+//! testbed. Capability steps ("Given the provider supports logs") only match when the provider
+//! has the capability, so unsupported scenarios are reported as skipped, never as passed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use conformance::harness::*;
+use cucumber::writer::Stats as _;
+use cucumber::{World, WriterExt, given, then, when, writer};
+use futures::FutureExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use mock_providers::config::{ExecutionMode, GpuStock};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The provider kind of the current run (runs are sequential).
+static TARGET: Mutex<String> = Mutex::new(String::new());
+
+fn target() -> String {
+    TARGET.lock().unwrap().clone()
+}
+
+/// What a provider under test can do; selects the capability steps.
+fn capabilities(target: &str) -> &'static [&'static str] {
+    match target {
+        // RunPod v2 has no preemption of its own and no log API the adapter uses.
+        "runpod" => &["fault injection"],
+        // Vast bids can be outbid: real preemptions.
+        "vast" => &["fault injection", "preemption"],
+        _ => &[],
+    }
+}
+
+#[derive(World)]
+#[world(init = Self::new)]
+struct Vkw {
+    client: Option<Client>,
+    emu: Option<Emulator>,
+    vk: Option<Vk>,
+    ns: String,
+    uids: HashMap<String, String>,
+    /// Provider ids of live workloads remembered by pod name.
+    workloads: HashMap<String, String>,
+    /// Pods set aside by a step ("one replica", "the other replicas").
+    victim: Option<(String, String)>,
+    others: Vec<String>,
+    /// Names of injected workloads.
+    orphan: Option<String>,
+    foreign: Vec<String>,
+    /// Every pod UID this scenario created (for duplicate checks).
+    all_uids: HashSet<String>,
+}
+
+impl std::fmt::Debug for Vkw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vkw")
+            .field("ns", &self.ns)
+            .field("uids", &self.uids)
+            .finish()
+    }
+}
+
+impl Vkw {
+    fn new() -> Self {
+        Self {
+            client: None,
+            emu: None,
+            vk: None,
+            ns: String::new(),
+            uids: HashMap::new(),
+            workloads: HashMap::new(),
+            victim: None,
+            others: Vec::new(),
+            orphan: None,
+            foreign: Vec::new(),
+            all_uids: HashSet::new(),
+        }
+    }
+
+    fn c(&self) -> Client {
+        self.client
+            .clone()
+            .expect("the Background starts a virtual kubelet")
+    }
+    fn emu(&self) -> &Emulator {
+        self.emu.as_ref().expect("an emulated provider")
+    }
+    fn vk(&mut self) -> &mut Vk {
+        self.vk.as_mut().expect("a virtual kubelet")
+    }
+    fn node(&self) -> String {
+        self.vk.as_ref().expect("a virtual kubelet").node.clone()
+    }
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.c(), &self.ns)
+    }
+
+    async fn create_pod(&mut self, pod: Pod) -> Pod {
+        let p = self
+            .pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        self.uids.insert(p.metadata.name.clone().unwrap(), uid(&p));
+        self.all_uids.insert(uid(&p));
+        p
+    }
+
+    async fn get(&self, name: &str) -> Option<Pod> {
+        self.pods().get_opt(name).await.unwrap()
+    }
+
+    async fn wait_phase(&self, name: &str, want: &str) -> Pod {
+        wait_for(WAIT, &format!("pod {name} {want}"), || async {
+            self.get(name).await.filter(|p| phase(p) == want)
+        })
+        .await
+    }
+
+    async fn replicas(&self, app: &str) -> Vec<Pod> {
+        pods_with_label(&self.c(), &self.ns, app).await
+    }
+
+    async fn wait_replicas(&mut self, app: &str, n: usize) -> Vec<Pod> {
+        let pods = wait_for(
+            Duration::from_secs(90),
+            &format!("{n} Running replicas of {app}"),
+            || async {
+                // Failed replicas stay as records (ReplicaSets do not delete them); count live ones.
+                let pods: Vec<Pod> = self
+                    .replicas(app)
+                    .await
+                    .into_iter()
+                    .filter(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && !matches!(phase(p), "Failed" | "Succeeded")
+                    })
+                    .collect();
+                (pods.len() == n && pods.iter().all(|p| phase(p) == "Running")).then_some(pods)
+            },
+        )
+        .await;
+        for p in &pods {
+            self.all_uids.insert(uid(p));
+        }
+        pods
+    }
+
+    async fn live_of(&self, pod_uid: &str) -> Vec<Value> {
+        self.emu().workloads_of(pod_uid).await
+    }
+
+    /// Live workloads carrying this node's owner tag.
+    async fn ours(&self) -> Vec<Value> {
+        let vk = self.vk.as_ref().unwrap();
+        let prefix = format!("vk-{}-", owner_tag(&vk.cluster_id, &vk.node));
+        self.emu()
+            .live()
+            .await
+            .into_iter()
+            .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+            .collect()
+    }
+
+    async fn start_vk(&mut self) {
+        let emu = self.emu.as_ref().unwrap();
+        let vk = Vk::start(&[(target().as_str(), emu)], VkOptions::default()).await;
+        let c = self.c();
+        let node = vk.node.clone();
+        self.vk = Some(vk);
+        wait_for(Duration::from_secs(20), "node Ready", || async {
+            let n = Api::<Node>::all(c.clone()).get_opt(&node).await.ok()??;
+            n.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        })
+        .await;
+    }
+
+    async fn cleanup(&mut self) {
+        if let Some(c) = self.client.clone() {
+            if !self.ns.is_empty() {
+                delete_namespace(&c, &self.ns).await;
+            }
+            if let Some(vk) = self.vk.as_mut() {
+                // Let the VK see the namespace go, so the emulator is left clean.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                vk.cleanup(&c).await;
+            }
+        }
+    }
+
+    fn inject_name(&self, cluster: &str, node: &str) -> (String, String) {
+        let u = uuid::Uuid::new_v4().to_string();
+        (workload_name(cluster, node, &u), u)
+    }
+}
+
+fn emulator_gpus() -> Vec<GpuStock> {
+    vec![GpuStock::new("A100-80GB", 64, 1.89)]
+}
+
+// ----------------------------------------------------------------------------------------------
+// Setup
+
+#[given("a virtual kubelet with the provider under test")]
+async fn setup(w: &mut Vkw) {
+    let c = client().await;
+    w.client = Some(c.clone());
+    let mode = ExecutionMode::simulated(100, 100, None);
+    w.emu = Some(match target().as_str() {
+        "runpod" => Emulator::runpod(mode, emulator_gpus()).await,
+        "vast" => Emulator::vast(mode, emulator_gpus()).await,
+        other => panic!("unknown provider under test {other:?}"),
+    });
+    w.ns = namespace(&c, "conf").await;
+    w.start_vk().await;
+}
+
+#[given("the provider has no GPUs left")]
+async fn no_gpus(w: &mut Vkw) {
+    let url = format!("http://{}/_admin/inventory", w.emu().addr);
+    let r = reqwest::Client::new()
+        .put(url)
+        .json(&json!({"gpus": [{"gpu_type": "A100-80GB", "count": 0, "price_per_hour": 1.89}]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Pods
+
+fn with_policy(mut p: Pod, policy: &str) -> Pod {
+    p.spec.as_mut().unwrap().restart_policy = Some(policy.into());
+    p
+}
+
+#[given(expr = "a GPU pod {string} is Running")]
+async fn pod_running(w: &mut Vkw, name: String) {
+    let node = w.node();
+    w.create_pod(gpu_pod(&name, &node, 1, &[])).await;
+    let p = w.wait_phase(&name, "Running").await;
+    let live = w.live_of(&uid(&p)).await;
+    assert_eq!(live.len(), 1, "pod {name} has {} workloads", live.len());
+    w.workloads
+        .insert(name, live[0]["id"].as_str().unwrap_or_default().to_owned());
+}
+
+#[given(expr = "a GPU pod {string} with restart policy {string} is Running")]
+async fn pod_running_policy(w: &mut Vkw, name: String, policy: String) {
+    let node = w.node();
+    w.create_pod(with_policy(gpu_pod(&name, &node, 1, &[]), &policy))
+        .await;
+    let p = w.wait_phase(&name, "Running").await;
+    let live = w.live_of(&uid(&p)).await;
+    assert_eq!(live.len(), 1);
+    w.workloads
+        .insert(name, live[0]["id"].as_str().unwrap_or_default().to_owned());
+}
+
+#[when(expr = "I create a GPU pod {string}")]
+async fn create_pod(w: &mut Vkw, name: String) {
+    let node = w.node();
+    w.create_pod(gpu_pod(&name, &node, 1, &[])).await;
+}
+
+#[when(expr = "I create a GPU pod {string} with the annotation {string} set to {string}")]
+async fn create_annotated(w: &mut Vkw, name: String, k: String, v: String) {
+    let node = w.node();
+    w.create_pod(gpu_pod(&name, &node, 1, &[(&k, &v)])).await;
+}
+
+#[when(
+    regex = r#"^I create a GPU pod "([^"]+)" with (a hostPath volume|an nfs volume|a privileged container|hostNetwork)$"#
+)]
+async fn create_unsupported(w: &mut Vkw, name: String, what: String) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let spec = p.spec.as_mut().unwrap();
+    match what.as_str() {
+        "a hostPath volume" => {
+            spec.volumes = Some(vec![
+                serde_json::from_value(json!({"name": "d", "hostPath": {"path": "/data"}}))
+                    .unwrap(),
+            ]);
+        }
+        "an nfs volume" => {
+            spec.volumes = Some(vec![
+                serde_json::from_value(
+                    json!({"name": "d", "nfs": {"server": "10.0.0.1", "path": "/export"}}),
+                )
+                .unwrap(),
+            ]);
+        }
+        "a privileged container" => {
+            spec.containers[0].security_context =
+                Some(serde_json::from_value(json!({"privileged": true})).unwrap());
+        }
+        _ => spec.host_network = Some(true),
+    }
+    w.create_pod(p).await;
+}
+
+fn env_from(kind: &str, name: &str, optional: bool) -> Value {
+    let key = if kind == "Secret" {
+        "secretKeyRef"
+    } else {
+        "configMapKeyRef"
+    };
+    json!({"name": "FROM_SOURCE", "valueFrom": {key: {"name": name, "key": "value", "optional": optional}}})
+}
+
+#[when(
+    regex = r#"^I create a GPU pod "([^"]+)" with an env var from the missing (Secret|ConfigMap) "([^"]+)"$"#
+)]
+async fn create_missing_env(w: &mut Vkw, name: String, kind: String, source: String) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    p.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(env_from(&kind, &source, false)).unwrap(),
+    ]);
+    w.create_pod(p).await;
+}
+
+#[when(
+    regex = r#"^I create a GPU pod "([^"]+)" with an optional env var from the missing (Secret|ConfigMap) "([^"]+)"$"#
+)]
+async fn create_optional_env(w: &mut Vkw, name: String, kind: String, source: String) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    p.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(env_from(&kind, &source, true)).unwrap(),
+    ]);
+    w.create_pod(p).await;
+}
+
+#[when(regex = r#"^the (Secret|ConfigMap) "([^"]+)" is created$"#)]
+async fn create_source(w: &mut Vkw, kind: String, name: String) {
+    let data = BTreeMap::from([("value".to_owned(), "present".to_owned())]);
+    if kind == "Secret" {
+        let s = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name),
+                ..Default::default()
+            },
+            string_data: Some(data),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(w.c(), &w.ns)
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap();
+    } else {
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        };
+        Api::<ConfigMap>::namespaced(w.c(), &w.ns)
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+}
+
+#[then(expr = "pod {string} becomes Running")]
+async fn becomes_running(w: &mut Vkw, name: String) {
+    w.wait_phase(&name, "Running").await;
+}
+
+#[then(expr = "pod {string} becomes Succeeded")]
+async fn becomes_succeeded(w: &mut Vkw, name: String) {
+    w.wait_phase(&name, "Succeeded").await;
+}
+
+#[then(expr = "pod {string} becomes Failed")]
+async fn becomes_failed(w: &mut Vkw, name: String) {
+    w.wait_phase(&name, "Failed").await;
+}
+
+#[then(expr = "pod {string} becomes Failed with reason {string}")]
+async fn failed_with(w: &mut Vkw, name: String, reason: String) {
+    let p = w.wait_phase(&name, "Failed").await;
+    let st = p.status.unwrap();
+    assert_eq!(
+        st.reason.as_deref(),
+        Some(reason.as_str()),
+        "message: {:?}",
+        st.message
+    );
+    assert!(
+        st.message.is_some_and(|m| !m.is_empty()),
+        "a Failed pod needs a message a user can act on"
+    );
+}
+
+#[then(expr = "pod {string} is Pending with container reason {string}")]
+async fn pending_with(w: &mut Vkw, name: String, reason: String) {
+    wait_for(WAIT, &format!("{name} waiting with {reason}"), || async {
+        let p = w.get(&name).await?;
+        let cs = p
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
+        (phase(&p) == "Pending" && cs.state?.waiting?.reason.as_deref() == Some(reason.as_str()))
+            .then_some(())
+    })
+    .await;
+}
+
+#[then(expr = "pod {string} has an event {string}")]
+async fn has_event(w: &mut Vkw, name: String, reason: String) {
+    let (c, ns) = (w.c(), w.ns.clone());
+    wait_for(
+        Duration::from_secs(20),
+        &format!("event {reason} on {name}"),
+        || async {
+            events_for(&c, &ns, &name)
+                .await
+                .iter()
+                .any(|(r, _)| *r == reason)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[then(expr = "no workload exists for pod {string}")]
+async fn no_workload(w: &mut Vkw, name: String) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let u = w.uids[&name].clone();
+    let all: Vec<Value> = w
+        .emu()
+        .workloads()
+        .await
+        .into_iter()
+        .filter(|x| x["name"].as_str().is_some_and(|n| n.ends_with(&u)))
+        .collect();
+    assert!(all.is_empty(), "pod {name} reached the provider: {all:?}");
+}
+
+#[then(expr = "pod {string} is Ready with a started container whose id names the provider")]
+async fn ready_started(w: &mut Vkw, name: String) {
+    let p = w.get(&name).await.unwrap();
+    let st = p.status.unwrap();
+    assert!(
+        st.conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+    let cs = &st.container_statuses.unwrap()[0];
+    assert!(cs.ready && cs.started == Some(true));
+    assert!(
+        cs.state
+            .as_ref()
+            .unwrap()
+            .running
+            .as_ref()
+            .unwrap()
+            .started_at
+            .is_some()
+    );
+    let id = cs.container_id.clone().unwrap();
+    assert!(id.starts_with(&format!("{}://vk-", target())), "{id}");
+    assert!(st.start_time.is_some());
+}
+
+#[then(expr = "the container of pod {string} is terminated with a non-zero exit code")]
+async fn terminated_nonzero(w: &mut Vkw, name: String) {
+    let p = w.get(&name).await.unwrap();
+    let cs = &p.status.unwrap().container_statuses.unwrap()[0];
+    let t = cs
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .clone()
+        .expect("terminated state");
+    assert_ne!(t.exit_code, 0);
+    assert!(t.reason.is_some() && t.finished_at.is_some());
+}
+
+#[then(
+    expr = "the container of pod {string} is terminated with exit code {int} and reason {string}"
+)]
+async fn terminated_with(w: &mut Vkw, name: String, code: i32, reason: String) {
+    let p = w.get(&name).await.unwrap();
+    let cs = &p.status.unwrap().container_statuses.unwrap()[0];
+    let t = cs
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .clone()
+        .expect("terminated state");
+    assert_eq!(
+        (t.exit_code, t.reason.as_deref()),
+        (code, Some(reason.as_str()))
+    );
+}
+
+// ----------------------------------------------------------------------------------------------
+// Provider-side events (emulator admin API)
+
+async fn admin(w: &Vkw, path: &str, body: Value) {
+    w.emu().admin_post(path, body).await;
+}
+
+#[when(expr = "the provider fails the workload of pod {string}")]
+async fn provider_fails(w: &mut Vkw, name: String) {
+    let id = w.workloads[&name].clone();
+    admin(w, &format!("/workloads/{id}/fail"), json!({})).await;
+}
+
+#[when(expr = "the workload of pod {string} exits with code {int}")]
+async fn provider_exit(w: &mut Vkw, name: String, code: i32) {
+    let id = w.workloads[&name].clone();
+    admin(
+        w,
+        &format!("/workloads/{id}/exit"),
+        json!({"exit_code": code}),
+    )
+    .await;
+}
+
+#[when(expr = "the provider loses the workload of pod {string}")]
+async fn provider_loses(w: &mut Vkw, name: String) {
+    let id = w.workloads[&name].clone();
+    w.emu().vanish(&id).await;
+}
+
+async fn pick_replica(w: &mut Vkw, app: &str) -> String {
+    let pods = w.replicas(app).await;
+    let victim = pods[0].clone();
+    let name = victim.metadata.name.clone().unwrap();
+    w.victim = Some((name.clone(), uid(&victim)));
+    w.others = pods[1..].iter().map(uid).collect();
+    let live = w.live_of(&uid(&victim)).await;
+    live[0]["id"].as_str().unwrap().to_owned()
+}
+
+#[when(expr = "the provider preempts the workload of one replica of deployment {string}")]
+async fn preempt_replica(w: &mut Vkw, app: String) {
+    let id = pick_replica(w, &app).await;
+    admin(w, &format!("/workloads/{id}/preempt"), json!({})).await;
+}
+
+#[when(expr = "the provider loses the workload of one replica of deployment {string}")]
+async fn lose_replica(w: &mut Vkw, app: String) {
+    let id = pick_replica(w, &app).await;
+    w.emu().vanish(&id).await;
+}
+
+#[then(expr = "that replica becomes Failed with reason {string}")]
+async fn victim_failed(w: &mut Vkw, reason: String) {
+    let (name, _) = w.victim.clone().unwrap();
+    failed_with(w, name.clone(), reason.clone()).await;
+    has_event(w, name, reason).await;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Deployments and deletion
+
+#[given(regex = r#"^a deployment "([^"]+)" with (\d+) (interruptible )?GPU replicas is Running$"#)]
+async fn deployment(w: &mut Vkw, name: String, n: usize, interruptible: String) {
+    let annotations = if interruptible.is_empty() {
+        json!({})
+    } else {
+        json!({"gpu-vk.io/interruptible": "true"})
+    };
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"replicas": n, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}, "annotations": annotations}, "spec": pod_spec(&w.node(), 1)}}
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(w.c(), &w.ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+    let pods = w.wait_replicas(&name, n).await;
+    for p in &pods {
+        assert_eq!(w.live_of(&uid(p)).await.len(), 1);
+    }
+}
+
+#[when(expr = "I delete one replica of deployment {string}")]
+async fn delete_replica(w: &mut Vkw, app: String) {
+    pick_replica(w, &app).await;
+    let (name, _) = w.victim.clone().unwrap();
+    w.pods()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+async fn gone_with_workload(w: &Vkw, name: &str, pod_uid: &str) {
+    wait_for(
+        WAIT,
+        &format!("pod {name} and its workload gone"),
+        || async {
+            let pod_gone = w.get(name).await.is_none_or(|p| uid(&p) != pod_uid);
+            (pod_gone && w.live_of(pod_uid).await.is_empty()).then_some(())
+        },
+    )
+    .await;
+}
+
+#[then("that replica is gone and so is its workload")]
+async fn victim_gone(w: &mut Vkw) {
+    let (name, u) = w.victim.clone().unwrap();
+    gone_with_workload(w, &name, &u).await;
+}
+
+#[then("the workloads of the other replicas are untouched")]
+async fn others_untouched(w: &mut Vkw) {
+    for u in w.others.clone() {
+        assert_eq!(
+            w.live_of(&u).await.len(),
+            1,
+            "a sibling's workload was touched"
+        );
+    }
+}
+
+#[then(
+    regex = r#"^deployment "([^"]+)" (?:returns to|has) (\d+) Running replicas?, (?:each )?with exactly one workload$"#
+)]
+async fn deployment_back(w: &mut Vkw, app: String, n: usize) {
+    let pods = w.wait_replicas(&app, n).await;
+    for p in &pods {
+        let live = wait_for(WAIT, "one workload per replica", || async {
+            let l = w.live_of(&uid(p)).await;
+            (l.len() == 1).then_some(l)
+        })
+        .await;
+        assert_eq!(live.len(), 1);
+    }
+}
+
+#[when(expr = "I scale deployment {string} to {int} replica(s)")]
+async fn scale(w: &mut Vkw, app: String, n: i32) {
+    let api: Api<Deployment> = Api::namespaced(w.c(), &w.ns);
+    api.patch(
+        &app,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": n}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[then(expr = "the provider runs exactly {int} workload(s) of this node")]
+async fn exactly_ours(w: &mut Vkw, n: usize) {
+    wait_for(
+        WAIT,
+        &format!("{n} live workloads of this node"),
+        || async { (w.ours().await.len() == n).then_some(()) },
+    )
+    .await;
+}
+
+#[when(expr = "I delete pod {string}")]
+async fn delete_pod(w: &mut Vkw, name: String) {
+    w.pods()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[when(expr = "I force delete pod {string}")]
+async fn force_delete(w: &mut Vkw, name: String) {
+    w.pods()
+        .delete(
+            &name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[then(expr = "pod {string} is gone and so is its workload")]
+async fn pod_gone(w: &mut Vkw, name: String) {
+    let u = w.uids[&name].clone();
+    gone_with_workload(w, &name, &u).await;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Restarts
+
+#[when("the virtual kubelet is stopped")]
+async fn vk_stop(w: &mut Vkw) {
+    w.vk().kill9().await;
+}
+
+#[when("the virtual kubelet is started again")]
+async fn vk_start(w: &mut Vkw) {
+    w.vk().restart();
+}
+
+#[then(expr = "pod {string} is Running with the same workload as before")]
+async fn same_workload(w: &mut Vkw, name: String) {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = w.wait_phase(&name, "Running").await;
+    let live = w.live_of(&uid(&p)).await;
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        live[0]["id"].as_str().unwrap(),
+        w.workloads[&name],
+        "the workload was replaced"
+    );
+}
+
+#[then("every pod has exactly one workload at the provider")]
+async fn one_each(w: &mut Vkw) {
+    let pods = w.pods().list(&Default::default()).await.unwrap().items;
+    for p in pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let live = wait_for(WAIT, "one workload per pod", || async {
+            let l = w.live_of(&uid(p)).await;
+            (l.len() == 1).then_some(l)
+        })
+        .await;
+        assert_eq!(live.len(), 1, "pod {:?}", p.metadata.name);
+    }
+}
+
+#[then("no workload was created twice")]
+async fn no_duplicates(w: &mut Vkw) {
+    let all = w.emu().workloads().await;
+    let mut per_uid: HashMap<String, usize> = HashMap::new();
+    for x in &all {
+        if let Some(n) = x["name"].as_str() {
+            *per_uid.entry(n.to_owned()).or_default() += 1;
+        }
+    }
+    let dups: Vec<_> = per_uid.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        dups.is_empty(),
+        "workloads created more than once: {dups:?}"
+    );
+    assert!(
+        w.emu().counter("create").await as usize <= w.all_uids.len(),
+        "more creates than pods"
+    );
+}
+
+#[then("the provider runs no workload without a pod")]
+async fn no_leaks(w: &mut Vkw) {
+    let pods: HashSet<String> = w
+        .pods()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(uid)
+        .collect();
+    wait_for(WAIT, "no leaked workloads", || async {
+        let ours = w.ours().await;
+        ours.iter()
+            .all(|x| {
+                x["name"]
+                    .as_str()
+                    .is_some_and(|n| pods.iter().any(|u| n.ends_with(u.as_str())))
+            })
+            .then_some(())
+    })
+    .await;
+}
+
+#[when(
+    expr = "{int} GPU pods are created and {int} of them deleted while the virtual kubelet is killed {int} times at random moments"
+)]
+async fn churn(w: &mut Vkw, n: usize, deleted: usize, kills: usize) {
+    use rand_like::pick;
+    let node = w.node();
+    let mut names = Vec::new();
+    let mut kills_left = kills;
+    for i in 0..n {
+        let name = format!("churn-{i}");
+        w.create_pod(gpu_pod(&name, &node, 1, &[])).await;
+        names.push(name);
+        if i < deleted {
+            // Delete an earlier pod, sometimes before the VK saw it.
+            let victim = names[pick(names.len())].clone();
+            let _ = w.pods().delete(&victim, &DeleteParams::default()).await;
+        }
+        if kills_left > 0 && pick(n / kills + 1) == 0 {
+            tokio::time::sleep(Duration::from_millis(pick(400) as u64)).await;
+            w.vk().kill9().await;
+            w.vk().restart();
+            kills_left -= 1;
+        }
+        tokio::time::sleep(Duration::from_millis(pick(150) as u64)).await;
+    }
+    while kills_left > 0 {
+        tokio::time::sleep(Duration::from_millis(pick(600) as u64)).await;
+        w.vk().kill9().await;
+        w.vk().restart();
+        kills_left -= 1;
+    }
+    w.vk().kill9().await;
+}
+
+/// Tiny randomness without another dependency: the clock's nanoseconds.
+mod rand_like {
+    pub fn pick(n: usize) -> usize {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        if n == 0 { 0 } else { (nanos as usize / 7) % n }
+    }
+}
+
+#[then("every remaining pod becomes Running")]
+async fn remaining_running(w: &mut Vkw) {
+    wait_for(
+        Duration::from_secs(90),
+        "remaining pods Running",
+        || async {
+            let pods = w.pods().list(&Default::default()).await.unwrap().items;
+            let live: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let terminating = pods.len() - live.len();
+            (terminating == 0 && live.iter().all(|p| phase(p) == "Running")).then_some(())
+        },
+    )
+    .await;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Garbage collection
+
+#[given("a workload owned by this node whose pod does not exist")]
+async fn orphan(w: &mut Vkw) {
+    let vk = w.vk.as_ref().unwrap();
+    let (name, _) = w.inject_name(&vk.cluster_id, &vk.node);
+    w.emu().inject(&name).await;
+    w.orphan = Some(name);
+}
+
+#[given("a workload owned by another node of this cluster")]
+async fn foreign_node(w: &mut Vkw) {
+    let cluster = w.vk.as_ref().unwrap().cluster_id.clone();
+    let (name, _) = w.inject_name(&cluster, "another-node");
+    w.emu().inject(&name).await;
+    w.foreign.push(name);
+}
+
+#[given("a workload owned by this node name in another cluster")]
+async fn foreign_cluster(w: &mut Vkw) {
+    let node = w.node();
+    let (name, _) = w.inject_name("another-cluster", &node);
+    w.emu().inject(&name).await;
+    w.foreign.push(name);
+}
+
+#[given("a workload that no virtual kubelet created")]
+async fn unowned(w: &mut Vkw) {
+    let name = unique("notebook");
+    w.emu().inject(&name).await;
+    w.foreign.push(name);
+}
+
+#[then(expr = "that workload is deleted within {int} seconds")]
+#[when(expr = "that workload is deleted within {int} seconds")]
+async fn orphan_deleted(w: &mut Vkw, secs: u64) {
+    let name = w.orphan.clone().unwrap();
+    wait_for(Duration::from_secs(secs), "orphan collected", || async {
+        (!w.emu()
+            .live()
+            .await
+            .iter()
+            .any(|x| x["name"] == name.as_str()))
+        .then_some(())
+    })
+    .await;
+}
+
+#[then(expr = "the other {int} workloads are still running")]
+async fn foreign_kept(w: &mut Vkw, n: usize) {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let live = w.emu().live().await;
+    let kept = w
+        .foreign
+        .iter()
+        .filter(|f| live.iter().any(|x| x["name"] == f.as_str()))
+        .count();
+    assert_eq!(kept, n, "foreign workloads were touched");
+}
+
+// ----------------------------------------------------------------------------------------------
+// Runner
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
+    let re = regex::Regex::new(&format!("^the provider supports {}$", regex::escape(cap))).unwrap();
+    (re, |_w, _ctx| async {}.boxed_local())
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let providers = std::env::var("CONFORMANCE_PROVIDERS").unwrap_or_else(|_| "runpod,vast".into());
+    let report_dir = repo_root().join("target/conformance");
+    std::fs::create_dir_all(&report_dir).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut failed = Vec::new();
+    for p in providers
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        *TARGET.lock().unwrap() = p.to_owned();
+        println!(
+            "\n=== conformance: provider {p} (capabilities: {}) ===",
+            capabilities(p).join(", ")
+        );
+        let junit = std::fs::File::create(report_dir.join(format!("junit-{p}.xml"))).unwrap();
+        let mut cucumber = Vkw::cucumber()
+            .max_concurrent_scenarios(4)
+            .after(|_f, _r, _s, _ev, w| {
+                async move {
+                    if let Some(w) = w {
+                        w.cleanup().await;
+                    }
+                }
+                .boxed_local()
+            })
+            .with_writer(
+                writer::Basic::raw(std::io::stdout(), writer::Coloring::Never, 0)
+                    .summarized()
+                    .tee::<Vkw, _>(writer::JUnit::for_tee(junit, 0))
+                    .normalized(),
+            );
+        for cap in capabilities(p) {
+            let (re, step) = capability_step(cap);
+            cucumber = cucumber.given(re, step);
+        }
+        let result = rt.block_on(
+            cucumber
+                .with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default())
+                .run(repo_root().join("features")),
+        );
+        if result.execution_has_failed() {
+            failed.push(p.to_owned());
+        }
+    }
+    if !failed.is_empty() {
+        eprintln!("conformance failed for: {}", failed.join(", "));
+        std::process::exit(1);
+    }
+}

@@ -237,5 +237,9 @@ mod tests {
     fn debug_hides_the_key() {
         let c = EmulatorConfig::new("sekrit-key", vec![]);
         assert!(!format!("{c:?}").contains("sekrit"));
+        let state = crate::runpod::State::new(c.clone());
+        assert!(!format!("{state:?}").contains("sekrit"));
+        let state = crate::vast::State::new(c);
+        assert!(!format!("{state:?}").contains("sekrit"));
     }
 }

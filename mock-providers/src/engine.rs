@@ -293,7 +293,6 @@ impl Inner {
 }
 
 /// One emulator's engine.
-#[derive(Debug)]
 pub struct Engine {
     flavor: Flavor,
     api_key: String,
@@ -301,6 +300,17 @@ pub struct Engine {
     rate_limit: Option<u32>,
     weak: Weak<Engine>,
     inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the API key.
+        f.debug_struct("Engine")
+            .field("flavor", &self.flavor)
+            .field("mode", &self.mode)
+            .field("rate_limit", &self.rate_limit)
+            .finish_non_exhaustive()
+    }
 }
 
 fn ts_add(ts: Timestamp, d: Duration) -> Timestamp {

@@ -14,9 +14,10 @@
 //! | `/exec`, `/attach`, `/portForward` | 501 naming the provider until one supports it ([`exec`]) |
 //!
 //! Every path, `/healthz` included, is authenticated and authorized like on the kubelet
-//! ([`auth`]). TLS: [`tls`].
+//! ([`auth`]). TLS: [`tls`]; a serving certificate from the cluster: [`csr`].
 
 pub mod auth;
+pub mod csr;
 pub mod exec;
 pub mod logs;
 pub mod stats;
@@ -130,6 +131,15 @@ pub async fn start(fw: Arc<Framework>, cfg: Arc<Config>, client: Client) -> Resu
     let x509 = roots.is_some();
     let server_config = tls::server_config(serving.clone(), roots)?;
     serving.watch();
+    if cfg.tls.csr {
+        csr::spawn(
+            serving.clone(),
+            client.clone(),
+            cfg.tls.clone(),
+            cfg.node_name.clone(),
+            cfg.internal_ip.clone(),
+        );
+    }
     let listener = tls::TlsListener::new(tcp, server_config);
 
     let reviewer = Arc::new(auth::KubeReviewer::new(client));

@@ -2,4 +2,5 @@
 
 pub mod rest;
 pub mod runpod;
+pub mod slurm;
 pub mod vast;

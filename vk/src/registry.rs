@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use crate::config::{self, ProviderConfig};
 use crate::naming::Owner;
 use crate::provider::DynProvider;
-use crate::providers::{rest::InitError, runpod, vast};
+use crate::providers::{rest::InitError, runpod, slurm, vast};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -22,7 +22,7 @@ pub enum Error {
 }
 
 /// Kinds of adapters this build knows.
-pub const KINDS: &str = "runpod, vast";
+pub const KINDS: &str = "runpod, slurm, vast";
 
 /// Builds every configured provider, in configuration order.
 pub fn build(
@@ -57,6 +57,14 @@ fn build_one(p: &ProviderConfig, owner: &Owner) -> Result<Arc<dyn DynProvider>, 
         "vast" => {
             let cfg: vast::VastConfig = settings(p)?;
             Arc::new(vast::Vast::new(
+                p.name.clone(),
+                cfg.with_api_key(key.expose()),
+                owner.clone(),
+            )?)
+        }
+        "slurm" => {
+            let cfg: slurm::SlurmConfig = settings(p)?;
+            Arc::new(slurm::Slurm::new(
                 p.name.clone(),
                 cfg.with_api_key(key.expose()),
                 owner.clone(),

@@ -68,6 +68,16 @@ pub struct TlsConfig {
     pub client_ca_file: Option<PathBuf>,
     #[serde(default = "yes")]
     pub client_ca_from_cluster: bool,
+    /// Request the serving certificate from the cluster (`kubernetes.io/kubelet-serving` CSR).
+    #[serde(default)]
+    pub csr: bool,
+    /// Approve our own serving CSR (needs `approve` on `signers/kubernetes.io/kubelet-serving`);
+    /// otherwise an administrator or an approver controller must approve it.
+    #[serde(default)]
+    pub csr_auto_approve: bool,
+    /// Requested certificate lifetime (the signer may cap it).
+    #[serde(default)]
+    pub csr_expiration_seconds: Option<i32>,
 }
 
 fn yes() -> bool {
@@ -81,6 +91,9 @@ impl Default for TlsConfig {
             key_file: None,
             client_ca_file: None,
             client_ca_from_cluster: true,
+            csr: false,
+            csr_auto_approve: false,
+            csr_expiration_seconds: None,
         }
     }
 }
@@ -90,6 +103,8 @@ impl Default for TlsConfig {
 pub enum Error {
     #[error("tls: set both certFile and keyFile, or neither")]
     Incomplete,
+    #[error("tls: csr and certFile/keyFile exclude each other")]
+    CsrWithFiles,
     #[error("failed to read certificate file {path}: {source}")]
     ReadCert {
         path: PathBuf,
@@ -132,6 +147,7 @@ pub enum Error {
 pub struct ServingCert {
     current: RwLock<Arc<CertifiedKey>>,
     files: Option<(PathBuf, PathBuf)>,
+    csr: bool,
 }
 
 impl std::fmt::Debug for ServingCert {
@@ -146,6 +162,7 @@ impl ServingCert {
     /// Loads the configured pair, or generates a self-signed certificate.
     pub fn load(cfg: &TlsConfig, node_name: &str, internal_ip: &str) -> Result<Arc<Self>, Error> {
         let (key, files) = match (&cfg.cert_file, &cfg.key_file) {
+            (Some(_), _) | (_, Some(_)) if cfg.csr => return Err(Error::CsrWithFiles),
             (Some(c), Some(k)) => (load_pair(c, k)?, Some((c.clone(), k.clone()))),
             (None, None) => (self_signed(node_name, internal_ip)?, None),
             _ => return Err(Error::Incomplete),
@@ -153,16 +170,24 @@ impl ServingCert {
         Ok(Arc::new(Self {
             current: RwLock::new(Arc::new(key)),
             files,
+            csr: cfg.csr,
         }))
     }
 
-    /// `files` or `self-signed`, for logs.
+    /// `files`, `csr` (self-signed until the cluster signed ours) or `self-signed`, for logs.
     pub fn source(&self) -> &'static str {
         if self.files.is_some() {
             "files"
+        } else if self.csr {
+            "csr"
         } else {
             "self-signed"
         }
+    }
+
+    /// Serves `key` from now on.
+    pub fn set(&self, key: CertifiedKey) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
     }
 
     /// The leaf certificate currently served.
@@ -177,6 +202,10 @@ impl ServingCert {
 
     /// Re-reads the files whenever they change, for as long as the certificate is in use.
     pub fn watch(self: &Arc<Self>) {
+        self.watch_every(RELOAD_INTERVAL);
+    }
+
+    fn watch_every(self: &Arc<Self>, interval: Duration) {
         let Some((cert, key)) = self.files.clone() else {
             return;
         };
@@ -184,7 +213,7 @@ impl ServingCert {
         tokio::spawn(async move {
             let mut seen = fingerprint(&cert, &key);
             loop {
-                tokio::time::sleep(RELOAD_INTERVAL).await;
+                tokio::time::sleep(interval).await;
                 let Some(this) = weak.upgrade() else { return };
                 let now = fingerprint(&cert, &key);
                 if now == seen {
@@ -192,7 +221,7 @@ impl ServingCert {
                 }
                 match load_pair(&cert, &key) {
                     Ok(k) => {
-                        *this.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(k);
+                        this.set(k);
                         seen = now;
                         info!(cert = %cert.display(), "reloaded the kubelet API serving certificate");
                     }
@@ -517,8 +546,9 @@ fn directory_string(tag: u8, v: &[u8]) -> Option<String> {
     }
 }
 
-/// The subject's common name and organizations of a DER certificate.
-pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
+/// The `n`-th field of a certificate's TBSCertificate after the optional version: 0 serial,
+/// 1 signature algorithm, 2 issuer, 3 validity, 4 subject.
+fn tbs_field(cert: &[u8], n: usize) -> Option<(u8, &[u8])> {
     let (tag, cert, _) = tlv(cert)?;
     if tag != SEQUENCE {
         return None;
@@ -528,14 +558,49 @@ pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
         return None;
     }
     let mut rest = tbs;
-    // Optional [0] version, then serial, signature algorithm, issuer, validity.
     if let Some((0xa0, _, r)) = tlv(rest) {
         rest = r;
     }
-    for _ in 0..4 {
+    for _ in 0..n {
         rest = tlv(rest)?.2;
     }
-    let (tag, mut name, _) = tlv(rest)?;
+    let (tag, value, _) = tlv(rest)?;
+    Some((tag, value))
+}
+
+/// `notBefore` and `notAfter` of a DER certificate.
+pub fn validity(cert: &[u8]) -> Option<(jiff::Timestamp, jiff::Timestamp)> {
+    let (tag, v) = tbs_field(cert, 3)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let (t1, before, rest) = tlv(v)?;
+    let (t2, after, _) = tlv(rest)?;
+    Some((der_time(t1, before)?, der_time(t2, after)?))
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+fn der_time(tag: u8, v: &[u8]) -> Option<jiff::Timestamp> {
+    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    let digits = |r: std::ops::Range<usize>| s.get(r)?.parse::<i16>().ok();
+    let (year, rest) = match tag {
+        0x17 if s.len() == 12 => {
+            let yy = digits(0..2)?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
+        }
+        0x18 if s.len() == 14 => (digits(0..4)?, 4),
+        _ => return None,
+    };
+    let n = |i: usize| digits(rest + 2 * i..rest + 2 * i + 2).and_then(|v| i8::try_from(v).ok());
+    let dt = jiff::civil::DateTime::new(year, n(0)?, n(1)?, n(2)?, n(3)?, n(4)?, 0).ok()?;
+    dt.to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+/// The subject's common name and organizations of a DER certificate.
+pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
+    let (tag, mut name) = tbs_field(cert, 4)?;
     if tag != SEQUENCE {
         return None;
     }
@@ -614,6 +679,36 @@ mod tests {
     }
 
     #[test]
+    fn reads_validity() {
+        let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
+        p.not_before = rcgen::date_time_ymd(2026, 5, 1);
+        p.not_after = rcgen::date_time_ymd(2051, 1, 2);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let der = p.self_signed(&key).unwrap().der().to_vec();
+        assert_eq!(
+            validity(&der),
+            Some((
+                "2026-05-01T00:00:00Z".parse().unwrap(),
+                "2051-01-02T00:00:00Z".parse().unwrap()
+            ))
+        );
+        assert_eq!(
+            der_time(0x17, b"491231235959Z"),
+            "2049-12-31T23:59:59Z".parse().ok()
+        );
+        assert_eq!(
+            der_time(0x17, b"991231235959Z"),
+            "1999-12-31T23:59:59Z".parse().ok()
+        );
+        assert_eq!(
+            der_time(0x18, b"20991231235959Z"),
+            "2099-12-31T23:59:59Z".parse().ok()
+        );
+        assert_eq!(der_time(0x18, b"2099123123595Z"), None);
+        assert_eq!(der_time(0x17, b"991331235959Z"), None);
+    }
+
+    #[test]
     fn garbage_is_no_identity() {
         let der = cert_with(Some("bob"), None);
         for cut in [0, 1, 2, 10, der.len() / 2, der.len() - 1] {
@@ -642,6 +737,16 @@ mod tests {
             ServingCert::load(&cfg, "n", "127.0.0.1"),
             Err(Error::Incomplete)
         ));
+        let cfg = TlsConfig {
+            cert_file: Some("/a.crt".into()),
+            key_file: Some("/a.key".into()),
+            csr: true,
+            ..TlsConfig::default()
+        };
+        assert!(matches!(
+            ServingCert::load(&cfg, "n", "127.0.0.1"),
+            Err(Error::CsrWithFiles)
+        ));
     }
 
     #[test]
@@ -666,6 +771,52 @@ mod tests {
             load_pair(&dir.join("missing.crt"), &dir.join("tls.key")),
             Err(Error::ReadCert { .. })
         ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn write_pair(dir: &Path, name: &str) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+        cert.der().to_vec()
+    }
+
+    #[tokio::test]
+    async fn rotated_files_are_picked_up_and_broken_ones_ignored() {
+        let dir = std::env::temp_dir().join(format!("vk-tls-rotate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = write_pair(&dir, "one.example");
+        let cfg = TlsConfig {
+            cert_file: Some(dir.join("tls.crt")),
+            key_file: Some(dir.join("tls.key")),
+            ..TlsConfig::default()
+        };
+        let serving = ServingCert::load(&cfg, "n", "127.0.0.1").unwrap();
+        assert_eq!(serving.source(), "files");
+        assert_eq!(serving.leaf().unwrap().as_ref(), &first[..]);
+        serving.watch_every(Duration::from_millis(20));
+
+        // A half-written rotation (new certificate, old key) keeps the old pair in service.
+        let key = std::fs::read(dir.join("tls.key")).unwrap();
+        let second = write_pair(&dir, "two.example-longer-name");
+        let new_key = std::fs::read(dir.join("tls.key")).unwrap();
+        std::fs::write(dir.join("tls.key"), &key).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(serving.leaf().unwrap().as_ref(), &first[..]);
+
+        std::fs::write(dir.join("tls.key"), new_key).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while serving.leaf().unwrap().as_ref() != &second[..] {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rotation not picked up"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

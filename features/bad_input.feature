@@ -1,0 +1,39 @@
+Feature: Bad input
+  A pod the virtual kubelet cannot run ends with a reason a user can act on and an Event; the
+  virtual kubelet keeps running and no provider workload leaks.
+
+  Background:
+    Given a virtual kubelet with the provider under test
+
+  Scenario Outline: Pods that can never run fail with a reason
+    When I create a GPU pod "bad" with <problem>
+    Then pod "bad" becomes Failed with reason "<reason>"
+    And pod "bad" has an event "<reason>"
+    And no workload exists for pod "bad"
+
+    Examples:
+      | problem                                          | reason          |
+      | the annotation "gpu-vk.io/provider" set to "nimbus" | UnknownProvider |
+      | the annotation "gpu-vk.io/bid-price" set to "cheap" | InvalidSpec     |
+      | the annotation "gpu-vk.io/colour" set to "blue"     | InvalidSpec     |
+      | a hostPath volume                                | InvalidSpec     |
+      | an nfs volume                                    | InvalidSpec     |
+      | a privileged container                           | InvalidSpec     |
+      | hostNetwork                                      | InvalidSpec     |
+
+  Scenario Outline: A missing mandatory source keeps the pod pending, as the kubelet does
+    When I create a GPU pod "needs-config" with an env var from the missing <kind> "absent"
+    Then pod "needs-config" is Pending with container reason "CreateContainerConfigError"
+    And pod "needs-config" has an event "Failed"
+    And no workload exists for pod "needs-config"
+    When the <kind> "absent" is created
+    Then pod "needs-config" becomes Running
+
+    Examples:
+      | kind      |
+      | Secret    |
+      | ConfigMap |
+
+  Scenario: A missing optional source does not block the pod
+    When I create a GPU pod "optional" with an optional env var from the missing Secret "absent"
+    Then pod "optional" becomes Running

@@ -1,0 +1,1006 @@
+//! Slurm adapter (slurmrestd): one batch job per workload, named with the workload id.
+//!
+//! Contract, verified in SchedMD's `src/plugins/openapi/v0.0.38/openapi.json`, the generated
+//! v0.0.41 specification (Slinky's `slurm-client` vendors it), and against a real Slurm
+//! 22.05.8 (`scripts/slurm/up`):
+//! - Auth: headers `X-SLURM-USER-NAME` and `X-SLURM-USER-TOKEN` (a JWT from
+//!   `scontrol token`). Without them slurmrestd answers 401 `Authentication failure` in plain
+//!   text; 22.05 answers an invalid or expired token with HTTP 500 and error number -1
+//!   ("Unspecified error"), because slurmctld drops the RPC.
+//! - `POST /slurm/<v>/job/submit`: v0.0.38 takes `{script, job: {name, environment{} (must be
+//!   non-empty, error 2127), current_working_directory, gpus_per_node (string), time_limit
+//!   (minutes), standard_output, comment, partition, account, qos, ...}}`; v0.0.41 takes
+//!   `{job: {script, environment ["K=V"], tres_per_node "gres/gpu:N", time_limit {set,
+//!   infinite, number}, ...}}`. Both answer `{job_id, errors[]}`.
+//! - `GET /slurm/<v>/jobs/` lists every job slurmctld still knows (finished ones for
+//!   `MinJobAge`, 300 s by default, without slurmdbd): one call per poll for all pods.
+//!   `job_state` is a string (v0.0.38, a flag such as COMPLETING replaces the base state
+//!   while set) or an array of base state and flags (v0.0.41); `exit_code` the raw wait
+//!   status (v0.0.38: code << 8, or the signal in the low 7 bits) or `{status[],
+//!   return_code, signal}` (v0.0.41); `restart_cnt` counts requeues.
+//! - `DELETE /slurm/<v>/job/{id}` cancels (SIGKILL, which Slurm delivers as SIGCONT, SIGTERM
+//!   and, after `KillWait`, SIGKILL). A finished job answers 200.
+//! - Errors are `errors[]` entries with a Slurm error number (`error_number`, or
+//!   `error_code` in 22.05's submission answers): 2017 unknown job (HTTP 500), 2014
+//!   "Requested node configuration is not available" (HTTP 500; 22.05 still records a FAILED
+//!   job with reason BadConstraints), 9000-9009 REST parse errors; a body that is not JSON
+//!   answers 400 `Unable to parse query.`.
+//!
+//! Decisions:
+//! - Job name = workload id; the comment carries the owner marker (cluster, node), the pod
+//!   and the id, so jobs are recoverable after a restart. `list()` keeps only jobs whose name
+//!   parses as a workload id of this VK.
+//! - The pod's container becomes a `#!/bin/bash` script ([`script`]): env exported with
+//!   single-quote quoting, `cd` to workingDir, the command run through the configured
+//!   runtime. The job's own `environment` holds only `PATH` (slurmrestd needs one).
+//! - State mapping: see [`wire::workload_state`] and `docs/slurm.md`. CANCELLED is Evicted:
+//!   we only cancel jobs of pods being deleted, which the framework no longer reports.
+//! - Error numbers: 2017 NotFound; 2021 (already done) on delete is success; -1, 1007,
+//!   2002, 6000-6011, 9008 Auth; 2007, 2016, 2040, 2050, 2074, 2101, 2105 Capacity; request
+//!   errors (2000-2015 and the other job-specification errors, 8000, 9000-9009, 9200+)
+//!   Invalid; anything else by HTTP status (5xx Transient). A 404 without a Slurm error is
+//!   Transient: the URL is not served, most likely the wrong `dialect`.
+//! - After a submission refused as Invalid, jobs named with the workload id that are still
+//!   active are cancelled (22.05 creates a record for a 2014 refusal; it is already FAILED).
+//! - Logs are read from `<outputDir>/slurm-<job id>.log` (stdout and stderr together) when
+//!   the VK can read `outputDir`; `follow` polls the file and ends when the job has ended.
+
+mod logs;
+pub mod script;
+mod token;
+mod wire;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{ACCEPT, HeaderValue};
+use reqwest::{Method, Url};
+use serde::Deserialize;
+use tracing::{debug, info, warn};
+
+use super::rest::{self, InitError, RawResponse};
+use crate::naming::{Owner, WorkloadId};
+use crate::provider::{
+    Capabilities, LogOptions, LogStream, Observed, Provider, ProviderError, Workload, WorkloadState,
+};
+pub use script::Runtime;
+use token::TokenSource;
+pub use wire::Dialect;
+use wire::{JobList, JobRecord, JobRequest, SlurmError, SubmitAnswer};
+
+/// slurmrestd's conventional address.
+pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:6820";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `settings` of a Slurm provider in the VK configuration.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SlurmConfig {
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+    #[serde(default)]
+    pub dialect: Dialect,
+    /// The Slurm user the token belongs to (`X-SLURM-USER-NAME`); jobs run as this user.
+    #[serde(default)]
+    pub user_name: String,
+    /// File holding the JWT (`scontrol token` output or the bare token), re-read whenever it
+    /// changes. Without it, the provider's `apiKeyEnv` / `apiKeyFile` supplies the token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The token from `apiKeyEnv` / `apiKeyFile`, set by the caller; see
+    /// [`SlurmConfig::with_api_key`].
+    #[serde(skip)]
+    pub api_key: String,
+    /// Defaults, overridden per pod by `gpu-vk.io/partition`, `account`, `qos`, `time-limit`.
+    #[serde(default)]
+    pub partition: Option<String>,
+    #[serde(default)]
+    pub account: Option<String>,
+    #[serde(default)]
+    pub qos: Option<String>,
+    #[serde(default)]
+    pub default_time_limit_minutes: Option<u32>,
+    #[serde(default)]
+    pub runtime: Runtime,
+    /// Where jobs write stdout and stderr (`slurm-<job id>.log`); logs are served from there
+    /// when the VK can read it. Must exist on the compute nodes.
+    #[serde(default)]
+    pub output_dir: Option<PathBuf>,
+    /// The job's working directory on the compute node (before the pod's workingDir, which
+    /// the script `cd`s into).
+    #[serde(default = "default_work_dir")]
+    pub work_dir: String,
+    /// `PATH` of the job's environment.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Neutral GPU type (e.g. `A100-80GB`) to Slurm GRES type (e.g. `a100`). When empty, a
+    /// pod's GPU type is not passed to Slurm (any GPU of the partition).
+    #[serde(default)]
+    pub gpu_types: BTreeMap<String, String>,
+    #[serde(default = "default_max_gpus")]
+    pub max_gpus_per_workload: u32,
+    /// Sets the jobs' `requeue` flag; unset keeps the cluster's default (`JobRequeue`).
+    #[serde(default)]
+    pub requeue: Option<bool>,
+    /// Whole-request timeout, seconds.
+    #[serde(default = "default_timeout_secs")]
+    pub request_timeout_secs: u64,
+}
+
+fn default_base_url() -> String {
+    DEFAULT_BASE_URL.to_owned()
+}
+fn default_work_dir() -> String {
+    "/tmp".to_owned()
+}
+fn default_path() -> String {
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
+}
+fn default_max_gpus() -> u32 {
+    8
+}
+fn default_timeout_secs() -> u64 {
+    30
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        Self {
+            base_url: default_base_url(),
+            dialect: Dialect::default(),
+            user_name: String::new(),
+            token_file: None,
+            api_key: String::new(),
+            partition: None,
+            account: None,
+            qos: None,
+            default_time_limit_minutes: None,
+            runtime: Runtime::default(),
+            output_dir: None,
+            work_dir: default_work_dir(),
+            path: default_path(),
+            gpu_types: BTreeMap::new(),
+            max_gpus_per_workload: default_max_gpus(),
+            requeue: None,
+            request_timeout_secs: default_timeout_secs(),
+        }
+    }
+}
+
+impl SlurmConfig {
+    /// Sets the token resolved by the caller from `apiKeyEnv` / `apiKeyFile`.
+    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = api_key.into();
+        self
+    }
+}
+
+impl fmt::Debug for SlurmConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlurmConfig")
+            .field("base_url", &self.base_url)
+            .field("dialect", &self.dialect)
+            .field("user_name", &self.user_name)
+            .field("token_file", &self.token_file)
+            .field("api_key", &"<redacted>")
+            .field("partition", &self.partition)
+            .field("account", &self.account)
+            .field("qos", &self.qos)
+            .field(
+                "default_time_limit_minutes",
+                &self.default_time_limit_minutes,
+            )
+            .field("runtime", &self.runtime)
+            .field("output_dir", &self.output_dir)
+            .field("work_dir", &self.work_dir)
+            .field("gpu_types", &self.gpu_types)
+            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
+            .field("requeue", &self.requeue)
+            .finish()
+    }
+}
+
+/// The Slurm adapter.
+#[derive(Debug)]
+pub struct Slurm {
+    name: String,
+    cfg: SlurmConfig,
+    owner: Owner,
+    client: Arc<Client>,
+}
+
+/// An authenticated slurmrestd client for one dialect.
+struct Client {
+    provider: String,
+    http: reqwest::Client,
+    base: Url,
+    dialect: Dialect,
+    user: String,
+    token: TokenSource,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("dialect", &self.dialect)
+            .field("user", &self.user)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+/// Slurm error numbers (slurm/slurm_errno.h) and what they mean for the framework.
+mod errno {
+    /// `SLURM_ERROR`: 22.05 reports a rejected JWT this way.
+    pub const UNSPECIFIED: i64 = -1;
+    pub const INVALID_JOB_ID: i64 = 2017;
+    pub const ALREADY_DONE: i64 = 2021;
+
+    pub fn is_not_found(n: i64) -> bool {
+        // ESLURM_INVALID_JOB_ID and the job id parse errors (2136-2140).
+        n == INVALID_JOB_ID || (2136..=2140).contains(&n)
+    }
+
+    pub fn is_auth(n: i64) -> bool {
+        // protocol authentication error, access denied, auth plugin errors, REST auth failure
+        matches!(n, UNSPECIFIED | 1007 | 2002 | 9008) || (6000..=6011).contains(&n)
+    }
+
+    pub fn is_capacity(n: i64) -> bool {
+        // max job count, nodes busy, licenses, accounting policy, QOS threshold, partition
+        // down, submissions disabled
+        matches!(n, 2007 | 2016 | 2040 | 2050 | 2074 | 2101 | 2105)
+    }
+
+    pub fn is_invalid(n: i64) -> bool {
+        matches!(
+            n,
+            2000..=2006
+                | 2008..=2012
+                | 2014
+                | 2015
+                | 2018
+                | 2023
+                | 2025
+                | 2029
+                | 2044
+                | 2045
+                | 2048
+                | 2051
+                | 2053
+                | 2054
+                | 2057
+                | 2063
+                | 2066
+                | 2069
+                | 2072
+                | 2081
+                | 2102
+                | 2111
+                | 2114
+                | 2115
+                | 2119
+                | 2122..=2124
+                | 2127
+                | 2133
+                | 2134
+                | 2167
+                | 2168
+                | 8000
+                | 9000..=9005
+                | 9009
+                | 9200..=9399
+        )
+    }
+}
+
+impl Client {
+    /// `base/slurm/<version>/<segments...>`.
+    fn url(&self, segments: &[&str], trailing_slash: bool) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty();
+            path.push("slurm");
+            path.push(self.dialect.version());
+            path.extend(segments);
+            if trailing_slash {
+                path.push("");
+            }
+        }
+        url
+    }
+
+    /// One authenticated request, fully read. Transport failures are Transient.
+    async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(RawResponse, String), ProviderError> {
+        let token = self.token.current()?;
+        let user = HeaderValue::from_str(&self.user).map_err(|_| ProviderError::Auth {
+            message: format!(
+                "Slurm user name {:?} is not a valid header value",
+                self.user
+            ),
+        })?;
+        let mut secret = HeaderValue::from_str(&token).map_err(|_| ProviderError::Auth {
+            message: format!(
+                "the Slurm token from {} contains characters a header cannot carry",
+                self.token.describe()
+            ),
+        })?;
+        secret.set_sensitive(true);
+        let what = format!("{method} {}", url.path());
+        let mut req = self
+            .http
+            .request(method, url)
+            .header("X-SLURM-USER-NAME", user)
+            .header("X-SLURM-USER-TOKEN", secret)
+            .header(ACCEPT, "application/json");
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        let transport = |e: reqwest::Error| {
+            let kind = if e.is_timeout() {
+                "timed out"
+            } else if e.is_connect() {
+                "connection failed"
+            } else {
+                "failed"
+            };
+            let mut detail = String::new();
+            let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+            while let Some(s) = source {
+                detail.push_str(": ");
+                detail.push_str(&s.to_string());
+                source = s.source();
+            }
+            ProviderError::transient(redact(
+                &rest::truncate(&format!("slurmrestd {what} {kind}{detail}")),
+                &token,
+            ))
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let retry_after = rest::parse_retry_after(resp.headers());
+        let body = resp.bytes().await.map_err(transport)?;
+        Ok((
+            RawResponse {
+                status,
+                retry_after,
+                body,
+            },
+            token,
+        ))
+    }
+
+    /// Classifies an unsuccessful answer (or a 2xx one that carries errors).
+    fn error_from(&self, resp: &RawResponse, token: &str) -> ProviderError {
+        let errors = wire::errors_of(&resp.body);
+        let number = errors.iter().filter_map(|e| e.number).find(|n| *n != 0);
+        let mut text: Vec<String> = errors
+            .iter()
+            .map(SlurmError::text)
+            .filter(|t| !t.is_empty())
+            .collect();
+        if text.is_empty() {
+            let snippet = resp.text_snippet();
+            text.push(if snippet.is_empty() {
+                resp.status
+                    .canonical_reason()
+                    .unwrap_or("no detail")
+                    .to_owned()
+            } else {
+                snippet
+            });
+        }
+        let code = number.map_or(String::new(), |n| format!(" (Slurm error {n})"));
+        let message = redact(
+            &rest::truncate(&format!(
+                "slurmrestd HTTP {}: {}{code}",
+                resp.status.as_u16(),
+                text.join("; ")
+            )),
+            token,
+        );
+        let status = resp.status.as_u16();
+        if status == 401 || status == 403 || number.is_some_and(errno::is_auth) {
+            return ProviderError::Auth {
+                message: self.auth_hint(message, token),
+            };
+        }
+        if let Some(n) = number {
+            if errno::is_not_found(n) {
+                return ProviderError::NotFound;
+            }
+            if errno::is_capacity(n) {
+                return ProviderError::Capacity { message };
+            }
+            if errno::is_invalid(n) {
+                return ProviderError::Invalid { message };
+            }
+        }
+        match status {
+            400 | 413 | 415 | 422 => ProviderError::Invalid { message },
+            404 => ProviderError::transient(format!(
+                "{message}; is the {} OpenAPI plugin loaded in slurmrestd (-s)?",
+                self.dialect
+            )),
+            _ if resp.status.is_success() => ProviderError::transient(message),
+            _ => rest::classify_status(resp.status, resp.retry_after, message),
+        }
+    }
+
+    /// Adds why authentication probably failed: an expired token, or where it comes from.
+    fn auth_hint(&self, message: String, token: &str) -> String {
+        let now = jiff::Timestamp::now().as_second();
+        match token::jwt_expiry(token) {
+            Some(exp) if exp <= now => {
+                let at = jiff::Timestamp::from_second(exp)
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|_| exp.to_string());
+                format!(
+                    "{message}; the token from {} expired at {at} (mint one with `scontrol token \
+                     username={} lifespan=...`)",
+                    self.token.describe(),
+                    self.user
+                )
+            }
+            _ => format!(
+                "{message}; check the token from {} and user {:?}",
+                self.token.describe(),
+                self.user
+            ),
+        }
+    }
+
+    /// Every job slurmctld knows, in one call.
+    async fn jobs(&self) -> Result<Vec<JobRecord>, ProviderError> {
+        let url = self.url(&["jobs"], true);
+        let (resp, token) = self.send(Method::GET, url, None).await?;
+        if !resp.is_success() {
+            return Err(self.error_from(&resp, &token));
+        }
+        let list: JobList = resp.json("job list")?;
+        Ok(list
+            .jobs
+            .into_iter()
+            .filter_map(|v| match serde_json::from_value::<JobRecord>(v) {
+                Ok(j) => Some(j),
+                Err(e) => {
+                    warn!(provider = %self.provider, error = %e, "skipping a job entry that is not an object");
+                    None
+                }
+            })
+            .collect())
+    }
+
+    /// One job; `None` when Slurm no longer knows it.
+    async fn job(&self, job_id: u64) -> Result<Option<JobRecord>, ProviderError> {
+        let url = self.url(&["job", &job_id.to_string()], false);
+        let (resp, token) = self.send(Method::GET, url, None).await?;
+        if !resp.is_success() {
+            return match self.error_from(&resp, &token) {
+                ProviderError::NotFound => Ok(None),
+                e => Err(e),
+            };
+        }
+        let list: JobList = resp.json("job")?;
+        Ok(list
+            .jobs
+            .into_iter()
+            .filter_map(|v| serde_json::from_value::<JobRecord>(v).ok())
+            .find(|j| j.job_id == Some(job_id)))
+    }
+
+    /// Cancels a job; a job Slurm does not know is NotFound, a finished one is success.
+    async fn cancel(&self, job_id: u64) -> Result<(), ProviderError> {
+        let url = self.url(&["job", &job_id.to_string()], false);
+        let (resp, token) = self.send(Method::DELETE, url, None).await?;
+        let errors = wire::errors_of(&resp.body);
+        if errors.iter().any(|e| e.number == Some(errno::ALREADY_DONE)) {
+            return Ok(());
+        }
+        if resp.is_success() && errors.iter().all(|e| e.number.is_none_or(|n| n == 0)) {
+            return Ok(());
+        }
+        Err(self.error_from(&resp, &token))
+    }
+}
+
+/// Removes a secret from a message, should a server ever echo it.
+fn redact(message: &str, secret: &str) -> String {
+    let s = secret.trim();
+    if s.len() >= 4 {
+        message.replace(s, "<redacted>")
+    } else {
+        message.to_owned()
+    }
+}
+
+impl Slurm {
+    /// Builds the adapter. The process must have installed a rustls crypto provider.
+    pub fn new(name: String, cfg: SlurmConfig, owner: Owner) -> Result<Self, InitError> {
+        let bad = |reason: String| InitError::InvalidSetting {
+            provider: name.clone(),
+            reason,
+        };
+        if cfg.user_name.trim().is_empty() {
+            return Err(bad(
+                "userName is required (the Slurm user the token belongs to)".into(),
+            ));
+        }
+        if cfg.work_dir.trim().is_empty() {
+            return Err(bad("workDir must not be empty".into()));
+        }
+        if cfg.default_time_limit_minutes == Some(0) {
+            return Err(bad("defaultTimeLimitMinutes must be positive".into()));
+        }
+        let token = match &cfg.token_file {
+            Some(path) => TokenSource::file(path.clone()),
+            None if !cfg.api_key.trim().is_empty() => {
+                TokenSource::Fixed(cfg.api_key.trim().to_owned())
+            }
+            None => {
+                return Err(InitError::MissingApiKey {
+                    provider: name.clone(),
+                });
+            }
+        };
+        let invalid = |reason: String| InitError::InvalidBaseUrl {
+            provider: name.clone(),
+            url: cfg.base_url.clone(),
+            reason,
+        };
+        let mut base = Url::parse(&cfg.base_url).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(invalid("scheme must be http or https".into()));
+        }
+        if base.cannot_be_a_base() || base.query().is_some() || !base.username().is_empty() {
+            return Err(invalid(
+                "must be a plain http(s) URL without query or credentials".into(),
+            ));
+        }
+        let trimmed = base.path().trim_end_matches('/').to_owned();
+        base.set_path(&trimmed);
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(InitError::NoCryptoProvider {
+                provider: name.clone(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(Duration::from_secs(cfg.request_timeout_secs.max(1)))
+            .user_agent(concat!("gpu-vk/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|source| InitError::BuildClient {
+                provider: name.clone(),
+                source,
+            })?;
+        let client = Arc::new(Client {
+            provider: name.clone(),
+            http,
+            base,
+            dialect: cfg.dialect,
+            user: cfg.user_name.trim().to_owned(),
+            token,
+        });
+        Ok(Self {
+            name,
+            cfg,
+            owner,
+            client,
+        })
+    }
+
+    /// The job submission for `w`; pure, checked before any network call.
+    pub fn job_request(&self, w: &Workload) -> Result<JobRequestView, ProviderError> {
+        let invalid = |message: String| ProviderError::Invalid { message };
+        let option = |key: &str| {
+            w.options
+                .get(key)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let gpus_per_node = match w.gpu.as_ref().filter(|g| g.count > 0) {
+            None => None,
+            Some(g) if g.count > self.cfg.max_gpus_per_workload => {
+                return Err(invalid(format!(
+                    "the pod requests {} GPUs, more than the {} allowed on {}",
+                    g.count, self.cfg.max_gpus_per_workload, self.name
+                )));
+            }
+            Some(g) => Some(match &g.gpu_type {
+                None => g.count.to_string(),
+                Some(t) => match self.cfg.gpu_types.get(t) {
+                    Some(gres) => format!("{gres}:{}", g.count),
+                    None if self.cfg.gpu_types.is_empty() => g.count.to_string(),
+                    None => {
+                        return Err(invalid(format!(
+                            "GPU type {t} is not offered by {} (configured: {})",
+                            self.name,
+                            self.cfg
+                                .gpu_types
+                                .keys()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                },
+            }),
+        };
+        let time_limit_minutes = match option("time_limit") {
+            Some(raw) => Some(raw.parse::<u32>().ok().filter(|m| *m > 0).ok_or_else(|| {
+                invalid(format!(
+                    "option time_limit={raw:?} is not a positive number of minutes"
+                ))
+            })?),
+            None => self.cfg.default_time_limit_minutes,
+        };
+        let script = script::batch_script(w, self.cfg.runtime)?;
+        let comment = format!(
+            "gpu-vk owner={} cluster={} node={} pod={}/{} workload={}",
+            self.owner.tag(),
+            self.owner.cluster_id(),
+            self.owner.node(),
+            w.namespace,
+            w.pod_name,
+            w.id
+        );
+        const MIB: u64 = 1024 * 1024;
+        Ok(JobRequestView(JobRequest {
+            name: w.id.as_str().to_owned(),
+            comment,
+            script,
+            environment: [("PATH".to_owned(), self.cfg.path.clone())].into(),
+            working_directory: self.cfg.work_dir.clone(),
+            standard_output: self.cfg.output_dir.as_deref().map(logs::output_pattern),
+            partition: option("partition").or_else(|| self.cfg.partition.clone()),
+            account: option("account").or_else(|| self.cfg.account.clone()),
+            qos: option("qos").or_else(|| self.cfg.qos.clone()),
+            time_limit_minutes,
+            gpus_per_node,
+            cpus_per_task: w
+                .cpu_millis
+                .map(|m| u32::try_from(m.div_ceil(1000).max(1)).unwrap_or(u32::MAX)),
+            memory_per_node_mb: w.memory_bytes.map(|b| b.div_ceil(MIB).max(1)),
+            requeue: self.cfg.requeue,
+        }))
+    }
+
+    /// The JSON body `create` would submit for `w` (for tests and dry runs).
+    pub fn submit_body(&self, w: &Workload) -> Result<serde_json::Value, ProviderError> {
+        let req = self.job_request(w)?;
+        Ok(wire::submit_body(self.cfg.dialect, &req.0))
+    }
+
+    fn job_id(provider_id: &str) -> Result<u64, ProviderError> {
+        provider_id
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| ProviderError::Invalid {
+                message: format!("{provider_id:?} is not a Slurm job id"),
+            })
+    }
+
+    /// After a refused submission: cancel any still-active job carrying the workload's name
+    /// (22.05 records a job even when it refuses it with 2014).
+    async fn cancel_leftovers(&self, id: &WorkloadId) {
+        let jobs = match self.client.jobs().await {
+            Ok(j) => j,
+            Err(e) => {
+                warn!(provider = %self.name, workload = %id, error = %e, "could not look for a leftover job of a refused submission");
+                return;
+            }
+        };
+        for job in jobs
+            .iter()
+            .filter(|j| j.name.as_deref() == Some(id.as_str()))
+        {
+            let Some(job_id) = job.job_id else { continue };
+            if wire::workload_state(job).is_terminal() {
+                debug!(provider = %self.name, workload = %id, job_id, "refused submission left a finished job record");
+                continue;
+            }
+            match self.client.cancel(job_id).await {
+                Ok(()) | Err(ProviderError::NotFound) => {
+                    info!(provider = %self.name, workload = %id, job_id, "cancelled the job left by a refused submission")
+                }
+                Err(e) => {
+                    warn!(provider = %self.name, workload = %id, job_id, error = %e, "could not cancel the job left by a refused submission")
+                }
+            }
+        }
+    }
+
+    async fn follow_logs(
+        &self,
+        job_id: u64,
+        path: PathBuf,
+        opts: &LogOptions,
+    ) -> Result<LogStream, ProviderError> {
+        let content = logs::read_all(&path).await?;
+        let first = logs::tail(&content, opts.tail_lines).to_vec();
+        let limit = opts.limit_bytes;
+        struct Follow {
+            client: Arc<Client>,
+            job_id: u64,
+            path: PathBuf,
+            offset: u64,
+            sent: u64,
+            limit: Option<u64>,
+            polls: u32,
+            first: Option<Bytes>,
+            finishing: bool,
+            done: bool,
+        }
+        let state = Follow {
+            client: self.client.clone(),
+            job_id,
+            path,
+            offset: content.len() as u64,
+            sent: 0,
+            limit,
+            polls: 0,
+            first: Some(Bytes::from(first)),
+            finishing: false,
+            done: false,
+        };
+        fn cap(s: &mut Follow, mut b: Bytes) -> Bytes {
+            if let Some(limit) = s.limit {
+                let left = limit.saturating_sub(s.sent);
+                if (b.len() as u64) >= left {
+                    b.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                    s.done = true;
+                }
+            }
+            s.sent += b.len() as u64;
+            b
+        }
+        let stream = futures::stream::unfold(state, |mut s| async move {
+            if let Some(first) = s.first.take() {
+                let b = cap(&mut s, first);
+                if !b.is_empty() {
+                    return Some((Ok(b), s));
+                }
+            }
+            loop {
+                if s.done {
+                    return None;
+                }
+                match logs::read_from(&s.path, s.offset).await {
+                    Ok(b) if !b.is_empty() => {
+                        s.offset += b.len() as u64;
+                        let b = cap(&mut s, b);
+                        return Some((Ok(b), s));
+                    }
+                    Ok(_) if s.finishing => return None,
+                    Ok(_) => {}
+                    Err(e) => {
+                        s.done = true;
+                        return Some((Err(e), s));
+                    }
+                }
+                s.polls += 1;
+                if s.polls % logs::STATE_CHECK_EVERY == 0 {
+                    match s.client.job(s.job_id).await {
+                        // Gone or finished: one last read, then the stream ends.
+                        Ok(None) => s.finishing = true,
+                        Ok(Some(j)) if wire::workload_state(&j).is_terminal() => s.finishing = true,
+                        Ok(Some(_)) => {}
+                        Err(e) => {
+                            debug!(job_id = s.job_id, error = %e, "could not check the followed job's state")
+                        }
+                    }
+                    if s.finishing {
+                        continue;
+                    }
+                }
+                tokio::time::sleep(logs::FOLLOW_POLL).await;
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+}
+
+/// A resolved job submission (opaque; see [`Slurm::submit_body`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRequestView(JobRequest);
+
+impl JobRequestView {
+    /// The generated batch script.
+    pub fn script(&self) -> &str {
+        &self.0.script
+    }
+}
+
+/// Translates one listed job; `None` when it is not one of this VK's workloads.
+fn observe(owner: &Owner, job: &JobRecord) -> Option<Observed> {
+    let id = WorkloadId::parse(job.name.as_deref()?.trim())?;
+    if !owner.owns(&id) {
+        return None;
+    }
+    let job_id = job.job_id.filter(|j| *j > 0)?;
+    let state = wire::workload_state(job);
+    let now = jiff::Timestamp::now().as_second();
+    let ts = |s: Option<i64>| s.and_then(|s| rest::timestamp_from_epoch(s as f64));
+    let ran = job.nodes.as_deref().is_some_and(|n| !n.trim().is_empty())
+        && !matches!(
+            state,
+            WorkloadState::Queued { .. } | WorkloadState::Unknown { .. }
+        );
+    let started_at = if ran {
+        ts(job.start_time().filter(|s| *s <= now + 60))
+    } else {
+        None
+    };
+    let finished_at = if state.is_terminal() {
+        ts(job.end_time().filter(|s| *s <= now + 60))
+    } else {
+        None
+    };
+    Some(Observed {
+        id,
+        provider_id: job_id.to_string(),
+        state,
+        message: job.message().map(|m| rest::truncate(&m)),
+        created_at: ts(job.submit_time()),
+        started_at,
+        finished_at,
+        ip: None,
+        provider_restarts: job.restart_cnt.unwrap_or(0),
+        usage: None,
+    })
+}
+
+impl Provider for Slurm {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
+            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
+            logs: self.cfg.output_dir.is_some(),
+            exec: false,
+            metrics: false,
+        }
+    }
+
+    async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
+        if !self.owner.owns(&w.id) {
+            return Err(ProviderError::Invalid {
+                message: format!(
+                    "workload {} does not carry this VK's ownership marker",
+                    w.id
+                ),
+            });
+        }
+        let req = self.job_request(w)?;
+        let body = wire::submit_body(self.cfg.dialect, &req.0);
+        let url = self.client.url(&["job", "submit"], false);
+        let (resp, token) = self.client.send(Method::POST, url, Some(&body)).await?;
+        let answer: Option<SubmitAnswer> = serde_json::from_slice(&resp.body).ok();
+        let errors = wire::errors_of(&resp.body);
+        let failed = errors.iter().any(|e| e.number.is_some_and(|n| n != 0));
+        if resp.is_success()
+            && !failed
+            && let Some(job_id) = answer.as_ref().and_then(SubmitAnswer::job_id)
+        {
+            info!(provider = %self.name, workload = %w.id, job_id, "submitted Slurm job");
+            if let Some(msg) = answer
+                .and_then(|a| a.job_submit_user_msg)
+                .filter(|m| !m.trim().is_empty())
+            {
+                info!(provider = %self.name, workload = %w.id, job_id, message = %rest::truncate(&msg), "job_submit plugin message");
+            }
+            return Ok(());
+        }
+        let err = self.client.error_from(&resp, &token);
+        if matches!(err, ProviderError::Invalid { .. }) && failed {
+            self.cancel_leftovers(&w.id).await;
+        }
+        Err(err)
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        let job_id = Self::job_id(provider_id)?;
+        self.client.cancel(job_id).await?;
+        info!(provider = %self.name, job_id, "cancelled Slurm job");
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
+        let jobs = self.client.jobs().await?;
+        // A workload id names one job; should a lost create have made two, the newest wins.
+        let mut by_id: HashMap<WorkloadId, Observed> = HashMap::new();
+        for job in &jobs {
+            let Some(obs) = observe(&self.owner, job) else {
+                continue;
+            };
+            if let WorkloadState::Unknown { raw } = &obs.state {
+                warn!(provider = %self.name, workload = %obs.id, job_state = %raw, "unknown Slurm job state");
+            }
+            let newer = |old: &Observed| {
+                let n = |o: &Observed| o.provider_id.parse::<u64>().unwrap_or(0);
+                n(&obs) > n(old)
+            };
+            match by_id.get(&obs.id) {
+                Some(old) if !newer(old) => {
+                    warn!(provider = %self.name, workload = %obs.id, kept = %old.provider_id, other = %obs.provider_id, "two Slurm jobs carry one workload id");
+                }
+                _ => {
+                    by_id.insert(obs.id.clone(), obs);
+                }
+            }
+        }
+        let mut out: Vec<Observed> = by_id.into_values().collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {
+        let unsupported = |what: &str| ProviderError::Unsupported {
+            provider: self.name.clone(),
+            what: what.into(),
+        };
+        let Some(dir) = self.cfg.output_dir.clone() else {
+            return Err(unsupported("logs (no outputDir is configured)"));
+        };
+        if opts.previous {
+            return Err(unsupported("logs of a previous container"));
+        }
+        let job_id = Self::job_id(provider_id)?;
+        if !tokio::fs::try_exists(&dir).await.unwrap_or(false) {
+            return Err(ProviderError::transient(format!(
+                "the Slurm output directory {} is not readable from the VK",
+                dir.display()
+            )));
+        }
+        let path = logs::log_path(&dir, job_id);
+        if opts.follow {
+            return self.follow_logs(job_id, path, opts).await;
+        }
+        let content = logs::read_all(&path).await?;
+        let mut text = Bytes::copy_from_slice(logs::tail(&content, opts.tail_lines));
+        if let Some(limit) = opts.limit_bytes.and_then(|l| usize::try_from(l).ok()) {
+            text.truncate(limit);
+        }
+        let stream: LogStream = Box::pin(futures::stream::iter([Ok(text)]));
+        Ok(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_number_classes() {
+        assert!(errno::is_not_found(2017));
+        assert!(errno::is_invalid(2014));
+        assert!(errno::is_invalid(9001));
+        assert!(errno::is_invalid(2127));
+        assert!(errno::is_auth(-1));
+        assert!(errno::is_capacity(2016));
+        for n in [2017, 2021, 1800, 2090] {
+            assert!(!errno::is_invalid(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("a secret-token b", "secret-token"), "a <redacted> b");
+        assert_eq!(redact("abc", "ab"), "abc");
+    }
+}

@@ -1,0 +1,409 @@
+//! Pod to batch script: a pure translation of the container (command, args, env, working
+//! directory, image) into the `#!/bin/bash` script a Slurm job runs, through the configured
+//! container runtime.
+//!
+//! Every value that comes from the pod is single-quoted (`'...'`, a `'` becomes `'\''`), the
+//! one quoting form in which bash interprets nothing, so any byte except NUL survives intact.
+//! Variable names that are not shell identifiers (Kubernetes allows `my.var`) cannot be
+//! `export`ed; they are passed through `env NAME=VALUE` on the command line instead.
+
+use serde::Deserialize;
+
+use super::super::rest::shell_join;
+use crate::provider::{EnvVar, ProviderError, Workload};
+
+/// How the image is run on the compute node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// No container: the command runs directly on the node (the image is ignored).
+    #[default]
+    Bare,
+    /// `apptainer exec docker://IMAGE ...` (Singularity's successor).
+    Apptainer,
+    /// NVIDIA enroot through the pyxis SPANK plugin: `srun --container-image=IMAGE ...`.
+    Enroot,
+}
+
+/// Renders the batch script for `w`. Pure: the same workload always gives the same script.
+pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderError> {
+    let invalid = |message: String| ProviderError::Invalid { message };
+    if let Some(bad) = w
+        .env
+        .iter()
+        .find(|e| e.name.is_empty() || e.name.contains(['=', '\0']) || e.value.contains('\0'))
+    {
+        return Err(invalid(format!(
+            "environment variable {:?} cannot be passed to a Slurm job (empty name, '=' or NUL)",
+            bad.name
+        )));
+    }
+    if let Some(arg) = w.command.iter().chain(&w.args).find(|a| a.contains('\0')) {
+        return Err(invalid(format!(
+            "command argument {:?} contains a NUL byte",
+            arg.replace('\0', "\\0")
+        )));
+    }
+    if w.working_dir.as_deref().is_some_and(|d| d.contains('\0')) {
+        return Err(invalid("workingDir contains a NUL byte".into()));
+    }
+    let gpus = w.gpu.as_ref().is_some_and(|g| g.count > 0);
+
+    // Later duplicates win, as in Kubernetes.
+    let mut env: Vec<&EnvVar> = Vec::new();
+    for e in &w.env {
+        env.retain(|x| x.name != e.name);
+        env.push(e);
+    }
+    let (exportable, odd): (Vec<&EnvVar>, Vec<&EnvVar>) =
+        env.into_iter().partition(|e| exportable_name(&e.name));
+
+    let mut out = String::from("#!/bin/bash\n");
+    out.push_str(&format!(
+        "# gpu-vk workload {} (pod {}/{}, container {})\n",
+        w.id,
+        comment_safe(&w.namespace),
+        comment_safe(&w.pod_name),
+        comment_safe(&w.container_name)
+    ));
+    out.push_str("set -eu\n");
+    // A container runtime is looked up before the pod's variables (PATH among them, meant for
+    // inside the container) are exported.
+    let tool = match runtime {
+        Runtime::Bare => None,
+        Runtime::Apptainer => Some((
+            "apptainer",
+            "command -v apptainer || command -v singularity",
+        )),
+        Runtime::Enroot => Some(("srun", "command -v srun")),
+    };
+    if let Some((name, lookup)) = tool {
+        out.push_str(&format!(
+            "runtime=$({lookup}) || {{ echo \"gpu-vk: {name} is not installed on $(hostname)\" >&2; exit 127; }}\n"
+        ));
+    }
+    for e in &exportable {
+        out.push_str(&format!("export {}={}\n", e.name, quote(&e.value)));
+    }
+
+    let user_words: Vec<String> = w.command.iter().chain(&w.args).cloned().collect();
+    // Names bash cannot (or must not) export go through env(1) on the command line.
+    let mut prefix: Vec<String> = Vec::new();
+    if !odd.is_empty() {
+        prefix.push("/usr/bin/env".into());
+        prefix.extend(odd.iter().map(|e| format!("{}={}", e.name, e.value)));
+    }
+    let mut words: Vec<String> = Vec::new();
+    match runtime {
+        Runtime::Bare => {
+            if w.command.is_empty() {
+                return Err(invalid(
+                    "the bare Slurm runtime runs the container's command directly, but the pod \
+                     sets no command (the image's entrypoint is unknown without a container \
+                     runtime)"
+                        .into(),
+                ));
+            }
+            if let Some(dir) = &w.working_dir {
+                out.push_str(&format!("cd {}\n", quote(dir)));
+            }
+            words.extend(user_words);
+        }
+        Runtime::Apptainer => {
+            // `run` keeps the image's entrypoint (args only); `exec` replaces it.
+            words.push(if w.command.is_empty() { "run" } else { "exec" }.into());
+            if gpus {
+                words.push("--nv".into());
+            }
+            if let Some(dir) = &w.working_dir {
+                words.push("--pwd".into());
+                words.push(dir.clone());
+            }
+            words.push(apptainer_image(&w.image));
+            words.extend(user_words);
+        }
+        Runtime::Enroot => {
+            if w.command.is_empty() {
+                return Err(invalid(
+                    "the enroot (pyxis) Slurm runtime needs the pod's command: srun does not \
+                     run an image's entrypoint"
+                        .into(),
+                ));
+            }
+            words.push("--ntasks=1".into());
+            words.push(format!("--container-image={}", pyxis_image(&w.image)));
+            if let Some(dir) = &w.working_dir {
+                words.push(format!("--container-workdir={dir}"));
+            }
+            // The pod's variables override what the image sets.
+            let names: Vec<&str> = exportable.iter().map(|e| e.name.as_str()).collect();
+            if !names.is_empty() {
+                words.push(format!("--container-env={}", names.join(",")));
+            }
+            words.extend(user_words);
+        }
+    }
+    let mut line = String::from("exec");
+    let mut push = |part: String| {
+        if !part.is_empty() {
+            line.push(' ');
+            line.push_str(&part);
+        }
+    };
+    push(shell_join(prefix.iter().map(String::as_str)));
+    if tool.is_some() {
+        push("\"$runtime\"".into());
+    }
+    push(shell_join(words.iter().map(String::as_str)));
+    out.push_str(&line);
+    out.push('\n');
+    Ok(out)
+}
+
+/// One single-quoted shell word (`''` for the empty string).
+pub fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('\'');
+    out.push_str(&value.replace('\'', r"'\''"));
+    out.push('\'');
+    out
+}
+
+/// Variables bash itself maintains, marks read-only, or reads to change its own behaviour:
+/// assigning them in the script would fail or misbehave, so they go through env(1).
+const SHELL_SPECIAL: &[&str] = &[
+    "_",
+    "CDPATH",
+    "DIRSTACK",
+    "ENV",
+    "EPOCHREALTIME",
+    "EPOCHSECONDS",
+    "EUID",
+    "FUNCNAME",
+    "GLOBIGNORE",
+    "GROUPS",
+    "HISTCMD",
+    "IFS",
+    "LINENO",
+    "OLDPWD",
+    "OPTARG",
+    "OPTIND",
+    "PIPESTATUS",
+    "POSIXLY_CORRECT",
+    "PPID",
+    "PS4",
+    "PWD",
+    "RANDOM",
+    "SECONDS",
+    "SHELLOPTS",
+    "SHLVL",
+    "SRANDOM",
+    "UID",
+];
+
+/// `[A-Za-z_][A-Za-z0-9_]*` and not special to bash: a name the script can `export`.
+fn exportable_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    let identifier = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    identifier && !name.starts_with("BASH") && !SHELL_SPECIAL.contains(&name)
+}
+
+/// Pod names are DNS labels, but a comment line must never be broken by anything.
+fn comment_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// Apptainer pulls OCI images through the `docker://` transport; explicit transports and
+/// local `.sif` files are kept as they are.
+fn apptainer_image(image: &str) -> String {
+    if image.contains("://") || image.starts_with('/') || image.ends_with(".sif") {
+        image.to_owned()
+    } else {
+        format!("docker://{image}")
+    }
+}
+
+/// Pyxis names images `[REGISTRY#]IMAGE[:TAG]`: the registry host is separated by `#`, not
+/// `/` (`ghcr.io/acme/train:1` becomes `ghcr.io#acme/train:1`; Docker Hub names stay).
+fn pyxis_image(image: &str) -> String {
+    let image = image.strip_prefix("docker://").unwrap_or(image);
+    if image.contains('#') {
+        return image.to_owned();
+    }
+    match image.split_once('/') {
+        Some((host, rest)) if host.contains('.') || host.contains(':') || host == "localhost" => {
+            format!("{host}#{rest}")
+        }
+        _ => image.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::naming::Owner;
+    use crate::provider::GpuRequest;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn workload() -> Workload {
+        Workload {
+            id: Owner::new("cluster-a", "vk-node")
+                .workload_id("8f1c6a2e-1b7d-4f6e-9a41-0c2d3e4f5a6b")
+                .unwrap(),
+            namespace: "ml".into(),
+            pod_name: "train-0".into(),
+            container_name: "main".into(),
+            image: "ghcr.io/acme/train:1.2".into(),
+            command: vec!["python".into(), "-m".into(), "train".into()],
+            args: vec!["--name".into(), "it's big".into(), "$HOME".into()],
+            working_dir: Some("/work dir".into()),
+            env: vec![
+                EnvVar {
+                    name: "MODE".into(),
+                    value: "fast".into(),
+                },
+                EnvVar {
+                    name: "QUOTE".into(),
+                    value: "a'b\"c $(rm -rf /) `x`\nline2".into(),
+                },
+                EnvVar {
+                    name: "my.dotted".into(),
+                    value: "v".into(),
+                },
+                EnvVar {
+                    name: "MODE".into(),
+                    value: "slow".into(),
+                },
+            ],
+            gpu: Some(GpuRequest {
+                gpu_type: None,
+                count: 2,
+            }),
+            cpu_millis: None,
+            memory_bytes: None,
+            ports: vec![],
+            options: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn bare_script() {
+        insta::assert_snapshot!("bare", batch_script(&workload(), Runtime::Bare).unwrap());
+    }
+
+    #[test]
+    fn apptainer_script() {
+        insta::assert_snapshot!(
+            "apptainer",
+            batch_script(&workload(), Runtime::Apptainer).unwrap()
+        );
+        let mut w = workload();
+        w.command.clear();
+        w.working_dir = None;
+        w.gpu = None;
+        insta::assert_snapshot!(
+            "apptainer_entrypoint",
+            batch_script(&w, Runtime::Apptainer).unwrap()
+        );
+    }
+
+    #[test]
+    fn enroot_script() {
+        insta::assert_snapshot!(
+            "enroot",
+            batch_script(&workload(), Runtime::Enroot).unwrap()
+        );
+    }
+
+    #[test]
+    fn refuses_what_cannot_run() {
+        let mut w = workload();
+        w.command.clear();
+        assert!(matches!(
+            batch_script(&w, Runtime::Bare),
+            Err(ProviderError::Invalid { .. })
+        ));
+        assert!(matches!(
+            batch_script(&w, Runtime::Enroot),
+            Err(ProviderError::Invalid { .. })
+        ));
+        let mut w = workload();
+        w.env.push(EnvVar {
+            name: "NUL".into(),
+            value: "a\0b".into(),
+        });
+        assert!(matches!(
+            batch_script(&w, Runtime::Bare),
+            Err(ProviderError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn image_names_per_runtime() {
+        assert_eq!(pyxis_image("ghcr.io/acme/train:1"), "ghcr.io#acme/train:1");
+        assert_eq!(pyxis_image("localhost:5000/x"), "localhost:5000#x");
+        assert_eq!(pyxis_image("ubuntu:22.04"), "ubuntu:22.04");
+        assert_eq!(pyxis_image("nvidia/cuda:12"), "nvidia/cuda:12");
+        assert_eq!(
+            pyxis_image("nvcr.io#nvidia/pytorch"),
+            "nvcr.io#nvidia/pytorch"
+        );
+        assert_eq!(apptainer_image("ubuntu"), "docker://ubuntu");
+        assert_eq!(apptainer_image("/images/x.sif"), "/images/x.sif");
+        assert_eq!(apptainer_image("oras://r/x"), "oras://r/x");
+    }
+
+    /// Runs the whole script with bash in an empty environment and returns its output.
+    fn run_bash(script: &str) -> Vec<u8> {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env_clear()
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn env_values_survive_bash(value in "[^\u{0}]{0,40}", name in "[A-Za-z_][A-Za-z0-9_.-]{0,12}") {
+            let mut w = workload();
+            w.command = vec!["/usr/bin/printenv".into(), name.clone()];
+            w.args.clear();
+            w.working_dir = None;
+            w.env = vec![EnvVar { name: name.clone(), value: value.clone() }];
+            let script = batch_script(&w, Runtime::Bare).unwrap();
+            let got = run_bash(&script);
+            prop_assert_eq!(got, format!("{value}\n").into_bytes(), "{}", script);
+        }
+
+        #[test]
+        fn arguments_survive_bash(args in proptest::collection::vec("[^\u{0}]{0,20}", 0..5)) {
+            let mut w = workload();
+            w.command = vec!["printf".into(), "%s\\0".into()];
+            w.args = args.clone();
+            w.working_dir = None;
+            w.env.clear();
+            let script = batch_script(&w, Runtime::Bare).unwrap();
+            let expected: Vec<u8> = if args.is_empty() {
+                b"\0".to_vec()
+            } else {
+                args.iter().flat_map(|a| a.bytes().chain([0])).collect()
+            };
+            prop_assert_eq!(run_bash(&script), expected);
+        }
+    }
+}

@@ -1,0 +1,346 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Integration tests of the Slurm adapter against a real slurmrestd (Slurm 22.05, dialect
+//! v0.0.38) started by `scripts/slurm/up`. The env file it writes is found through
+//! `SLURM_ENV_FILE` (`make test` sets it); without it these tests fail, on purpose, with a
+//! message saying how to start Slurm: they must never pass without having run.
+//!
+//! The cluster is one node with 2 CPUs and 2 fake GPUs, so the tests take turns.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use vk::naming::{Owner, WorkloadId};
+use vk::provider::{
+    EnvVar, FailureReason, GpuRequest, LogOptions, Observed, Provider, ProviderError, Workload,
+    WorkloadState,
+};
+use vk::providers::slurm::{Dialect, Slurm, SlurmConfig};
+
+/// One job at a time on the single small node.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Env {
+    url: String,
+    user: String,
+    token_file: PathBuf,
+    output_dir: PathBuf,
+    partition: String,
+    slurm_conf: String,
+}
+
+fn env() -> Env {
+    let path = std::env::var("SLURM_ENV_FILE").unwrap_or_else(|_| {
+        panic!(
+            "SLURM_ENV_FILE is not set: these tests need a real Slurm. Start one with \
+             `scripts/slurm/up` (it prints the env file's path) and run \
+             `SLURM_ENV_FILE=<that path> cargo test -p vk --test slurm_real`, or run `make test`."
+        )
+    });
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("cannot read SLURM_ENV_FILE {path}: {e}; run `scripts/slurm/up` first")
+    });
+    let vars: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let get = |k: &str| {
+        vars.get(k)
+            .cloned()
+            .unwrap_or_else(|| panic!("{path} has no {k}; re-run `scripts/slurm/up`"))
+    };
+    Env {
+        url: get("SLURM_REST_URL"),
+        user: get("SLURM_USER"),
+        token_file: PathBuf::from(get("SLURM_TOKEN_FILE")),
+        output_dir: PathBuf::from(get("SLURM_OUTPUT_DIR")),
+        partition: get("SLURM_PARTITION"),
+        slurm_conf: get("SLURM_CONF"),
+    }
+}
+
+fn owner() -> Owner {
+    Owner::new("slurm-real-test", "vk-node")
+}
+
+fn config(env: &Env) -> SlurmConfig {
+    SlurmConfig {
+        base_url: env.url.clone(),
+        dialect: Dialect::V0038,
+        user_name: env.user.clone(),
+        token_file: Some(env.token_file.clone()),
+        partition: Some(env.partition.clone()),
+        default_time_limit_minutes: Some(10),
+        output_dir: Some(env.output_dir.clone()),
+        max_gpus_per_workload: 64,
+        request_timeout_secs: 20,
+        ..SlurmConfig::default()
+    }
+}
+
+fn adapter(env: &Env) -> Slurm {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Slurm::new("slurm".into(), config(env), owner()).expect("adapter builds")
+}
+
+fn workload(script: &str) -> Workload {
+    let uid = uuid::Uuid::new_v4().to_string();
+    Workload {
+        id: owner().workload_id(&uid).unwrap(),
+        namespace: "default".into(),
+        pod_name: "slurm-real".into(),
+        container_name: "main".into(),
+        image: "busybox".into(),
+        command: vec!["/bin/bash".into(), "-c".into(), script.into()],
+        args: vec![],
+        working_dir: Some("/tmp".into()),
+        env: vec![EnvVar {
+            name: "GREETING".into(),
+            value: "it's \"quoted\" $HOME".into(),
+        }],
+        gpu: None,
+        cpu_millis: None,
+        memory_bytes: None,
+        ports: vec![],
+        options: BTreeMap::new(),
+    }
+}
+
+/// Polls `list()` until the workload satisfies `done` (or the deadline passes).
+async fn wait_for(
+    slurm: &Slurm,
+    id: &WorkloadId,
+    what: &str,
+    done: impl Fn(&Observed) -> bool,
+) -> Observed {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = None;
+    while Instant::now() < deadline {
+        let listed = slurm.list().await.expect("list works");
+        if let Some(o) = listed.into_iter().find(|o| &o.id == id) {
+            if done(&o) {
+                return o;
+            }
+            last = Some(o);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("workload {id} did not become {what} in 90 s; last seen: {last:?}");
+}
+
+fn scancel(env: &Env, job_id: &str) {
+    let out = std::process::Command::new("scancel")
+        .arg(job_id)
+        .env("SLURM_CONF", &env.slurm_conf)
+        .output()
+        .expect("scancel runs");
+    assert!(
+        out.status.success(),
+        "scancel {job_id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn squeue_names(env: &Env) -> String {
+    let out = std::process::Command::new("squeue")
+        .args(["-h", "-o", "%j %T"])
+        .env("SLURM_CONF", &env.slurm_conf)
+        .output()
+        .expect("squeue runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_command_runs_and_its_exit_code_and_output_come_back() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("echo \"hello $GREETING\"; echo to-stderr >&2; exit 3");
+    slurm.create(&w).await.expect("submitted");
+
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    assert_eq!(
+        o.state,
+        WorkloadState::Failed {
+            exit_code: 3,
+            reason: FailureReason::Error
+        },
+        "{o:?}"
+    );
+    assert!(o.started_at.is_some() && o.finished_at.is_some(), "{o:?}");
+
+    let mut stream = slurm.logs(&o.provider_id, &LogOptions::default()).await.unwrap();
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.contains("hello it's \"quoted\" $HOME\n"),
+        "stdout of the job, env quoted safely: {text:?}"
+    );
+    assert!(text.contains("to-stderr\n"), "stderr is in the log too: {text:?}");
+    let tail = slurm
+        .logs(
+            &o.provider_id,
+            &LogOptions {
+                tail_lines: Some(1),
+                ..LogOptions::default()
+            },
+        )
+        .await
+        .unwrap()
+        .next()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&tail[..], b"to-stderr\n");
+    slurm.delete(&o.provider_id).await.expect("deleting a finished job is fine");
+}
+
+#[tokio::test]
+async fn a_successful_command_succeeds() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("test \"$GREETING\" = \"it's \\\"quoted\\\" \\$HOME\"");
+    slurm.create(&w).await.expect("submitted");
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    assert_eq!(o.state, WorkloadState::Succeeded, "{o:?}");
+}
+
+#[tokio::test]
+async fn delete_cancels_a_running_job() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("echo started; sleep 300");
+    slurm.create(&w).await.expect("submitted");
+    let running = wait_for(&slurm, &w.id, "running", |o| o.state == WorkloadState::Running).await;
+
+    slurm.delete(&running.provider_id).await.expect("cancelled");
+    let o = wait_for(&slurm, &w.id, "cancelled", |o| o.state.is_terminal()).await;
+    assert!(
+        matches!(o.state, WorkloadState::Failed { reason: FailureReason::Evicted, .. }),
+        "a cancelled job is no longer running: {o:?}"
+    );
+    assert!(
+        !squeue_names(&env).contains(w.id.as_str()),
+        "the job left the queue"
+    );
+    // Deleting again is harmless.
+    match slurm.delete(&running.provider_id).await {
+        Ok(()) | Err(ProviderError::NotFound) => {}
+        Err(e) => panic!("second delete: {e:?}"),
+    }
+    // A job Slurm never had is NotFound.
+    assert_eq!(slurm.delete("987654").await, Err(ProviderError::NotFound));
+}
+
+#[tokio::test]
+async fn a_job_cancelled_with_scancel_is_evicted() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("sleep 300");
+    slurm.create(&w).await.expect("submitted");
+    let running = wait_for(&slurm, &w.id, "running", |o| o.state == WorkloadState::Running).await;
+
+    scancel(&env, &running.provider_id);
+    let o = wait_for(&slurm, &w.id, "cancelled", |o| o.state.is_terminal()).await;
+    assert_eq!(
+        o.state,
+        WorkloadState::Failed {
+            exit_code: 143,
+            reason: FailureReason::Evicted
+        },
+        "{o:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_requeued_job_counts_a_provider_restart() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("sleep 300");
+    slurm.create(&w).await.expect("submitted");
+    let running = wait_for(&slurm, &w.id, "running", |o| o.state == WorkloadState::Running).await;
+    let out = std::process::Command::new("scontrol")
+        .args(["requeue", &running.provider_id])
+        .env("SLURM_CONF", &env.slurm_conf)
+        .output()
+        .expect("scontrol runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let o = wait_for(&slurm, &w.id, "requeued", |o| o.provider_restarts == 1).await;
+    assert!(
+        matches!(o.state, WorkloadState::Queued { .. }),
+        "a requeued job waits again: {o:?}"
+    );
+    slurm.delete(&o.provider_id).await.expect("cancelled");
+}
+
+#[tokio::test]
+async fn an_impossible_gpu_count_is_invalid_and_leaves_no_job_behind() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let mut w = workload("nvidia-smi");
+    w.gpu = Some(GpuRequest {
+        gpu_type: None,
+        count: 16,
+    });
+    let err = slurm.create(&w).await.unwrap_err();
+    match &err {
+        ProviderError::Invalid { message } => assert!(
+            message.contains("Requested node configuration is not available"),
+            "Slurm's reason reaches the pod: {message}"
+        ),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    // 22.05 records the refused job as FAILED (BadConstraints); nothing may be left queued or
+    // running.
+    let listed = slurm.list().await.unwrap();
+    for o in listed.iter().filter(|o| o.id == w.id) {
+        assert!(o.state.is_terminal(), "left behind: {o:?}");
+    }
+    assert!(!squeue_names(&env).contains(w.id.as_str()));
+
+    // A possible GPU count runs, with the fake GPUs allocated.
+    let mut w = workload("echo gpus=$SLURM_GPUS_ON_NODE");
+    w.gpu = Some(GpuRequest {
+        gpu_type: None,
+        count: 2,
+    });
+    slurm.create(&w).await.expect("2 GPUs fit the node");
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    assert_eq!(o.state, WorkloadState::Succeeded, "{o:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_an_auth_error_and_recovers_once_fixed() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(format!("vk-slurm-real-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "SLURM_JWT=not.a.valid-token\n").unwrap();
+    let mut cfg = config(&env);
+    cfg.token_file = Some(file.clone());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let slurm = Slurm::new("slurm".into(), cfg, owner()).unwrap();
+
+    match slurm.list().await {
+        Err(ProviderError::Auth { message }) => {
+            assert!(message.contains(&file.display().to_string()), "{message}")
+        }
+        other => panic!("expected Auth, got {other:?}"),
+    }
+    // The operator fixes the token file; the same adapter recovers.
+    std::fs::copy(&env.token_file, &file).unwrap();
+    slurm.list().await.expect("works with the renewed token");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
