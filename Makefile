@@ -20,7 +20,7 @@ CARGO ?= cargo
 .PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo bench
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 deps: ## install what the build and the testbed need (apt packages, rust components, control plane)
 	@scripts/testbed/deps

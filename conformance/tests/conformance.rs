@@ -936,6 +936,13 @@ fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let providers = std::env::var("CONFORMANCE_PROVIDERS").unwrap_or_else(|_| "runpod,vast".into());
+    // CONFORMANCE_FEATURES=deletion,status runs only those feature files.
+    let only: Option<Vec<String>> = std::env::var("CONFORMANCE_FEATURES").ok().map(|l| {
+        l.split(',')
+            .map(|f| f.trim().to_owned())
+            .filter(|f| !f.is_empty())
+            .collect()
+    });
     let report_dir = repo_root().join("target/conformance");
     std::fs::create_dir_all(&report_dir).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -974,11 +981,22 @@ fn main() {
             let (re, step) = capability_step(cap);
             cucumber = cucumber.given(re, step);
         }
-        let result = rt.block_on(
-            cucumber
-                .with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default())
-                .run(repo_root().join("features")),
-        );
+        let cucumber =
+            cucumber.with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default());
+        let only = only.clone();
+        let result = rt.block_on(cucumber.filter_run(
+            repo_root().join("features"),
+            move |feature, _rule, _scenario| {
+                let stem = feature
+                    .path
+                    .as_ref()
+                    .and_then(|p| p.file_stem())
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                only.as_ref().is_none_or(|o| o.contains(&stem))
+            },
+        ));
         if result.execution_has_failed() {
             failed.push(p.to_owned());
         }

@@ -172,7 +172,10 @@ async fn a_command_runs_and_its_exit_code_and_output_come_back() {
     );
     assert!(o.started_at.is_some() && o.finished_at.is_some(), "{o:?}");
 
-    let mut stream = slurm.logs(&o.provider_id, &LogOptions::default()).await.unwrap();
+    let mut stream = slurm
+        .logs(&o.provider_id, &LogOptions::default())
+        .await
+        .unwrap();
     let mut text = Vec::new();
     while let Some(chunk) = stream.next().await {
         text.extend_from_slice(&chunk.unwrap());
@@ -182,7 +185,10 @@ async fn a_command_runs_and_its_exit_code_and_output_come_back() {
         text.contains("hello it's \"quoted\" $HOME\n"),
         "stdout of the job, env quoted safely: {text:?}"
     );
-    assert!(text.contains("to-stderr\n"), "stderr is in the log too: {text:?}");
+    assert!(
+        text.contains("to-stderr\n"),
+        "stderr is in the log too: {text:?}"
+    );
     let tail = slurm
         .logs(
             &o.provider_id,
@@ -198,7 +204,10 @@ async fn a_command_runs_and_its_exit_code_and_output_come_back() {
         .unwrap()
         .unwrap();
     assert_eq!(&tail[..], b"to-stderr\n");
-    slurm.delete(&o.provider_id).await.expect("deleting a finished job is fine");
+    slurm
+        .delete(&o.provider_id)
+        .await
+        .expect("deleting a finished job is fine");
 }
 
 #[tokio::test]
@@ -219,12 +228,21 @@ async fn delete_cancels_a_running_job() {
     let slurm = adapter(&env);
     let w = workload("echo started; sleep 300");
     slurm.create(&w).await.expect("submitted");
-    let running = wait_for(&slurm, &w.id, "running", |o| o.state == WorkloadState::Running).await;
+    let running = wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
 
     slurm.delete(&running.provider_id).await.expect("cancelled");
     let o = wait_for(&slurm, &w.id, "cancelled", |o| o.state.is_terminal()).await;
     assert!(
-        matches!(o.state, WorkloadState::Failed { reason: FailureReason::Evicted, .. }),
+        matches!(
+            o.state,
+            WorkloadState::Failed {
+                reason: FailureReason::Evicted,
+                ..
+            }
+        ),
         "a cancelled job is no longer running: {o:?}"
     );
     assert!(
@@ -247,7 +265,10 @@ async fn a_job_cancelled_with_scancel_is_evicted() {
     let slurm = adapter(&env);
     let w = workload("sleep 300");
     slurm.create(&w).await.expect("submitted");
-    let running = wait_for(&slurm, &w.id, "running", |o| o.state == WorkloadState::Running).await;
+    let running = wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
 
     scancel(&env, &running.provider_id);
     let o = wait_for(&slurm, &w.id, "cancelled", |o| o.state.is_terminal()).await;
@@ -268,17 +289,31 @@ async fn a_requeued_job_counts_a_provider_restart() {
     let slurm = adapter(&env);
     let w = workload("sleep 300");
     slurm.create(&w).await.expect("submitted");
-    let running = wait_for(&slurm, &w.id, "running", |o| o.state == WorkloadState::Running).await;
+    let running = wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
     let out = std::process::Command::new("scontrol")
         .args(["requeue", &running.provider_id])
         .env("SLURM_CONF", &env.slurm_conf)
         .output()
         .expect("scontrol runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let o = wait_for(&slurm, &w.id, "requeued", |o| o.provider_restarts == 1).await;
     assert!(
-        matches!(o.state, WorkloadState::Queued { .. }),
-        "a requeued job waits again: {o:?}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // While its processes end, the job still reports COMPLETING (Running); then it waits
+    // again (PENDING, reason BeginTime) with its restart counted.
+    let o = wait_for(&slurm, &w.id, "requeued", |o| {
+        o.provider_restarts == 1 && matches!(o.state, WorkloadState::Queued { .. })
+    })
+    .await;
+    assert_eq!(
+        o.state,
+        WorkloadState::Queued {
+            reason: Some("BeginTime".into())
+        }
     );
     slurm.delete(&o.provider_id).await.expect("cancelled");
 }

@@ -9,6 +9,9 @@
 //!   keyFile: /etc/gpu-vk/tls/tls.key      # PEM private key (PKCS#8, PKCS#1 or SEC1)
 //!   clientCaFile: /etc/kubernetes/ca.crt  # CA bundle client certificates are verified against
 //!   clientCaFromCluster: true             # default; see below
+//!   csr: false                            # or: request the certificate from the cluster
+//!   csrAutoApprove: false                 # approve our own CSR (see `super::csr`)
+//!   csrExpirationSeconds: 31536000        # optional, the signer may cap it
 //! anonymousAuth: false                    # default
 //! ```
 //!
@@ -18,7 +21,9 @@
 //!   kubelet-serving CSR renewal can rotate it in place. Without them a self-signed
 //!   certificate (ECDSA P-256, valid one year, SANs: the node name and `internalIp`) is
 //!   generated at each start, as the kubelet does without `--tls-cert-file`; API servers
-//!   started without `--kubelet-certificate-authority` accept it.
+//!   started without `--kubelet-certificate-authority` accept it. With `csr: true` that
+//!   self-signed certificate is only served until the cluster issued one through a
+//!   `kubernetes.io/kubelet-serving` CSR, which is renewed before expiry ([`super::csr`]).
 //! - **Client certificates** are verified against `clientCaFile`. Without it, and unless
 //!   `clientCaFromCluster: false`, the VK reads the API server's client CA from the
 //!   `kube-system/extension-apiserver-authentication` ConfigMap (key `client-ca-file`), the
