@@ -83,6 +83,8 @@ pub struct Framework {
     slots: Vec<ProviderSlot>,
     pods: RwLock<HashMap<String, Arc<Pod>>>,
     pods_synced: AtomicBool,
+    /// UIDs of pods seen deleted whose workloads may still need deleting.
+    gone: RwLock<HashSet<String>>,
     ready: watch::Sender<bool>,
     recent: RwLock<Recent>,
     queue: Queue,
@@ -127,6 +129,7 @@ impl Framework {
             slots,
             pods: RwLock::default(),
             pods_synced: AtomicBool::new(false),
+            gone: RwLock::default(),
             ready: watch::channel(false).0,
             recent: RwLock::default(),
             queue: Queue::new(),
@@ -253,6 +256,7 @@ impl Framework {
                 watcher::Event::InitDone => {
                     let new = buffer.take().unwrap_or_default();
                     let old = std::mem::replace(&mut *write(&self.pods), new.clone());
+                    write(&self.gone).extend(old.keys().filter(|u| !new.contains_key(*u)).cloned());
                     for uid in old.keys().chain(new.keys()) {
                         self.queue.add(uid);
                     }
@@ -272,6 +276,7 @@ impl Framework {
                 watcher::Event::Delete(p) => {
                     if let Some(uid) = p.metadata.uid.clone() {
                         write(&self.pods).remove(&uid);
+                        write(&self.gone).insert(uid.clone());
                         self.queue.add(&uid);
                     }
                 }
@@ -414,8 +419,14 @@ impl Framework {
     async fn reconcile(&self, uid: &str) -> Result<Option<Duration>, Error> {
         let pod = read(&self.pods).get(uid).cloned();
         let Some(pod) = pod else {
-            // The pod is gone from the API: its workloads go too.
-            self.delete_workloads(uid, None).await?;
+            // A pod we saw deleted: its workloads go now. A workload whose pod this process
+            // never saw is left to the garbage collector and its grace window.
+            if read(&self.gone).contains(uid) {
+                self.delete_workloads(uid, None).await?;
+                if self.find(uid).is_none() {
+                    write(&self.gone).remove(uid);
+                }
+            }
             return Ok(None);
         };
         if pod.metadata.deletion_timestamp.is_some() {
