@@ -14,10 +14,12 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/gpu-vk/cargo-target
 export CARGO_TERM_COLOR ?= never
 # Toolchains in their usual places, also when the caller's PATH is minimal.
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
+# Env file of the real Slurm the Slurm adapter's tests use (written by scripts/slurm/up).
+export SLURM_ENV_FILE ?= $(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-vk)/slurm/env
 
 CARGO ?= cargo
 
-.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo bench
+.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo bench slurm-up slurm-down
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,8 +43,14 @@ testbed-up: ## start a local control plane; prints `export KUBECONFIG=...` (use 
 testbed-down: ## stop the testbed and remove its state (KEEP=1 keeps logs and data)
 	@scripts/testbed/down
 
-test: deps lint ## everything CI runs: lint, then cargo test against a fresh testbed named "test"
+test: deps lint slurm-up ## everything CI runs: lint, then cargo test against a fresh testbed named "test"
 	@TESTBED_NAME=test scripts/testbed/with $(CARGO) test --workspace --no-fail-fast
+
+slurm-up: ## start (or reuse) a real single-node Slurm with slurmrestd on 127.0.0.1 (scripts/slurm/up)
+	@scripts/slurm/up >/dev/null
+
+slurm-down: ## stop the Slurm started by slurm-up and remove its state (KEEP=1 keeps it)
+	@scripts/slurm/down
 
 e2e: deps ## the conformance suite against a fresh testbed (KIND=1: a kind cluster, needs Docker)
 	@TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance
@@ -50,6 +58,5 @@ e2e: deps ## the conformance suite against a fresh testbed (KIND=1: a kind clust
 demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload
 	@scripts/demo
 
-bench: ## benchmarks (scripts/bench)
-	@if [ -x scripts/bench ]; then scripts/bench; \
-	else echo "make bench: no benchmarks yet (scripts/bench does not exist)" >&2; exit 1; fi
+bench: ## VK benchmark on a dedicated testbed -> target/bench/report.{json,md} (BENCH_ARGS="--quick")
+	@scripts/bench $(BENCH_ARGS)

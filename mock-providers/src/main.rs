@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
-use mock_providers::{EmulatorConfig, ExecutionMode, GpuStock, parse_gpus, runpod, spawn_on, vast};
+use mock_providers::{
+    EmulatorConfig, ExecutionMode, GpuStock, parse_gpus, runpod, slurm, spawn_on, vast,
+};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -26,6 +28,22 @@ struct Args {
     /// Serve the Vast.ai emulator on this address, e.g. 127.0.0.1:9002.
     #[arg(long, value_name = "ADDR")]
     vast: Option<SocketAddr>,
+    /// Serve the slurmrestd emulator on this address, e.g. 127.0.0.1:6820 (the API key is the
+    /// JWT it accepts in X-SLURM-USER-TOKEN).
+    #[arg(long, value_name = "ADDR")]
+    slurm: Option<SocketAddr>,
+    /// slurmrestd plugin versions the Slurm emulator serves (v0.0.38, v0.0.41).
+    #[arg(long, value_name = "LIST", default_value = "v0.0.38,v0.0.41")]
+    slurm_dialects: String,
+    /// The Slurm user the token belongs to (X-SLURM-USER-NAME).
+    #[arg(long, default_value = "vkslurm")]
+    slurm_user: String,
+    /// Nodes of the emulated Slurm cluster.
+    #[arg(long, default_value_t = 4)]
+    slurm_nodes: u32,
+    /// GPUs per node of the emulated Slurm cluster.
+    #[arg(long, default_value_t = 8)]
+    slurm_gpus_per_node: u32,
     /// The API key the emulators accept (Authorization: Bearer <key>).
     #[arg(long, env = "MOCK_API_KEY", hide_env_values = true)]
     api_key: String,
@@ -91,8 +109,8 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    if args.runpod.is_none() && args.vast.is_none() {
-        bail!("nothing to serve: give --runpod ADDR and/or --vast ADDR");
+    if args.runpod.is_none() && args.vast.is_none() && args.slurm.is_none() {
+        bail!("nothing to serve: give --runpod ADDR, --vast ADDR and/or --slurm ADDR");
     }
     if args.api_key.is_empty() {
         bail!("the API key must not be empty");
@@ -105,7 +123,7 @@ async fn main() -> anyhow::Result<()> {
         },
     };
     if args.mode == Mode::Process && !args.allow_non_loopback {
-        for addr in [args.runpod, args.vast].into_iter().flatten() {
+        for addr in [args.runpod, args.vast, args.slurm].into_iter().flatten() {
             if !addr.ip().is_loopback() {
                 bail!(
                     "refusing to bind {addr} in process mode: the API runs commands it is sent; \
@@ -143,6 +161,30 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(provider = "vast", %bound, base_url = %format!("http://{bound}"), "emulator listening");
         servers.push(handle);
     }
+    let mut slurm_emulators = Vec::new();
+    if let Some(addr) = args.slurm {
+        let dialects = args
+            .slurm_dialects
+            .split(',')
+            .map(|d| {
+                slurm::Dialect::parse(d)
+                    .with_context(|| format!("unknown Slurm dialect {d:?} (v0.0.38, v0.0.41)"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let cfg = slurm::SlurmConfig {
+            dialects,
+            ..slurm::SlurmConfig::new(args.api_key.clone(), args.slurm_user.clone())
+                .with_mode(config.mode.clone())
+                .with_cluster(args.slurm_nodes, args.slurm_gpus_per_node)
+        };
+        let state = slurm::State::new(cfg);
+        slurm_emulators.push(state.emulator().clone());
+        let (bound, handle) = spawn_on(addr, slurm::router(state))
+            .await
+            .with_context(|| format!("failed to bind the Slurm emulator on {addr}"))?;
+        tracing::info!(provider = "slurm", %bound, base_url = %format!("http://{bound}"), "emulator listening");
+        servers.push(handle);
+    }
     tracing::info!(
         mode = ?args.mode,
         gpus = ?config.inventory,
@@ -157,6 +199,9 @@ async fn main() -> anyhow::Result<()> {
     // Kill every child process group before the runtime goes away.
     for engine in engines {
         engine.reset();
+    }
+    for emulator in slurm_emulators {
+        emulator.lock().jobs.reset();
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     Ok(())

@@ -112,10 +112,34 @@ struct Scenario {
 }
 
 impl Scenario {
+    /// On the RunPod emulator (no log API), its workload reporting `usage`.
     async fn start(usage: Value) -> Self {
-        let c = client().await;
         let rp = Emulator::runpod(ExecutionMode::simulated(200, 200, None), gpus()).await;
-        let vk = Vk::start(&[("runpod", &rp)], VkOptions::default()).await;
+        let s = Self::start_on(rp).await;
+        let id = s.workload_id().await;
+        s.rp.admin_post(&format!("/workloads/{id}/usage"), usage)
+            .await;
+        s
+    }
+
+    /// The emulator's id of the pod's workload.
+    async fn workload_id(&self) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.c.clone(), &self.ns);
+        let uid = uid(&pods.get(&self.pod).await.unwrap());
+        wait_for(Duration::from_secs(10), "emulator workload", || async {
+            let w = self.rp.workloads_of(&uid).await.into_iter().next()?;
+            match &w["id"] {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            }
+        })
+        .await
+    }
+
+    async fn start_on(rp: Emulator) -> Self {
+        let c = client().await;
+        let vk = Vk::start(&[(rp.kind, &rp)], VkOptions::default()).await;
         let ns = namespace(&c, "kubelet-api").await;
         let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
         pods.create(&PostParams::default(), &gpu_pod("train", &vk.node, 1, &[]))
@@ -129,14 +153,7 @@ impl Scenario {
                 .filter(|p| phase(p) == "Running")
         })
         .await;
-        let uid = uid(&running);
-        let id = wait_for(Duration::from_secs(10), "emulator workload", || async {
-            let w = rp.workloads_of(&uid).await.into_iter().next()?;
-            w["id"].as_str().map(str::to_owned)
-        })
-        .await;
-        rp.admin_post(&format!("/workloads/{id}/usage"), usage)
-            .await;
+        assert_eq!(running.metadata.name.as_deref(), Some("train"));
         Self {
             c,
             rp,
@@ -480,4 +497,49 @@ async fn serving_certificate_from_a_kubelet_serving_csr() {
     let _ = Api::<Node>::all(c.clone())
         .delete(&node, &Default::default())
         .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Logs from a provider with a log API (the Vast emulator), through the API server as
+/// `kubectl logs` gets them, with `--tail` and `--limit-bytes`.
+#[tokio::test]
+async fn logs_stream_from_a_provider_with_logs() {
+    let vast = Emulator::vast(ExecutionMode::simulated(200, 200, None), gpus()).await;
+    let s = Scenario::start_on(vast).await;
+    let id = s.workload_id().await;
+    s.rp.admin_post(
+        &format!("/workloads/{id}/logs"),
+        json!({"lines": ["epoch 1 loss 0.9", "epoch 2 loss 0.5", "epoch 3 loss 0.2"]}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(s.c.clone(), &s.ns);
+    let all = wait_for(Duration::from_secs(30), "logs", || async {
+        let text = pods.logs(&s.pod, &LogParams::default()).await.ok()?;
+        text.contains("epoch 3").then_some(text)
+    })
+    .await;
+    assert!(all.contains("epoch 1 loss 0.9\n"), "{all}");
+    let tail = pods
+        .logs(
+            &s.pod,
+            &LogParams {
+                tail_lines: Some(2),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(tail, "epoch 2 loss 0.5\nepoch 3 loss 0.2\n");
+    let cut = pods
+        .logs(
+            &s.pod,
+            &LogParams {
+                limit_bytes: Some(7),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut.len(), 7, "{cut:?}");
+    s.finish().await;
 }

@@ -1,0 +1,127 @@
+//! Process mode of the Slurm emulator: a job that reaches RUNNING runs its batch script with
+//! bash on this machine, stdout and stderr appended to the job's output file, as slurmd would
+//! (without changing user). The exit status is reported back as Slurm's raw wait status.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::Weak;
+
+use tokio::sync::oneshot;
+
+use super::Emulator;
+use super::jobs::Launch;
+
+/// Starts `launch` on the current runtime (a no-op without one).
+pub(crate) fn spawn(emulator: Weak<Emulator>, launch: Launch) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(run(emulator, launch));
+    }
+}
+
+async fn run(emulator: Weak<Emulator>, launch: Launch) {
+    let Launch {
+        job_id,
+        generation,
+        script,
+        env,
+        cwd,
+        output,
+    } = launch;
+    let fail = |raw: i64| {
+        if let Some(e) = emulator.upgrade() {
+            e.proc_exited(job_id, generation, raw);
+        }
+    };
+    let script_path = std::env::temp_dir().join(format!(
+        "mock-slurm-{}-{job_id}-{generation}.sh",
+        std::process::id()
+    ));
+    if std::fs::write(&script_path, &script).is_err() {
+        return fail(1 << 8);
+    }
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&output);
+    let (stdout, stderr) = match out.and_then(|f| Ok((f.try_clone()?, f))) {
+        Ok((a, b)) => (Stdio::from(a), Stdio::from(b)),
+        Err(_) => {
+            let _ = std::fs::remove_file(&script_path);
+            return fail(1 << 8);
+        }
+    };
+    let dir = if std::path::Path::new(&cwd).is_dir() {
+        cwd
+    } else {
+        std::env::temp_dir().to_string_lossy().into_owned()
+    };
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg(&script_path)
+        .env_clear()
+        .envs(&env)
+        .env("SLURM_JOB_ID", job_id.to_string())
+        .env("SLURM_JOBID", job_id.to_string())
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(true);
+    if !env.contains_key("PATH") {
+        cmd.env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        );
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(_) => {
+            let _ = std::fs::remove_file(&script_path);
+            return fail(1 << 8);
+        }
+    };
+    let pid = child.id();
+    let (kill_tx, kill_rx) = oneshot::channel();
+    let current = emulator
+        .upgrade()
+        .is_some_and(|e| e.proc_started(job_id, generation, pid, kill_tx));
+    if !current {
+        kill_group(pid).await;
+        let _ = child.kill().await;
+        let _ = std::fs::remove_file(&script_path);
+        return;
+    }
+    let status = tokio::select! {
+        s = child.wait() => s.ok(),
+        _ = kill_rx => {
+            kill_group(pid).await;
+            let _ = child.kill().await;
+            None
+        }
+    };
+    let _ = std::fs::remove_file(&script_path);
+    if let Some(status) = status {
+        let raw = match (status.code(), status.signal()) {
+            (Some(code), _) => i64::from(code & 0xff) << 8,
+            (None, Some(sig)) => i64::from(sig),
+            (None, None) => 1 << 8,
+        };
+        fail(raw);
+    }
+}
+
+/// SIGTERM, then SIGKILL, to the job's process group.
+async fn kill_group(pid: Option<u32>) {
+    let Some(pid) = pid else {
+        return;
+    };
+    for sig in ["TERM", "KILL"] {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-s", sig, "--", &format!("-{pid}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+    }
+}
