@@ -19,7 +19,7 @@ export SLURM_ENV_FILE ?= $(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)
 
 CARGO ?= cargo
 
-.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo bench slurm-up slurm-down
+.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo demo-stop bench slurm-up slurm-down
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ e2e: deps ## the conformance suite against a fresh testbed (KIND=1: a kind clust
 
 demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload
 	@scripts/demo
+
+demo-stop: ## stop what `make demo` started
+	@scripts/demo stop
 
 bench: ## VK benchmark on a dedicated testbed -> target/bench/report.{json,md} (BENCH_ARGS="--quick")
 	@scripts/bench $(BENCH_ARGS)
