@@ -30,6 +30,9 @@ enum Command {
     Run {
         #[arg(long, env = "VK_CONFIG")]
         config: PathBuf,
+        /// Overrides the config's `internalIp` (in a pod: the pod IP from the downward API).
+        #[arg(long, env = "VK_INTERNAL_IP")]
+        internal_ip: Option<String>,
     },
     /// Validate a configuration file (and that every provider's credentials can be read).
     CheckConfig {
@@ -62,13 +65,17 @@ fn main() -> anyhow::Result<()> {
                 );
                 Ok(())
             }
-            Command::Run { config } => run(config).await,
+            Command::Run { config, internal_ip } => run(config, internal_ip).await,
         }
     })
 }
 
-async fn run(path: PathBuf) -> anyhow::Result<()> {
-    let cfg = Arc::new(Config::load(&path)?);
+async fn run(path: PathBuf, internal_ip: Option<String>) -> anyhow::Result<()> {
+    let mut cfg = Config::load(&path)?;
+    if let Some(ip) = internal_ip {
+        cfg.internal_ip = ip;
+    }
+    let cfg = Arc::new(cfg);
     let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
     let providers = vk::registry::build(&cfg.providers, &owner)?;
     let client = kube::Client::try_default()
