@@ -44,7 +44,7 @@ testbed-down: ## stop the testbed and remove its state (KEEP=1 keeps logs and da
 	@scripts/testbed/down
 
 test: deps lint slurm-up ## everything CI runs: lint, then cargo test against a fresh testbed named "test"
-	@TESTBED_NAME=test scripts/testbed/with $(CARGO) test --workspace --no-fail-fast
+	@TESTBED_NAME=test scripts/testbed/with scripts/test
 
 slurm-up: ## start (or reuse) a real single-node Slurm with slurmrestd on 127.0.0.1 (scripts/slurm/up)
 	@scripts/slurm/up >/dev/null

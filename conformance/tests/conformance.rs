@@ -4,6 +4,9 @@
 //! has the capability, so unsupported scenarios are reported as skipped, never as passed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "conformance/observability.rs"]
+mod observability;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -32,10 +35,11 @@ fn target() -> String {
 /// What a provider under test can do; selects the capability steps.
 fn capabilities(target: &str) -> &'static [&'static str] {
     match target {
-        // RunPod v2 has no preemption of its own and no log API the adapter uses.
-        "runpod" => &["fault injection"],
-        // Vast bids can be outbid: real preemptions.
-        "vast" => &["fault injection", "preemption"],
+        // RunPod v2 has no preemption of its own and no log API the adapter uses; it reports
+        // CPU and memory use.
+        "runpod" => &["fault injection", "metrics", "does not support logs"],
+        // Vast bids can be outbid: real preemptions; Vast serves container logs.
+        "vast" => &["fault injection", "preemption", "logs"],
         _ => &[],
     }
 }
@@ -58,6 +62,8 @@ struct Vkw {
     foreign: Vec<String>,
     /// Every pod UID this scenario created (for duplicate checks).
     all_uids: HashSet<String>,
+    /// CPU the provider is told to report for a deployment's replicas (new ones included).
+    cpu_target: Option<(String, u64)>,
 }
 
 impl std::fmt::Debug for Vkw {
@@ -83,6 +89,7 @@ impl Vkw {
             orphan: None,
             foreign: Vec::new(),
             all_uids: HashSet::new(),
+            cpu_target: None,
         }
     }
 
@@ -929,7 +936,12 @@ fn repo_root() -> PathBuf {
 }
 
 fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
-    let re = regex::Regex::new(&format!("^the provider supports {}$", regex::escape(cap))).unwrap();
+    // "does not support X" reads as a sentence of its own; everything else is "supports X".
+    let sentence = match cap.strip_prefix("does not support ") {
+        Some(what) => format!("^the provider does not support {}$", regex::escape(what)),
+        None => format!("^the provider supports {}$", regex::escape(cap)),
+    };
+    let re = regex::Regex::new(&sentence).unwrap();
     (re, |_w, _ctx| async {}.boxed_local())
 }
 
