@@ -65,7 +65,10 @@ fn main() -> anyhow::Result<()> {
                 );
                 Ok(())
             }
-            Command::Run { config, internal_ip } => run(config, internal_ip).await,
+            Command::Run {
+                config,
+                internal_ip,
+            } => run(config, internal_ip).await,
         }
     })
 }

@@ -16,33 +16,59 @@ use crate::Vkw;
 #[when(expr = "the workload of pod {string} prints {string}")]
 async fn prints(w: &mut Vkw, name: String, line: String) {
     let id = w.workloads[&name].clone();
-    w.emu().admin_post(&format!("/workloads/{id}/logs"), json!({"lines": [line]})).await;
+    w.emu()
+        .admin_post(&format!("/workloads/{id}/logs"), json!({"lines": [line]}))
+        .await;
 }
 
 #[then(expr = "the logs of pod {string} contain {string}")]
 async fn logs_contain(w: &mut Vkw, name: String, text: String) {
     let pods = w.pods();
-    wait_for(Duration::from_secs(30), &format!("logs of {name} containing {text:?}"), || async {
-        pods.logs(&name, &LogParams::default()).await.ok().filter(|l| l.contains(&text)).map(|_| ())
-    })
+    wait_for(
+        Duration::from_secs(30),
+        &format!("logs of {name} containing {text:?}"),
+        || async {
+            pods.logs(&name, &LogParams::default())
+                .await
+                .ok()
+                .filter(|l| l.contains(&text))
+                .map(|_| ())
+        },
+    )
     .await;
 }
 
 #[then(expr = "the logs of pod {string} are refused as not supported by the provider")]
 async fn logs_refused(w: &mut Vkw, name: String) {
-    let err = w.pods().logs(&name, &LogParams::default()).await.expect_err("logs must be refused");
+    let err = w
+        .pods()
+        .logs(&name, &LogParams::default())
+        .await
+        .expect_err("logs must be refused");
     let text = err.to_string();
-    assert!(text.contains("not supported") && text.contains(&crate::target()), "unclear refusal: {text}");
+    assert!(
+        text.contains("not supported") && text.contains(&crate::target()),
+        "unclear refusal: {text}"
+    );
 }
 
-#[given(expr = "a HorizontalPodAutoscaler keeps deployment {string} at {int}% CPU with {int} to {int} replicas")]
+#[given(
+    expr = "a HorizontalPodAutoscaler keeps deployment {string} at {int}% CPU with {int} to {int} replicas"
+)]
 async fn hpa(w: &mut Vkw, app: String, pct: i32, min: i32, max: i32) {
     // CPU-based scaling needs a CPU request on the pods.
     let deploys: Api<Deployment> = Api::namespaced(w.c(), &w.ns);
     let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "resources": {
         "requests": {"cpu": "1", "memory": "1Gi"},
         "limits": {"nvidia.com/gpu": "1", "cpu": "1", "memory": "1Gi"}}}]}}}});
-    deploys.patch(&app, &Default::default(), &kube::api::Patch::Strategic(patch)).await.unwrap();
+    deploys
+        .patch(
+            &app,
+            &Default::default(),
+            &kube::api::Patch::Strategic(patch),
+        )
+        .await
+        .unwrap();
     w.wait_replicas(&app, 1).await;
     let h: HorizontalPodAutoscaler = serde_json::from_value(json!({
         "metadata": {"name": app},
@@ -54,7 +80,10 @@ async fn hpa(w: &mut Vkw, app: String, pct: i32, min: i32, max: i32) {
         }
     }))
     .unwrap();
-    Api::<HorizontalPodAutoscaler>::namespaced(w.c(), &w.ns).create(&PostParams::default(), &h).await.unwrap();
+    Api::<HorizontalPodAutoscaler>::namespaced(w.c(), &w.ns)
+        .create(&PostParams::default(), &h)
+        .await
+        .unwrap();
 }
 
 #[when(expr = "the provider reports {int}m CPU for every replica of deployment {string}")]
@@ -67,7 +96,12 @@ async fn set_usage(w: &Vkw, app: &str, millis: u64) {
     for p in w.replicas(app).await {
         for wl in w.live_of(&uid(&p)).await {
             if let Some(id) = wl["id"].as_str() {
-                w.emu().admin_post(&format!("/workloads/{id}/usage"), json!({"cpu_millis": millis, "memory_bytes": 512u64 << 20})).await;
+                w.emu()
+                    .admin_post(
+                        &format!("/workloads/{id}/usage"),
+                        json!({"cpu_millis": millis, "memory_bytes": 512u64 << 20}),
+                    )
+                    .await;
             }
         }
     }
@@ -77,17 +111,31 @@ async fn set_usage(w: &Vkw, app: &str, millis: u64) {
 async fn metrics_api(w: &mut Vkw, millis: u64, app: String) {
     let c = w.c();
     let ns = w.ns.clone();
-    wait_for(Duration::from_secs(90), "pod metrics from metrics-server", || async {
-        let req = http::Request::get(format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods")).body(Vec::new()).ok()?;
-        let v: serde_json::Value = c.request(req).await.ok()?;
-        let items = v["items"].as_array()?;
-        let found = items.iter().filter(|i| i["metadata"]["name"].as_str().is_some_and(|n| n.starts_with(&app))).find_map(|i| {
-            let cpu = i["containers"][0]["usage"]["cpu"].as_str()?;
-            let m = parse_cpu_millis(cpu)?;
-            (m.abs_diff(millis) * 100 <= millis * 25).then_some(m)
-        });
-        found.map(|_| ())
-    })
+    wait_for(
+        Duration::from_secs(90),
+        "pod metrics from metrics-server",
+        || async {
+            let req =
+                http::Request::get(format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods"))
+                    .body(Vec::new())
+                    .ok()?;
+            let v: serde_json::Value = c.request(req).await.ok()?;
+            let items = v["items"].as_array()?;
+            let found = items
+                .iter()
+                .filter(|i| {
+                    i["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(&app))
+                })
+                .find_map(|i| {
+                    let cpu = i["containers"][0]["usage"]["cpu"].as_str()?;
+                    let m = parse_cpu_millis(cpu)?;
+                    (m.abs_diff(millis) * 100 <= millis * 25).then_some(m)
+                });
+            found.map(|_| ())
+        },
+    )
     .await;
 }
 
@@ -124,7 +172,10 @@ async fn scaled_to(w: &mut Vkw, app: String, n: usize) {
         if desired == n && running == n {
             return;
         }
-        assert!(start.elapsed() < Duration::from_secs(180), "deployment {app}: {desired} desired, {running} running; wanted {n}");
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "deployment {app}: {desired} desired, {running} running; wanted {n}"
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
