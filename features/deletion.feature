@@ -6,7 +6,8 @@ Feature: Per-pod deletion
     Given a virtual kubelet with the provider under test
 
   Scenario: Graceful deletion removes exactly the pod's workload
-    Given a deployment "web" with 3 GPU replicas is Running
+    Given the provider supports many concurrent workloads
+    And a deployment "web" with 3 GPU replicas is Running
     When I delete one replica of deployment "web"
     Then that replica is gone and so is its workload
     And the workloads of the other replicas are untouched
@@ -18,7 +19,8 @@ Feature: Per-pod deletion
     Then pod "forced" is gone and so is its workload
 
   Scenario: Scaling down removes one workload per removed replica
-    Given a deployment "batch" with 4 GPU replicas is Running
+    Given the provider supports many concurrent workloads
+    And a deployment "batch" with 4 GPU replicas is Running
     When I scale deployment "batch" to 1 replica
     Then deployment "batch" has 1 Running replica, with exactly one workload
     And the provider runs exactly 1 workload of this node

@@ -5,7 +5,7 @@ Feature: Garbage collection
 
   Background:
     Given a virtual kubelet with the provider under test
-    And the provider supports fault injection
+    And the provider supports workloads created outside the virtual kubelet
 
   Scenario: An orphaned workload of this node is collected
     Given a workload owned by this node whose pod does not exist

@@ -7,6 +7,7 @@ Feature: Statelessness across crashes
 
   @slow
   Scenario: Killed at random moments during a churn of creates and deletes
+    Given the provider supports many concurrent workloads
     When 12 GPU pods are created and 5 of them deleted while the virtual kubelet is killed 3 times at random moments
     And the virtual kubelet is started again
     Then every remaining pod becomes Running

@@ -4,26 +4,28 @@ Feature: Status translation
 
   Background:
     Given a virtual kubelet with the provider under test
-    And the provider supports fault injection
 
   Scenario: A running workload is a Running, Ready pod
     Given a GPU pod "ok" is Running
     Then pod "ok" is Ready with a started container whose id names the provider
 
   Scenario: A workload that ends cleanly completes the pod
-    Given a GPU pod "done" with restart policy "Never" is Running
+    Given the provider supports fault injection
+    And a GPU pod "done" with restart policy "Never" is Running
     When the workload of pod "done" exits with code 0
     Then pod "done" becomes Succeeded
     And the container of pod "done" is terminated with exit code 0 and reason "Completed"
 
   Scenario: A workload that vanishes fails the pod as lost
-    Given a GPU pod "gone" with restart policy "Never" is Running
+    Given the provider supports fault injection
+    And a GPU pod "gone" with restart policy "Never" is Running
     When the provider loses the workload of pod "gone"
     Then pod "gone" becomes Failed with reason "ProviderLost"
     And pod "gone" has an event "ProviderLost"
 
   Scenario: A provider out of capacity keeps the pod pending with a reason
-    Given the provider has no GPUs left
+    Given the provider supports fault injection
+    And the provider has no GPUs left
     When I create a GPU pod "waits"
     Then pod "waits" is Pending with container reason "ProviderCapacity"
     And pod "waits" has an event "ProviderCapacity"

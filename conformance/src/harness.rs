@@ -1,6 +1,11 @@
 //! Harness for cluster tests and the conformance suite: the real testbed (KUBECONFIG from
-//! `make test`), provider emulators served in-process over HTTP, and the `vk` binary run as a
-//! child process (so scenarios can `kill -9` it).
+//! `make test`), provider emulators served in-process over HTTP (RunPod, Vast, slurmrestd), the
+//! real single-node Slurm of `make slurm-up` observed through its REST API, and the `vk`
+//! binary run as a child process (so scenarios can `kill -9` it).
+//!
+//! Steps look at the provider side through an [`Observer`]: an emulator's `/_admin` API, or
+//! slurmrestd's own job list for a real Slurm (which has no admin API, so only the generic
+//! views exist there: all workloads, live ones, those of one pod).
 //!
 //! Test support code: failing loudly (panics with a message) is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
@@ -15,9 +20,14 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use mock_providers::config::{EmulatorConfig, ExecutionMode, GpuStock};
+pub use mock_providers::slurm::Dialect as SlurmDialect;
 use serde_json::{Value, json};
 
+/// The API key (RunPod, Vast) or JWT (Slurm) every emulator accepts; the VK gets it through
+/// `apiKeyEnv: TEST_PROVIDER_KEY`.
 pub const API_KEY: &str = "emulator-key-7f3a";
+/// The Slurm user of the slurmrestd emulator (`X-SLURM-USER-NAME`).
+pub const SLURM_EMULATOR_USER: &str = "vkslurm";
 
 /// A client for the testbed; fails loudly when not run under `make test`.
 pub async fn client() -> Client {
@@ -79,14 +89,38 @@ where
     }
 }
 
-/// A RunPod v2 emulator served in-process.
+/// A provider emulator (RunPod v2, Vast, slurmrestd) served in-process; stopped when dropped.
 pub struct Emulator {
     pub addr: SocketAddr,
+    /// `runpod`, `vast` or `slurm` (the adapter kind in the VK configuration).
     pub kind: &'static str,
-    /// GPU type the VK asks for when a pod names none (the first stocked type).
+    /// GPU type the VK asks for when a pod names none (the first stocked type; empty for Slurm).
     pub default_gpu: String,
+    /// Slurm only: what the VK's provider settings need.
+    pub slurm: Option<SlurmEmulation>,
     http: reqwest::Client,
-    _task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The Slurm side of an [`Emulator::slurm`].
+#[derive(Clone, Debug)]
+pub struct SlurmEmulation {
+    /// The only dialect served (so a VK configured with another one fails loudly).
+    pub dialect: SlurmDialect,
+    pub user: String,
+    /// The partition pods run in (the emulator's default one).
+    pub partition: String,
+    /// The jobs' `standard_output` directory (the VK reads logs from there); removed on drop.
+    pub output_dir: PathBuf,
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(s) = &self.slurm {
+            let _ = std::fs::remove_dir_all(&s.output_dir);
+        }
+    }
 }
 
 impl Emulator {
@@ -104,6 +138,40 @@ impl Emulator {
         Self::serve(router, "vast", default_gpu).await
     }
 
+    /// A slurmrestd emulator serving only `dialect`, with 4 nodes of 8 GPUs, partition
+    /// `debug`, user [`SLURM_EMULATOR_USER`] and token [`API_KEY`].
+    pub async fn slurm(mode: ExecutionMode, dialect: SlurmDialect) -> Self {
+        let cfg =
+            mock_providers::slurm::SlurmConfig::new(API_KEY, SLURM_EMULATOR_USER).with_mode(mode);
+        Self::slurm_with(cfg, dialect).await
+    }
+
+    /// A slurmrestd emulator from a full configuration (cluster shape, process mode...); its
+    /// token must be [`API_KEY`] and only `dialect` is served.
+    pub async fn slurm_with(
+        mut cfg: mock_providers::slurm::SlurmConfig,
+        dialect: SlurmDialect,
+    ) -> Self {
+        assert_eq!(
+            cfg.token, API_KEY,
+            "the VK presents API_KEY as the Slurm token"
+        );
+        cfg.dialects = vec![dialect];
+        let output_dir = std::env::temp_dir().join(unique("gpu-vk-slurm-emulator"));
+        std::fs::create_dir_all(&output_dir).unwrap();
+        let user = cfg.user.clone();
+        let partition = cfg.partitions.first().cloned().unwrap_or_default();
+        let router = mock_providers::slurm::router(mock_providers::slurm::State::new(cfg));
+        let mut e = Self::serve(router, "slurm", String::new()).await;
+        e.slurm = Some(SlurmEmulation {
+            dialect,
+            user,
+            partition,
+            output_dir,
+        });
+        e
+    }
+
     async fn serve(router: axum::Router, kind: &'static str, default_gpu: String) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let (addr, task) = mock_providers::spawn(router).await.unwrap();
@@ -111,8 +179,9 @@ impl Emulator {
             addr,
             kind,
             default_gpu,
+            slurm: None,
             http: reqwest::Client::new(),
-            _task: task,
+            task,
         }
     }
 
@@ -121,6 +190,60 @@ impl Emulator {
             "runpod" => format!("http://{}/v2", self.addr),
             _ => format!("http://{}", self.addr),
         }
+    }
+
+    /// This emulator as one entry of the VK's `providers:` list, named `name`.
+    pub fn provider_yaml(&self, name: &str) -> String {
+        match &self.slurm {
+            Some(s) => format!(
+                "- name: {name}\n  kind: slurm\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    \
+                 baseUrl: {url}\n    dialect: {dialect}\n    userName: {user}\n    partition: {partition}\n    \
+                 runtime: bare\n    outputDir: {out}\n    defaultTimeLimitMinutes: 60\n",
+                url = yaml_str(&self.base_url()),
+                dialect = s.dialect.version(),
+                user = yaml_str(&s.user),
+                partition = yaml_str(&s.partition),
+                out = yaml_str(&s.output_dir.to_string_lossy()),
+            ),
+            None => format!(
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n",
+                kind = self.kind,
+                url = self.base_url(),
+                gpu = self.default_gpu,
+            ),
+        }
+    }
+
+    /// Leaves the provider without capacity for new GPU workloads. RunPod and Vast: the GPU
+    /// stock drops to zero. Slurm: every submission is refused with `ESLURM_NODES_BUSY` (2016,
+    /// "Requested nodes are busy"), slurmctld's answer to a job that must start now and cannot;
+    /// a plain full Slurm cluster queues jobs instead (ProviderQueued).
+    pub async fn no_capacity(&self) {
+        if let Some(s) = &self.slurm {
+            let entry = if s.dialect == SlurmDialect::V0038 {
+                json!({"error_code": 2016, "error": "Requested nodes are busy"})
+            } else {
+                json!({"error_number": 2016, "error": "Requested nodes are busy",
+                       "description": "", "source": "slurm_submit_batch_job()"})
+            };
+            let r = self
+                .http
+                .post(self.admin("/faults"))
+                .json(&json!({"route": "create", "status": 500, "body": {"errors": [entry]}}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "fault injection: {}", r.status());
+            return;
+        }
+        let r = self
+            .http
+            .put(self.admin("/inventory"))
+            .json(&json!({"gpus": [{"gpu_type": self.default_gpu, "count": 0, "price_per_hour": 1.89}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "inventory: {}", r.status());
     }
 
     fn admin(&self, path: &str) -> String {
@@ -175,12 +298,15 @@ impl Emulator {
 
     /// Injects a running workload with the given name; returns its provider id.
     pub async fn inject(&self, name: &str) -> String {
+        let body = if self.slurm.is_some() {
+            json!({"name": name, "gpu_count": 1})
+        } else {
+            json!({"name": name, "image": "busybox", "gpu_type": "A100-80GB", "gpu_count": 1})
+        };
         let r = self
             .http
             .post(self.admin("/workloads"))
-            .json(
-                &json!({"name": name, "image": "busybox", "gpu_type": "A100-80GB", "gpu_count": 1}),
-            )
+            .json(&body)
             .send()
             .await
             .unwrap();
@@ -219,11 +345,383 @@ impl Emulator {
     }
 }
 
+/// Whether a workload (as an [`Observer`] shows it) has ended: RunPod/Vast terminal states
+/// and Slurm's terminal job states. A Slurm job still COMPLETING (its processes being killed)
+/// is not terminated yet.
 pub fn is_terminated(w: &Value) -> bool {
     matches!(
         w["state"].as_str(),
-        Some("TERMINATED" | "terminated" | "deleted" | "DELETED")
+        Some(
+            "TERMINATED"
+                | "terminated"
+                | "deleted"
+                | "DELETED"
+                | "COMPLETED"
+                | "CANCELLED"
+                | "FAILED"
+                | "TIMEOUT"
+                | "OUT_OF_MEMORY"
+                | "OOM"
+                | "PREEMPTED"
+                | "NODE_FAIL"
+                | "BOOT_FAIL"
+                | "DEADLINE"
+                | "REVOKED"
+                | "SPECIAL_EXIT"
+                | "LAUNCH_FAILED"
+        )
     )
+}
+
+/// A YAML scalar for any string (JSON strings are YAML).
+fn yaml_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// Where a test looks at the provider's workloads. Both give the same view of a workload:
+/// `{"id": <provider id>, "name": <workload id>, "state": <provider state>, ...}`.
+pub enum Observer {
+    /// An in-process emulator: its `/_admin` API (workloads, counters, fault injection).
+    Emulator(Emulator),
+    /// A real Slurm: slurmrestd's job list, with no admin API.
+    Slurm(RealSlurm),
+}
+
+impl Observer {
+    /// The emulator behind this observer, when there is one (admin API, fault injection).
+    pub fn emulator(&self) -> Option<&Emulator> {
+        match self {
+            Self::Emulator(e) => Some(e),
+            Self::Slurm(_) => None,
+        }
+    }
+
+    /// This provider as one entry of the VK's `providers:` list.
+    pub fn provider_yaml(&self, name: &str) -> String {
+        match self {
+            Self::Emulator(e) => e.provider_yaml(name),
+            Self::Slurm(s) => s.provider_yaml(name),
+        }
+    }
+
+    /// Every workload the provider knows (for a real Slurm: every job slurmctld still lists,
+    /// finished ones for `MinJobAge`, whoever submitted them).
+    pub async fn workloads(&self) -> Vec<Value> {
+        match self {
+            Self::Emulator(e) => e.workloads().await,
+            Self::Slurm(s) => s.workloads().await,
+        }
+    }
+
+    /// Live workloads (not terminated) whose name carries this pod UID.
+    pub async fn workloads_of(&self, uid: &str) -> Vec<Value> {
+        self.live()
+            .await
+            .into_iter()
+            .filter(|w| w["name"].as_str().is_some_and(|n| n.ends_with(uid)))
+            .collect()
+    }
+
+    /// Live (not terminated) workloads.
+    pub async fn live(&self) -> Vec<Value> {
+        self.workloads()
+            .await
+            .into_iter()
+            .filter(|w| !is_terminated(w))
+            .collect()
+    }
+
+    /// Live workloads whose name starts with `prefix` (e.g. [`Vk::owner_prefix`]).
+    pub async fn live_with_prefix(&self, prefix: &str) -> Vec<Value> {
+        self.live()
+            .await
+            .into_iter()
+            .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .collect()
+    }
+
+    /// How many workloads were created for names starting with `prefix`: the emulator's
+    /// `create` counter (every accepted or refused create call), or for a real Slurm the jobs
+    /// with such names it still lists (finished ones included, for `MinJobAge`).
+    pub async fn creates(&self, prefix: &str) -> usize {
+        match self {
+            Self::Emulator(e) => e.counter("create").await as usize,
+            Self::Slurm(s) => s
+                .workloads()
+                .await
+                .iter()
+                .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+                .count(),
+        }
+    }
+
+    /// Creates a running workload named `name` outside any VK (the emulator's admin API, or a
+    /// plain `sleep` job submitted to the real Slurm); returns its provider id.
+    pub async fn inject(&self, name: &str) -> String {
+        match self {
+            Self::Emulator(e) => e.inject(name).await,
+            Self::Slurm(s) => s.submit(name, "sleep 600").await,
+        }
+    }
+
+    /// Ends the live workloads with these exact names (a real Slurm only, as
+    /// [`Observer::cancel_owned`]).
+    pub async fn cancel_named(&self, names: &[String]) {
+        if let Self::Slurm(s) = self {
+            for w in s.workloads().await {
+                if !is_terminated(&w)
+                    && w["name"]
+                        .as_str()
+                        .is_some_and(|n| names.iter().any(|x| x == n))
+                    && let Some(id) = w["id"].as_str()
+                {
+                    s.cancel(id).await;
+                }
+            }
+        }
+    }
+
+    /// Ends every live workload whose name starts with `prefix` and waits until none is left
+    /// (a real Slurm only: an emulator is simply dropped). Test clean-up, so the next test
+    /// finds the small real cluster free.
+    pub async fn cancel_owned(&self, prefix: &str) {
+        if let Self::Slurm(s) = self {
+            s.cancel_owned(prefix).await;
+        }
+    }
+}
+
+/// The real single-node Slurm of `make slurm-up` (`scripts/slurm/up`), found through the env
+/// file named by `SLURM_ENV_FILE`, observed and cleaned up through slurmrestd's v0.0.38 API
+/// with the same JWT the VK uses.
+#[derive(Clone, Debug)]
+pub struct RealSlurm {
+    pub url: String,
+    pub user: String,
+    pub token_file: PathBuf,
+    pub output_dir: PathBuf,
+    pub partition: String,
+    /// `SLURM_CONF` for the command-line tools (`squeue`, `scancel`).
+    pub slurm_conf: Option<String>,
+    http: reqwest::Client,
+}
+
+impl RealSlurm {
+    /// Reads `SLURM_ENV_FILE`; fails loudly (never skips) when there is no Slurm to use.
+    pub fn from_env() -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let path = std::env::var("SLURM_ENV_FILE").unwrap_or_else(|_| {
+            panic!(
+                "SLURM_ENV_FILE is not set: this test needs the real Slurm. Run `make slurm-up` \
+                 (it writes ${{VK_CACHE:-$HOME/.cache/gpu-vk}}/slurm/env) and set SLURM_ENV_FILE \
+                 to that file, or run `make test`, which does both"
+            )
+        });
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("cannot read SLURM_ENV_FILE {path}: {e}; run `make slurm-up` first")
+        });
+        let vars: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.trim_matches(['"', '\'']).to_owned()))
+            .collect();
+        let get = |k: &str| {
+            vars.get(k)
+                .cloned()
+                .unwrap_or_else(|| panic!("{path} has no {k}; run `make slurm-up` again"))
+        };
+        Self {
+            url: get("SLURM_REST_URL").trim_end_matches('/').to_owned(),
+            user: get("SLURM_USER"),
+            token_file: PathBuf::from(get("SLURM_TOKEN_FILE")),
+            output_dir: PathBuf::from(get("SLURM_OUTPUT_DIR")),
+            partition: vars
+                .get("SLURM_PARTITION")
+                .cloned()
+                .unwrap_or_else(|| "debug".into()),
+            slurm_conf: vars.get("SLURM_CONF").cloned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// This Slurm as one entry of the VK's `providers:` list: dialect v0.0.38, the token
+    /// file (re-read by the adapter when `up` mints a new one), commands run bare (no
+    /// container runtime on the test node), logs from the shared output directory, and a
+    /// time limit so a job a failed test leaves behind ends on its own.
+    pub fn provider_yaml(&self, name: &str) -> String {
+        format!(
+            "- name: {name}\n  kind: slurm\n  settings:\n    baseUrl: {url}\n    dialect: v0.0.38\n    \
+             userName: {user}\n    tokenFile: {token}\n    partition: {partition}\n    runtime: bare\n    \
+             outputDir: {out}\n    defaultTimeLimitMinutes: 10\n    requestTimeoutSecs: 20\n",
+            url = yaml_str(&self.url),
+            user = yaml_str(&self.user),
+            token = yaml_str(&self.token_file.to_string_lossy()),
+            partition = yaml_str(&self.partition),
+            out = yaml_str(&self.output_dir.to_string_lossy()),
+        )
+    }
+
+    fn token(&self) -> String {
+        let raw = std::fs::read_to_string(&self.token_file).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the Slurm token {}: {e}; run `make slurm-up`",
+                self.token_file.display()
+            )
+        });
+        let t = raw.trim();
+        t.strip_prefix("SLURM_JWT=").unwrap_or(t).to_owned()
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}/slurm/v0.0.38{path}", self.url))
+            .header("X-SLURM-USER-NAME", &self.user)
+            .header("X-SLURM-USER-TOKEN", self.token())
+    }
+
+    /// slurmrestd's raw job records (`GET /slurm/v0.0.38/jobs`).
+    pub async fn jobs(&self) -> Vec<Value> {
+        let r = self
+            .request(reqwest::Method::GET, "/jobs")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("slurmrestd at {} unreachable: {e}", self.url));
+        let status = r.status();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        assert!(
+            status.is_success(),
+            "slurmrestd GET /jobs answered {status}: {body}; is `make slurm-up` healthy?"
+        );
+        body["jobs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Every job, in the observers' shape: `{id, name, state, reason, exit_code, user,
+    /// comment, nodes}` (`state` is Slurm's `job_state`).
+    pub async fn workloads(&self) -> Vec<Value> {
+        self.jobs()
+            .await
+            .iter()
+            .map(|j| {
+                json!({
+                    "id": j["job_id"].as_u64().map(|n| n.to_string()).unwrap_or_default(),
+                    "name": j["name"],
+                    "state": job_state(j),
+                    "reason": j["state_reason"],
+                    "exit_code": j["exit_code"],
+                    "user": j["user_name"],
+                    "comment": j["comment"],
+                    "nodes": j["nodes"],
+                })
+            })
+            .collect()
+    }
+
+    /// Submits a batch job named `name` running `script` (no GPU, 10-minute limit, output
+    /// discarded), as someone other than the VK would; returns its job id.
+    pub async fn submit(&self, name: &str, script: &str) -> String {
+        let body = json!({
+            "script": format!("#!/bin/bash\n{script}\n"),
+            "job": {
+                "name": name,
+                "comment": "created by the conformance suite, outside any virtual kubelet",
+                "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
+                "current_working_directory": "/tmp",
+                "standard_output": "/dev/null",
+                "partition": self.partition,
+                "time_limit": 10,
+            },
+        });
+        let r = self
+            .request(reqwest::Method::POST, "/job/submit")
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("slurmrestd at {} unreachable: {e}", self.url));
+        let status = r.status();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        let id = v["job_id"].as_u64().filter(|_| status.is_success());
+        id.unwrap_or_else(|| panic!("job submission refused ({status}): {v}"))
+            .to_string()
+    }
+
+    /// Cancels a job (`DELETE /slurm/v0.0.38/job/{id}`); a finished or unknown one is fine.
+    pub async fn cancel(&self, job_id: &str) {
+        let _ = self
+            .request(reqwest::Method::DELETE, &format!("/job/{job_id}"))
+            .send()
+            .await;
+    }
+
+    /// Cancels every live job whose name starts with `prefix` and waits (up to a minute) until
+    /// none is pending, running or completing.
+    pub async fn cancel_owned(&self, prefix: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let live: Vec<Value> = self
+                .workloads()
+                .await
+                .into_iter()
+                .filter(|w| !is_terminated(w))
+                .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                eprintln!("jobs of {prefix} still live after clean-up: {live:?}");
+                return;
+            }
+            for w in &live {
+                if w["state"] != "COMPLETING"
+                    && let Some(id) = w["id"].as_str()
+                {
+                    self.cancel(id).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// `squeue`'s view (pending, running and completing jobs of every user): `(job id, name,
+    /// state)`.
+    pub fn squeue(&self) -> Vec<(String, String, String)> {
+        let mut cmd = std::process::Command::new("squeue");
+        cmd.args(["-h", "-a", "-o", "%i|%j|%T"]);
+        if let Some(conf) = &self.slurm_conf {
+            cmd.env("SLURM_CONF", conf);
+        }
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("squeue failed to run: {e}"));
+        assert!(
+            out.status.success(),
+            "squeue failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut p = l.splitn(3, '|');
+                Some((
+                    p.next()?.trim().to_owned(),
+                    p.next()?.trim().to_owned(),
+                    p.next()?.trim().to_owned(),
+                ))
+            })
+            .collect()
+    }
+}
+
+/// A v0.0.38 `job_state` (a string; v0.0.41 lists base state and flags, the last flag wins).
+fn job_state(j: &Value) -> Value {
+    match &j["job_state"] {
+        Value::Array(a) => a.last().cloned().unwrap_or(Value::Null),
+        other => other.clone(),
+    }
 }
 
 /// The `vk` binary: `VK_BIN`, else `vk` next to the running test's `deps/` folder (where
@@ -300,18 +798,21 @@ impl Default for VkOptions {
 impl Vk {
     /// Starts a VK for a fresh node name, with the given emulators as providers (in order).
     pub async fn start(emulators: &[(&str, &Emulator)], opts: VkOptions) -> Self {
+        let providers: String = emulators
+            .iter()
+            .map(|(name, e)| e.provider_yaml(name))
+            .collect();
+        Self::start_with(providers, opts).await
+    }
+
+    /// Starts a VK for a fresh node name with `providers_yaml` as its `providers:` list (one
+    /// `- name: ...` entry per provider, as [`Emulator::provider_yaml`] and
+    /// [`RealSlurm::provider_yaml`] write them). `TEST_PROVIDER_KEY` holds [`API_KEY`].
+    pub async fn start_with(providers_yaml: String, opts: VkOptions) -> Self {
+        let providers = providers_yaml;
         let node = unique("vk-test");
         let dir = std::env::temp_dir().join(&node);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut providers = String::new();
-        for (name, e) in emulators {
-            providers.push_str(&format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n",
-                kind = e.kind,
-                url = e.base_url(),
-                gpu = e.default_gpu,
-            ));
-        }
         let metrics_port = free_port();
         let kubelet_port = free_port();
         let config = format!(
@@ -330,6 +831,11 @@ impl Vk {
         };
         vk.spawn();
         vk
+    }
+
+    /// The prefix of this VK's workload names on every provider: `vk-<owner tag>-`.
+    pub fn owner_prefix(&self) -> String {
+        format!("vk-{}-", owner_tag(&self.cluster_id, &self.node))
     }
 
     pub fn metrics_url(&self) -> String {

@@ -1,5 +1,7 @@
 //! The conformance suite: runs `features/*.feature` against every provider under test (set by
-//! `CONFORMANCE_PROVIDERS`, default `runpod,vast`), each behind a real virtual kubelet on the
+//! `CONFORMANCE_PROVIDERS`, default `runpod,vast,slurm,slurm-real`; `slurm` is the slurmrestd
+//! emulator, `slurm-v0.0.41` the same in the newer dialect, `slurm-real` the real Slurm of
+//! `make slurm-up`, found through `SLURM_ENV_FILE`), each behind a real virtual kubelet on the
 //! testbed. Capability steps ("Given the provider supports logs") only match when the provider
 //! has the capability, so unsupported scenarios are reported as skipped, never as passed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -37,9 +39,34 @@ fn capabilities(target: &str) -> &'static [&'static str] {
     match target {
         // RunPod v2 has no preemption of its own and no log API the adapter uses; it reports
         // CPU and memory use.
-        "runpod" => &["fault injection", "metrics", "does not support logs"],
+        "runpod" => &[
+            "fault injection",
+            "metrics",
+            "does not support logs",
+            "many concurrent workloads",
+            "workloads created outside the virtual kubelet",
+        ],
         // Vast bids can be outbid: real preemptions; Vast serves container logs.
-        "vast" => &["fault injection", "preemption", "logs"],
+        "vast" => &[
+            "fault injection",
+            "preemption",
+            "logs",
+            "many concurrent workloads",
+            "workloads created outside the virtual kubelet",
+        ],
+        // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
+        // become Preempted pods; job output files are served as logs; no usage figures.
+        "slurm" | "slurm-v0.0.41" => &[
+            "fault injection",
+            "preemption",
+            "logs",
+            "many concurrent workloads",
+            "workloads created outside the virtual kubelet",
+        ],
+        // The real single-node Slurm of `make slurm-up`: no admin API (no fault, exit or
+        // preemption on demand), but anyone can submit jobs through slurmrestd; job output
+        // files are served as logs; 2 CPUs and 2 GPUs, so at most 2 jobs run at a time.
+        "slurm-real" => &["logs", "workloads created outside the virtual kubelet"],
         _ => &[],
     }
 }
@@ -48,7 +75,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
 #[world(init = Self::new)]
 struct Vkw {
     client: Option<Client>,
-    emu: Option<Emulator>,
+    /// The provider side: an emulator's admin API or a real Slurm's job list.
+    provider: Option<Observer>,
     vk: Option<Vk>,
     ns: String,
     uids: HashMap<String, String>,
@@ -79,7 +107,7 @@ impl Vkw {
     fn new() -> Self {
         Self {
             client: None,
-            emu: None,
+            provider: None,
             vk: None,
             ns: String::new(),
             uids: HashMap::new(),
@@ -98,8 +126,16 @@ impl Vkw {
             .clone()
             .expect("the Background starts a virtual kubelet")
     }
+    /// The provider's observer (workloads, live ones, those of a pod).
+    fn obs(&self) -> &Observer {
+        self.provider.as_ref().expect("a provider under test")
+    }
+    /// The emulator's admin API; steps using it are gated by "the provider supports fault
+    /// injection".
     fn emu(&self) -> &Emulator {
-        self.emu.as_ref().expect("an emulated provider")
+        self.obs()
+            .emulator()
+            .expect("this step needs an emulator's admin API: gate the scenario with `Given the provider supports fault injection`")
     }
     fn vk(&mut self) -> &mut Vk {
         self.vk.as_mut().expect("a virtual kubelet")
@@ -163,24 +199,22 @@ impl Vkw {
     }
 
     async fn live_of(&self, pod_uid: &str) -> Vec<Value> {
-        self.emu().workloads_of(pod_uid).await
+        self.obs().workloads_of(pod_uid).await
+    }
+
+    /// `vk-<owner tag>-`: the names of this node's workloads start with it.
+    fn prefix(&self) -> String {
+        self.vk.as_ref().unwrap().owner_prefix()
     }
 
     /// Live workloads carrying this node's owner tag.
     async fn ours(&self) -> Vec<Value> {
-        let vk = self.vk.as_ref().unwrap();
-        let prefix = format!("vk-{}-", owner_tag(&vk.cluster_id, &vk.node));
-        self.emu()
-            .live()
-            .await
-            .into_iter()
-            .filter(|w| w["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-            .collect()
+        self.obs().live_with_prefix(&self.prefix()).await
     }
 
     async fn start_vk(&mut self) {
-        let emu = self.emu.as_ref().unwrap();
-        let vk = Vk::start(&[(target().as_str(), emu)], VkOptions::default()).await;
+        let providers = self.obs().provider_yaml(&target());
+        let vk = Vk::start_with(providers, VkOptions::default()).await;
         let c = self.c();
         let node = vk.node.clone();
         self.vk = Some(vk);
@@ -204,6 +238,14 @@ impl Vkw {
                 // Let the VK see the namespace go, so the emulator is left clean.
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 vk.cleanup(&c).await;
+                // A real provider outlives the scenario: end what the VK could not.
+                let prefix = vk.owner_prefix();
+                if let Some(obs) = &self.provider {
+                    obs.cancel_owned(&prefix).await;
+                    let injected: Vec<String> =
+                        self.foreign.iter().chain(&self.orphan).cloned().collect();
+                    obs.cancel_named(&injected).await;
+                }
             }
         }
     }
@@ -226,9 +268,12 @@ async fn setup(w: &mut Vkw) {
     let c = client().await;
     w.client = Some(c.clone());
     let mode = ExecutionMode::simulated(100, 100, None);
-    w.emu = Some(match target().as_str() {
-        "runpod" => Emulator::runpod(mode, emulator_gpus()).await,
-        "vast" => Emulator::vast(mode, emulator_gpus()).await,
+    w.provider = Some(match target().as_str() {
+        "runpod" => Observer::Emulator(Emulator::runpod(mode, emulator_gpus()).await),
+        "vast" => Observer::Emulator(Emulator::vast(mode, emulator_gpus()).await),
+        "slurm" => Observer::Emulator(Emulator::slurm(mode, SlurmDialect::V0038).await),
+        "slurm-v0.0.41" => Observer::Emulator(Emulator::slurm(mode, SlurmDialect::V0041).await),
+        "slurm-real" => Observer::Slurm(RealSlurm::from_env()),
         other => panic!("unknown provider under test {other:?}"),
     });
     w.ns = namespace(&c, "conf").await;
@@ -237,14 +282,7 @@ async fn setup(w: &mut Vkw) {
 
 #[given("the provider has no GPUs left")]
 async fn no_gpus(w: &mut Vkw) {
-    let url = format!("http://{}/_admin/inventory", w.emu().addr);
-    let r = reqwest::Client::new()
-        .put(url)
-        .json(&json!({"gpus": [{"gpu_type": "A100-80GB", "count": 0, "price_per_hour": 1.89}]}))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
+    w.emu().no_capacity().await;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -456,7 +494,7 @@ async fn no_workload(w: &mut Vkw, name: String) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let u = w.uids[&name].clone();
     let all: Vec<Value> = w
-        .emu()
+        .obs()
         .workloads()
         .await
         .into_iter()
@@ -759,10 +797,11 @@ async fn one_each(w: &mut Vkw) {
 
 #[then("no workload was created twice")]
 async fn no_duplicates(w: &mut Vkw) {
-    let all = w.emu().workloads().await;
+    let prefix = w.prefix();
+    let all = w.obs().workloads().await;
     let mut per_uid: HashMap<String, usize> = HashMap::new();
     for x in &all {
-        if let Some(n) = x["name"].as_str() {
+        if let Some(n) = x["name"].as_str().filter(|n| n.starts_with(&prefix)) {
             *per_uid.entry(n.to_owned()).or_default() += 1;
         }
     }
@@ -772,7 +811,7 @@ async fn no_duplicates(w: &mut Vkw) {
         "workloads created more than once: {dups:?}"
     );
     assert!(
-        w.emu().counter("create").await as usize <= w.all_uids.len(),
+        w.obs().creates(&prefix).await <= w.all_uids.len(),
         "more creates than pods"
     );
 }
@@ -871,7 +910,7 @@ async fn remaining_running(w: &mut Vkw) {
 async fn orphan(w: &mut Vkw) {
     let vk = w.vk.as_ref().unwrap();
     let (name, _) = w.inject_name(&vk.cluster_id, &vk.node);
-    w.emu().inject(&name).await;
+    w.obs().inject(&name).await;
     w.orphan = Some(name);
 }
 
@@ -879,7 +918,7 @@ async fn orphan(w: &mut Vkw) {
 async fn foreign_node(w: &mut Vkw) {
     let cluster = w.vk.as_ref().unwrap().cluster_id.clone();
     let (name, _) = w.inject_name(&cluster, "another-node");
-    w.emu().inject(&name).await;
+    w.obs().inject(&name).await;
     w.foreign.push(name);
 }
 
@@ -887,14 +926,14 @@ async fn foreign_node(w: &mut Vkw) {
 async fn foreign_cluster(w: &mut Vkw) {
     let node = w.node();
     let (name, _) = w.inject_name("another-cluster", &node);
-    w.emu().inject(&name).await;
+    w.obs().inject(&name).await;
     w.foreign.push(name);
 }
 
 #[given("a workload that no virtual kubelet created")]
 async fn unowned(w: &mut Vkw) {
     let name = unique("notebook");
-    w.emu().inject(&name).await;
+    w.obs().inject(&name).await;
     w.foreign.push(name);
 }
 
@@ -903,7 +942,7 @@ async fn unowned(w: &mut Vkw) {
 async fn orphan_deleted(w: &mut Vkw, secs: u64) {
     let name = w.orphan.clone().unwrap();
     wait_for(Duration::from_secs(secs), "orphan collected", || async {
-        (!w.emu()
+        (!w.obs()
             .live()
             .await
             .iter()
@@ -916,7 +955,7 @@ async fn orphan_deleted(w: &mut Vkw, secs: u64) {
 #[then(expr = "the other {int} workloads are still running")]
 async fn foreign_kept(w: &mut Vkw, n: usize) {
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let live = w.emu().live().await;
+    let live = w.obs().live().await;
     let kept = w
         .foreign
         .iter()
@@ -947,7 +986,8 @@ fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
 
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let providers = std::env::var("CONFORMANCE_PROVIDERS").unwrap_or_else(|_| "runpod,vast".into());
+    let providers = std::env::var("CONFORMANCE_PROVIDERS")
+        .unwrap_or_else(|_| "runpod,vast,slurm,slurm-real".into());
     // CONFORMANCE_FEATURES=deletion,status runs only those feature files.
     let only: Option<Vec<String>> = std::env::var("CONFORMANCE_FEATURES").ok().map(|l| {
         l.split(',')
@@ -974,7 +1014,8 @@ fn main() {
         );
         let junit = std::fs::File::create(report_dir.join(format!("junit-{p}.xml"))).unwrap();
         let mut cucumber = Vkw::cucumber()
-            .max_concurrent_scenarios(4)
+            // The real Slurm runs 2 jobs at a time: its scenarios take turns.
+            .max_concurrent_scenarios(if p == "slurm-real" { 1 } else { 4 })
             .after(|_f, _r, _s, _ev, w| {
                 async move {
                     if let Some(w) = w {
