@@ -1,5 +1,5 @@
 //! The kubelet API on the node's kubelet port: HTTPS (axum over tokio-rustls) serving logs,
-//! stats, resource metrics, the pod list and health, behind the kubelet's authentication and
+//! exec, stats, resource metrics, the pod list and health, behind the kubelet's authentication and
 //! authorization (client certificates, TokenReview, SubjectAccessReview).
 //!
 //! Routes (as the kubelet's `pkg/kubelet/server`):
@@ -11,7 +11,8 @@
 //! | `/containerLogs/{ns}/{pod}/{container}` | logs streamed from the pod's provider ([`logs`]) |
 //! | `/stats/summary` | stats summary JSON from the providers' usage figures ([`stats`]) |
 //! | `/metrics/resource` | the Prometheus resource metrics metrics-server parses ([`stats`]) |
-//! | `/exec`, `/attach`, `/portForward` | 501 naming the provider until one supports it ([`exec`]) |
+//! | `/exec/{ns}/{pod}[/{uid}]/{container}` | a command run by the pod's provider, over a WebSocket (`v5.channel.k8s.io`) ([`exec`]) |
+//! | `/attach`, `/portForward` | 501 naming the provider ([`exec`]) |
 //!
 //! Every path, `/healthz` included, is authenticated and authorized like on the kubelet
 //! ([`auth`]). TLS: [`tls`]; a serving certificate from the cluster: [`csr`].

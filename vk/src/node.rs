@@ -25,6 +25,10 @@ use crate::config::Config;
 pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
 /// Label every virtual node carries.
 pub const TYPE_LABEL: (&str, &str) = ("type", "virtual-kubelet");
+/// Declared in `status.declaredFeatures`: the kubelet API serves exec over WebSockets, so a
+/// 1.36 API server passes `kubectl exec`'s WebSocket through instead of translating it to SPDY
+/// (which the VK does not speak).
+pub const DECLARED_FEATURES: &[&str] = &["ExtendWebSocketsToKubelet"];
 const LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
 
@@ -167,6 +171,7 @@ impl NodeManager {
                     address: self.cfg.node_name.clone(),
                 },
             ]),
+            declared_features: Some(DECLARED_FEATURES.iter().map(|f| (*f).to_owned()).collect()),
             daemon_endpoints: Some(NodeDaemonEndpoints {
                 kubelet_endpoint: Some(DaemonEndpoint {
                     port: i32::from(self.cfg.kubelet_port),

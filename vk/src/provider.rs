@@ -1,7 +1,7 @@
 //! The External Provider contract: what an adapter implements, and the neutral types it speaks.
 //!
-//! An adapter only knows how to talk to its backend (create, delete, list, and optionally logs
-//! and metrics). Everything else (reconciliation, garbage collection, status translation, events,
+//! An adapter only knows how to talk to its backend (create, delete, list, and optionally logs,
+//! exec and metrics). Everything else (reconciliation, garbage collection, status translation, events,
 //! retries, naming) lives once in the framework (`crate::framework`).
 
 use std::collections::BTreeMap;
@@ -188,6 +188,71 @@ pub struct LogOptions {
 pub type LogStream =
     Pin<Box<dyn futures::Stream<Item = Result<bytes::Bytes, ProviderError>> + Send>>;
 
+/// A command to run inside a running workload (`kubectl exec`).
+///
+/// The command is passed as an argument vector, never through a shell. Its arguments may hold
+/// secrets: the `Debug` of this type shows only the program name and the argument count.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub command: Vec<String>,
+    /// The client sends standard input (`kubectl exec -i`).
+    pub stdin: bool,
+    /// The client wants a terminal (`kubectl exec -t`): stdout and stderr are one stream.
+    pub tty: bool,
+}
+
+impl fmt::Debug for ExecRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecRequest")
+            .field("program", &self.command.first())
+            .field("args", &self.command.len().saturating_sub(1))
+            .field("stdin", &self.stdin)
+            .field("tty", &self.tty)
+            .finish()
+    }
+}
+
+/// A terminal size sent by the client of a TTY session (columns and rows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalSize {
+    #[serde(rename = "Width")]
+    pub width: u16,
+    #[serde(rename = "Height")]
+    pub height: u16,
+}
+
+/// Where the standard input of an exec session is written; shutting it down (or dropping it)
+/// is end of input.
+pub type ExecStdin = Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
+/// A running exec session, as a provider hands it to the kubelet API.
+///
+/// Dropping the session ends the command (the adapter stops it if it is still running), so a
+/// client that goes away frees everything on the provider side. Output streams are pulled only
+/// as fast as the client reads them: the adapter must not buffer without bound.
+pub struct ExecSession {
+    /// The command's standard input; `Some` exactly when [`ExecRequest::stdin`] was set.
+    pub stdin: Option<ExecStdin>,
+    /// Standard output (with a TTY: the terminal's output).
+    pub stdout: LogStream,
+    /// Standard error; `None` with a TTY.
+    pub stderr: Option<LogStream>,
+    /// Terminal size changes, for TTY sessions of providers that can apply them.
+    pub resize: Option<tokio::sync::mpsc::Sender<TerminalSize>>,
+    /// Resolves to the command's exit code once it has ended; `128 + n` for a signal `n`.
+    pub exit: BoxFuture<'static, Result<i32, ProviderError>>,
+}
+
+impl fmt::Debug for ExecSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecSession")
+            .field("stdin", &self.stdin.is_some())
+            .field("stderr", &self.stderr.is_some())
+            .field("resize", &self.resize.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Errors an adapter returns, classified so the framework knows what to do.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProviderError {
@@ -254,6 +319,21 @@ pub trait Provider: Send + Sync + 'static {
         };
         async move { Err(err) }
     }
+
+    /// Runs a command inside the running workload `provider_id` (`kubectl exec`); providers
+    /// without a way to do that keep this default. Adapters that implement it report
+    /// `capabilities().exec`.
+    fn exec(
+        &self,
+        _provider_id: &str,
+        _req: ExecRequest,
+    ) -> impl Future<Output = Result<ExecSession, ProviderError>> + Send {
+        let err = ProviderError::Unsupported {
+            provider: self.name().to_owned(),
+            what: "exec".into(),
+        };
+        async move { Err(err) }
+    }
 }
 
 /// Object-safe twin of [`Provider`], so the framework can hold many kinds in one list.
@@ -268,6 +348,11 @@ pub trait DynProvider: Send + Sync {
         provider_id: &'a str,
         opts: &'a LogOptions,
     ) -> BoxFuture<'a, Result<LogStream, ProviderError>>;
+    fn exec<'a>(
+        &'a self,
+        provider_id: &'a str,
+        req: ExecRequest,
+    ) -> BoxFuture<'a, Result<ExecSession, ProviderError>>;
 }
 
 impl<P: Provider> DynProvider for P {
@@ -292,5 +377,12 @@ impl<P: Provider> DynProvider for P {
         opts: &'a LogOptions,
     ) -> BoxFuture<'a, Result<LogStream, ProviderError>> {
         Box::pin(Provider::logs(self, provider_id, opts))
+    }
+    fn exec<'a>(
+        &'a self,
+        provider_id: &'a str,
+        req: ExecRequest,
+    ) -> BoxFuture<'a, Result<ExecSession, ProviderError>> {
+        Box::pin(Provider::exec(self, provider_id, req))
     }
 }

@@ -14,7 +14,13 @@
 //!    `/checkpoint/*` checkpoint, anything else (logs of containers, exec, attach) proxy. With
 //!    fine-grained kubelet authorization (GA in 1.36), `/pods` is checked as `pods`, `/healthz` as
 //!    `healthz`, `/configz` as `configz` and `/statusz` as `statusz`, each falling back to
-//!    `proxy`: any allowed subresource admits the request. Denied is 403
+//!    `proxy`: any allowed subresource admits the request. One deliberate difference: the
+//!    streaming paths (`/exec`, `/attach`, `/portForward`, `/run`) are always checked with the
+//!    verb `create`, whatever the method, because a WebSocket upgrade is a `GET` and must not let
+//!    a holder of read-only `get nodes/proxy` run commands (the kubelet itself still maps such
+//!    a `GET` to `get`; kubernetes/kubernetes#136550 proposed the same change there). The API
+//!    server's kubelet client needs `create` on `nodes/proxy`, which `system:kubelet-api-admin`
+//!    grants. Denied is 403
 //!    `Forbidden (user=..., verb=..., resource=nodes, subresource(s)=[...])`; an authorizer
 //!    error is 500.
 //!
@@ -110,7 +116,11 @@ fn is_subpath(path: &str, prefix: &str) -> bool {
 
 /// The kubelet's mapping of a request to authorization attributes.
 pub fn request_attributes(method: &Method, path: &str) -> Attributes {
+    let streaming = ["/exec", "/attach", "/portForward", "/run"]
+        .iter()
+        .any(|p| is_subpath(path, p));
     let verb = match *method {
+        _ if streaming => "create",
         Method::POST => "create",
         Method::GET => "get",
         Method::PUT => "update",
@@ -536,6 +546,11 @@ mod tests {
         );
         assert_eq!(a(Method::POST, "/exec/a/b/c").subresources, ["proxy"]);
         assert_eq!(a(Method::POST, "/exec/a/b/c").verb, "create");
+        // A WebSocket upgrade is a GET; running a command still needs `create`.
+        assert_eq!(a(Method::GET, "/exec/a/b/c").verb, "create");
+        assert_eq!(a(Method::GET, "/attach/a/b/u/c").verb, "create");
+        assert_eq!(a(Method::GET, "/portForward/a/b").verb, "create");
+        assert_eq!(a(Method::GET, "/executive").verb, "get");
         assert_eq!(a(Method::GET, "/pods").subresources, ["pods", "proxy"]);
         assert_eq!(a(Method::GET, "/pods/").subresources, ["pods", "proxy"]);
         assert_eq!(

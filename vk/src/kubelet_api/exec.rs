@@ -1,32 +1,51 @@
-//! `/exec`, `/attach` and `/portForward`: parsed and checked like the kubelet does, then
-//! answered 501 naming the provider, since no provider offers a remote command stream yet.
+//! `/exec`, `/attach` and `/portForward`: parsed and checked like the kubelet does them
+//! (`pkg/kubelet/server/server.go`, `pkg/kubelet/cri/streaming/remotecommand`).
 //!
-//! Where a WebSocket implementation slots in: [`stream`] resolves the pod, container and
-//! provider and negotiates the transport ([`Transport`]); once a provider reports
-//! `capabilities().exec` and the contract gains an exec call, the `Transport::WebSocket` arm
-//! upgrades the connection (axum's `WebSocketUpgrade`, subprotocol `v5.channel.k8s.io`: one
-//! leading byte per frame naming the stream, 0 stdin, 1 stdout, 2 stderr, 3 error/status,
-//! 4 resize, 255 close) and bridges it to the provider. SPDY (`SPDY/3.1` upgrades, what
-//! apiservers older than the WebSocket streaming path send) will not be implemented; such
-//! requests get a clear 400.
+//! `/exec` runs the command through the pod's provider ([`crate::provider::Provider::exec`])
+//! over a WebSocket speaking the channel protocol `v5.channel.k8s.io` (or `v4`), framed as in
+//! [`channel`] and pumped by [`bridge`]. That is what a 1.36 API server sends to a node that
+//! declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures` (the VK's Node does, see
+//! [`crate::node`]): it passes `kubectl exec`'s WebSocket through unchanged, as
+//! `GET /exec/<ns>/<pod>/<container>?command=..&input=1&output=1&error=1` with `Upgrade:
+//! websocket` and `Sec-WebSocket-Protocol: v5.channel.k8s.io`.
+//!
+//! Answers before any upgrade, in this order: 400 for malformed options, 404 for an unknown
+//! pod, container or UID, 400 when the pod has no workload, 501 naming the provider when it
+//! cannot exec (and always for `/attach` and `/portForward`), 400 for a SPDY upgrade (older
+//! clients, or an API server that does not stream WebSockets to kubelets; SPDY is not
+//! implemented), 400 without a WebSocket upgrade offering a supported subprotocol.
+//!
+//! Past that point a refusal (the container is not running, or the provider's own answer,
+//! mapped like [`ApiError::from_provider`]) is sent *inside* the upgraded connection, as a
+//! `Failure` status on the error channel: kubectl falls back to SPDY whenever a WebSocket
+//! upgrade is refused, and would then show our SPDY refusal instead of the real reason.
+//!
+//! The command line is never logged: it may carry secrets.
+
+pub mod bridge;
+pub mod channel;
 
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use tracing::debug;
 
-use super::{ApiError, AppState, find_container, workload};
+use super::{ApiError, AppState, PROVIDER_TIMEOUT, find_container, workload};
+use crate::provider::{ExecRequest, ProviderError, WorkloadState};
 
-/// The kubelet's remote command subprotocols, newest first.
-pub const WEBSOCKET_PROTOCOLS: &[&str] = &[
-    "v5.channel.k8s.io",
-    "v4.channel.k8s.io",
-    "v3.channel.k8s.io",
-    "v2.channel.k8s.io",
-    "channel.k8s.io",
-];
+/// The answer to a SPDY upgrade: the transport is out of scope, say what works instead.
+pub const SPDY_UNSUPPORTED: &str = "SPDY is not supported by this kubelet; use a \
+     WebSocket-capable client (kubectl >= 1.30) through an API server that streams WebSockets \
+     to kubelets (Kubernetes >= 1.36; this node declares ExtendWebSocketsToKubelet)";
+
+/// The WebSocket subprotocols served, preferred first (both binary; v5 adds the close
+/// signal). The base64 and pre-v4 variants are not served: their status is not a
+/// `metav1.Status`, and every client since 1.30 offers v5.
+pub const WEBSOCKET_PROTOCOLS: &[&str] = &[channel::V5, channel::V4];
 
 /// Which streaming endpoint was called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +68,7 @@ impl Kind {
 /// How the client wants to stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transport {
-    /// A WebSocket upgrade offering one of [`WEBSOCKET_PROTOCOLS`] (the first one we know).
+    /// A WebSocket upgrade offering one of [`WEBSOCKET_PROTOCOLS`] (our preferred one).
     WebSocket(String),
     /// A SPDY upgrade.
     Spdy,
@@ -94,33 +113,43 @@ pub struct StreamOptions {
     pub tty: bool,
 }
 
-/// Parses `command` (repeated), `stdin`, `stdout`, `stderr`, `tty`; at least one stream must be
-/// requested, and a TTY has no separate stderr, as the kubelet checks.
+/// Parses `command` (repeated) and the stream flags. The API server sends the kubelet's names
+/// (`input`, `output`, `error`, `tty`, value `1`); `stdin`, `stdout` and `stderr` (the names
+/// of the pod `exec` subresource) are accepted too, as are `true`/`false`. At least one stream
+/// must be requested; with a TTY stderr is dropped (it is part of the terminal), as the kubelet
+/// does.
 pub fn parse_options(kind: Kind, pairs: &[(String, String)]) -> Result<StreamOptions, ApiError> {
-    let flag = |name: &str| -> Result<bool, ApiError> {
-        match pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-        {
-            None | Some("" | "0" | "false" | "False" | "FALSE") => Ok(false),
-            Some("1" | "true" | "True" | "TRUE") => Ok(true),
-            Some(v) => Err(ApiError::bad_request(format!(
-                "invalid query parameter {name}={v:?}: must be true or false"
-            ))),
+    let flag = |names: &[&str]| -> Result<bool, ApiError> {
+        let mut set = false;
+        for (k, v) in pairs.iter().filter(|(k, _)| names.contains(&k.as_str())) {
+            match v.as_str() {
+                "" | "0" | "false" | "False" | "FALSE" => {}
+                "1" | "true" | "True" | "TRUE" => set = true,
+                _ => {
+                    let mut shown = v.clone();
+                    shown.truncate(32);
+                    return Err(ApiError::bad_request(format!(
+                        "invalid query parameter {k}={shown:?}: must be 1 or 0"
+                    )));
+                }
+            }
         }
+        Ok(set)
     };
-    let o = StreamOptions {
+    let mut o = StreamOptions {
         command: pairs
             .iter()
             .filter(|(k, _)| k == "command")
             .map(|(_, v)| v.clone())
             .collect(),
-        stdin: flag("stdin")?,
-        stdout: flag("stdout")?,
-        stderr: flag("stderr")?,
-        tty: flag("tty")?,
+        stdin: flag(&["input", "stdin"])?,
+        stdout: flag(&["output", "stdout"])?,
+        stderr: flag(&["error", "stderr"])?,
+        tty: flag(&["tty"])?,
     };
+    if o.tty {
+        o.stderr = false;
+    }
     if kind == Kind::Exec && o.command.is_empty() {
         return Err(ApiError::bad_request(
             "exec needs at least one command parameter",
@@ -129,11 +158,6 @@ pub fn parse_options(kind: Kind, pairs: &[(String, String)]) -> Result<StreamOpt
     if !(o.stdin || o.stdout || o.stderr) {
         return Err(ApiError::bad_request(
             "you must specify at least one of stdin, stdout, stderr",
-        ));
-    }
-    if o.tty && o.stderr {
-        return Err(ApiError::bad_request(
-            "stderr cannot be requested together with a TTY",
         ));
     }
     Ok(o)
@@ -168,23 +192,40 @@ pub(crate) fn routes() -> Router<AppState> {
 }
 
 type Q = Result<Query<Vec<(String, String)>>, QueryRejection>;
+type Ws = Result<WebSocketUpgrade, WebSocketUpgradeRejection>;
 
 async fn exec3(
     State(s): State<AppState>,
     Path((ns, pod, c)): Path<(String, String, String)>,
     headers: HeaderMap,
+    ws: Ws,
     q: Q,
 ) -> Response {
-    stream(&s, Kind::Exec, &ns, &pod, None, Some(&c), &headers, q).await
+    let target = Target {
+        kind: Kind::Exec,
+        namespace: &ns,
+        pod: &pod,
+        uid: None,
+        container: Some(&c),
+    };
+    stream(&s, target, &headers, q, ws.ok()).await
 }
 
 async fn exec4(
     State(s): State<AppState>,
     Path((ns, pod, uid, c)): Path<(String, String, String, String)>,
     headers: HeaderMap,
+    ws: Ws,
     q: Q,
 ) -> Response {
-    stream(&s, Kind::Exec, &ns, &pod, Some(&uid), Some(&c), &headers, q).await
+    let target = Target {
+        kind: Kind::Exec,
+        namespace: &ns,
+        pod: &pod,
+        uid: Some(&uid),
+        container: Some(&c),
+    };
+    stream(&s, target, &headers, q, ws.ok()).await
 }
 
 async fn attach3(
@@ -193,7 +234,14 @@ async fn attach3(
     headers: HeaderMap,
     q: Q,
 ) -> Response {
-    stream(&s, Kind::Attach, &ns, &pod, None, Some(&c), &headers, q).await
+    let target = Target {
+        kind: Kind::Attach,
+        namespace: &ns,
+        pod: &pod,
+        uid: None,
+        container: Some(&c),
+    };
+    stream(&s, target, &headers, q, None).await
 }
 
 async fn attach4(
@@ -202,17 +250,14 @@ async fn attach4(
     headers: HeaderMap,
     q: Q,
 ) -> Response {
-    stream(
-        &s,
-        Kind::Attach,
-        &ns,
-        &pod,
-        Some(&uid),
-        Some(&c),
-        &headers,
-        q,
-    )
-    .await
+    let target = Target {
+        kind: Kind::Attach,
+        namespace: &ns,
+        pod: &pod,
+        uid: Some(&uid),
+        container: Some(&c),
+    };
+    stream(&s, target, &headers, q, None).await
 }
 
 async fn port_forward2(
@@ -221,7 +266,14 @@ async fn port_forward2(
     headers: HeaderMap,
     q: Q,
 ) -> Response {
-    stream(&s, Kind::PortForward, &ns, &pod, None, None, &headers, q).await
+    let target = Target {
+        kind: Kind::PortForward,
+        namespace: &ns,
+        pod: &pod,
+        uid: None,
+        container: None,
+    };
+    stream(&s, target, &headers, q, None).await
 }
 
 async fn port_forward3(
@@ -230,77 +282,169 @@ async fn port_forward3(
     headers: HeaderMap,
     q: Q,
 ) -> Response {
-    stream(
-        &s,
-        Kind::PortForward,
-        &ns,
-        &pod,
-        Some(&uid),
-        None,
-        &headers,
-        q,
-    )
-    .await
+    let target = Target {
+        kind: Kind::PortForward,
+        namespace: &ns,
+        pod: &pod,
+        uid: Some(&uid),
+        container: None,
+    };
+    stream(&s, target, &headers, q, None).await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a streaming request addresses.
+#[derive(Clone, Copy, Debug)]
+struct Target<'a> {
+    kind: Kind,
+    namespace: &'a str,
+    pod: &'a str,
+    uid: Option<&'a str>,
+    container: Option<&'a str>,
+}
+
 async fn stream(
     s: &AppState,
-    kind: Kind,
-    namespace: &str,
-    pod: &str,
-    uid: Option<&str>,
-    container: Option<&str>,
+    t: Target<'_>,
     headers: &HeaderMap,
     query: Q,
+    ws: Option<WebSocketUpgrade>,
 ) -> Response {
-    let result = async {
-        let Query(pairs) =
-            query.map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
-        if kind != Kind::PortForward {
-            parse_options(kind, &pairs)?;
-        }
-        let p = match container {
-            Some(c) => find_container(s.host.as_ref(), namespace, pod, c)?,
-            None => s.host.pod(namespace, pod).ok_or_else(|| {
-                ApiError::not_found(format!("pod \"{namespace}/{pod}\" does not exist"))
-            })?,
-        };
-        if let Some(uid) = uid
-            && p.metadata.uid.as_deref() != Some(uid)
-        {
-            return Err(ApiError::not_found(format!(
-                "pod \"{namespace}/{pod}\" with UID {uid} does not exist"
+    match serve(s, t, headers, query, ws).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn serve(
+    s: &AppState,
+    t: Target<'_>,
+    headers: &HeaderMap,
+    query: Q,
+    ws: Option<WebSocketUpgrade>,
+) -> Result<Response, ApiError> {
+    let Target {
+        kind,
+        namespace,
+        pod,
+        uid,
+        container,
+    } = t;
+    let Query(pairs) =
+        query.map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
+    let opts = if kind == Kind::PortForward {
+        StreamOptions::default()
+    } else {
+        parse_options(kind, &pairs)?
+    };
+    let p = match container {
+        Some(c) => find_container(s.host.as_ref(), namespace, pod, c)?,
+        None => s.host.pod(namespace, pod).ok_or_else(|| {
+            ApiError::not_found(format!("pod \"{namespace}/{pod}\" does not exist"))
+        })?,
+    };
+    if let Some(uid) = uid
+        && p.metadata.uid.as_deref() != Some(uid)
+    {
+        return Err(ApiError::not_found(format!(
+            "pod \"{namespace}/{pod}\" with UID {uid} does not exist"
+        )));
+    }
+    let container = container.unwrap_or("");
+    let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
+    let name = provider.name().to_owned();
+    if !(kind == Kind::Exec && provider.capabilities().exec) {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("not supported by provider {name}: {}", kind.what()),
+        ));
+    }
+    let protocol = match negotiate(headers) {
+        Transport::Spdy => return Err(ApiError::bad_request(SPDY_UNSUPPORTED)),
+        Transport::None => {
+            return Err(ApiError::bad_request(format!(
+                "exec needs a WebSocket upgrade offering {}",
+                WEBSOCKET_PROTOCOLS.join(" or ")
             )));
         }
-        let (provider, _observed) = workload(s.host.as_ref(), &p, container.unwrap_or(""))?;
-        let name = provider.name();
-        let supported = kind == Kind::Exec && provider.capabilities().exec;
-        if !supported {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!("not supported by provider {name}: {}", kind.what()),
-            ));
+        Transport::WebSocket(p) => p,
+    };
+    let Some(ws) = ws else {
+        return Err(ApiError::bad_request(
+            "exec needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
+             Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
+        ));
+    };
+    let started = async {
+        if !matches!(
+            observed.state,
+            WorkloadState::Running | WorkloadState::NotReady { .. } | WorkloadState::Unknown { .. }
+        ) {
+            return Err(ApiError::bad_request(format!(
+                "container \"{container}\" in pod \"{namespace}/{pod}\" is not running (provider {name} reports {})",
+                state_name(&observed.state)
+            )));
         }
-        match negotiate(headers) {
-            Transport::Spdy => Err(ApiError::bad_request(
-                "SPDY streaming is not supported by this kubelet: use a client and API server \
-                 that stream over WebSockets (v5.channel.k8s.io)",
-            )),
-            Transport::None => Err(ApiError::bad_request(
-                "exec needs a WebSocket upgrade offering v5.channel.k8s.io",
-            )),
-            // The provider contract has no exec call yet: this is where the bridge goes.
-            Transport::WebSocket(_) => Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!("not supported by provider {name}: exec streaming is not implemented yet"),
+        let req = ExecRequest {
+            command: opts.command.clone(),
+            stdin: opts.stdin,
+            tty: opts.tty,
+        };
+        match tokio::time::timeout(PROVIDER_TIMEOUT, provider.exec(&observed.provider_id, req))
+            .await
+        {
+            Ok(Ok(session)) => Ok(session),
+            Ok(Err(e)) => Err(ApiError::from_provider(&name, &e)),
+            Err(_) => Err(ApiError::from_provider(
+                &name,
+                &ProviderError::transient("starting the command timed out"),
             )),
         }
     }
     .await;
-    match result {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
+    let ws = ws.protocols(WEBSOCKET_PROTOCOLS.iter().copied());
+    let session = match started {
+        Ok(session) => session,
+        Err(e) => {
+            debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "exec refused");
+            let outcome = channel::Outcome::Refused {
+                code: e.status.as_u16(),
+                message: e.message,
+            };
+            return Ok(ws.on_upgrade(move |socket| bridge::refuse(socket, outcome)));
+        }
+    };
+    debug!(
+        namespace,
+        pod,
+        container,
+        provider = %name,
+        workload = %observed.id,
+        protocol = %protocol,
+        stdin = opts.stdin,
+        tty = opts.tty,
+        "exec session starting"
+    );
+    let streams = bridge::Streams {
+        stdout: opts.stdout,
+        stderr: opts.stderr,
+        close_signal: protocol == channel::V5,
+        target: format!("{namespace}/{pod}/{container}"),
+        provider: name,
+    };
+    Ok(ws.on_upgrade(move |socket| bridge::run(socket, session, streams)))
+}
+
+fn state_name(s: &WorkloadState) -> &'static str {
+    match s {
+        WorkloadState::Queued { .. } => "Queued",
+        WorkloadState::Starting => "Starting",
+        WorkloadState::Running => "Running",
+        WorkloadState::NotReady { .. } => "NotReady",
+        WorkloadState::Succeeded => "Succeeded",
+        WorkloadState::Failed { .. } => "Failed",
+        WorkloadState::Preempted => "Preempted",
+        WorkloadState::Lost => "Lost",
+        WorkloadState::Unknown { .. } => "Unknown",
     }
 }
 
@@ -315,6 +459,22 @@ mod tests {
 
     #[test]
     fn options_follow_the_kubelet_rules() {
+        // What the API server forwards for `kubectl exec -i`.
+        let o = parse_options(
+            Kind::Exec,
+            &pairs(&[
+                ("command", "sh"),
+                ("command", "-c"),
+                ("command", "echo $X"),
+                ("input", "1"),
+                ("output", "1"),
+                ("error", "1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(o.command, ["sh", "-c", "echo $X"]);
+        assert!(o.stdin && o.stdout && o.stderr && !o.tty);
+        // The subresource's names work too.
         let o = parse_options(
             Kind::Exec,
             &pairs(&[
@@ -327,10 +487,23 @@ mod tests {
         .unwrap();
         assert_eq!(o.command, ["ls", "-l"]);
         assert!(o.stdout && o.stderr && !o.stdin && !o.tty);
-        assert!(parse_options(Kind::Exec, &pairs(&[("stdout", "1")])).is_err());
+        // With a TTY stderr is part of the terminal.
+        let o = parse_options(
+            Kind::Exec,
+            &pairs(&[
+                ("command", "sh"),
+                ("tty", "1"),
+                ("output", "1"),
+                ("error", "1"),
+            ]),
+        )
+        .unwrap();
+        assert!(o.tty && o.stdout && !o.stderr);
+        assert!(parse_options(Kind::Exec, &pairs(&[("output", "1")])).is_err());
         assert!(parse_options(Kind::Attach, &pairs(&[])).is_err());
-        assert!(parse_options(Kind::Attach, &pairs(&[("tty", "1"), ("stderr", "1")])).is_err());
-        assert!(parse_options(Kind::Attach, &pairs(&[("stdin", "maybe")])).is_err());
+        assert!(parse_options(Kind::Attach, &pairs(&[("tty", "1"), ("error", "1")])).is_err());
+        let e = parse_options(Kind::Attach, &pairs(&[("input", "maybe")])).unwrap_err();
+        assert!(e.message.contains("input"), "{}", e.message);
     }
 
     #[test]
@@ -347,6 +520,14 @@ mod tests {
         assert_eq!(
             negotiate(&h),
             Transport::WebSocket("v5.channel.k8s.io".into())
+        );
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static("v4.channel.k8s.io"),
+        );
+        assert_eq!(
+            negotiate(&h),
+            Transport::WebSocket("v4.channel.k8s.io".into())
         );
         h.insert(
             header::SEC_WEBSOCKET_PROTOCOL,

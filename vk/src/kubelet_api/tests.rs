@@ -1,5 +1,7 @@
 //! Router-level tests of the kubelet API with a fake host, provider and reviewer: routes,
-//! status codes, log streaming (limits, back-pressure, disconnects) and the auth filter.
+//! status codes, log streaming (limits, back-pressure, disconnects), exec over a real
+//! WebSocket (v5 channel protocol, stdin close signal, exit status, disconnects) and the auth
+//! filter.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,8 +22,8 @@ use super::tls::Peer;
 use super::*;
 use crate::naming::Owner;
 use crate::provider::{
-    BoxFuture, Capabilities, LogOptions, LogStream, Observed, Provider, ProviderError, Usage,
-    Workload, WorkloadState,
+    BoxFuture, Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
+    ProviderError, Usage, Workload, WorkloadState,
 };
 
 /// Logs: `None` means the provider has no log API; `Some(lines)` serves them, then (with
@@ -33,6 +35,10 @@ struct FakeProvider {
     last_opts: Mutex<Option<LogOptions>>,
     polls: Arc<AtomicUsize>,
     dropped: Arc<AtomicBool>,
+    /// Offers exec: `greet` (stdout `out`, stderr `err`, exit 7), `cat` (stdin to stdout
+    /// until the close signal), anything else runs until the session is dropped.
+    exec: bool,
+    exec_dropped: Arc<AtomicBool>,
 }
 
 impl FakeProvider {
@@ -44,7 +50,64 @@ impl FakeProvider {
             last_opts: Mutex::default(),
             polls: Arc::default(),
             dropped: Arc::default(),
+            exec: false,
+            exec_dropped: Arc::default(),
         }
+    }
+}
+
+/// An in-process stand-in for a command (see [`FakeProvider::exec`]).
+fn fake_session(req: &ExecRequest, dropped: Arc<AtomicBool>) -> ExecSession {
+    use tokio::io::AsyncReadExt;
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let (err_tx, err_rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<i32>();
+    let (stdin_w, mut stdin_r) = tokio::io::duplex(1024);
+    let program = req.command.first().cloned().unwrap_or_default();
+    tokio::spawn(async move {
+        match program.as_str() {
+            "greet" => {
+                let _ = out_tx.send(Bytes::from_static(b"out\n")).await;
+                let _ = err_tx.send(Bytes::from_static(b"err\n")).await;
+                drop((out_tx, err_tx));
+                let _ = exit_tx.send(7);
+            }
+            "cat" => {
+                let mut buf = [0u8; 64];
+                while let Ok(n) = stdin_r.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let _ = out_tx.send(Bytes::copy_from_slice(&buf[..n])).await;
+                }
+                drop((out_tx, err_tx));
+                let _ = exit_tx.send(0);
+            }
+            _ => {
+                let _keep = (out_tx, err_tx, exit_tx, stdin_r);
+                std::future::pending::<()>().await;
+            }
+        }
+    });
+    let flag = DropFlag(dropped);
+    let stdout = futures::stream::unfold((out_rx, flag), |(mut rx, flag)| async move {
+        rx.recv().await.map(|b| (Ok(b), (rx, flag)))
+    });
+    let stderr = futures::stream::unfold(err_rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok(b), rx))
+    });
+    ExecSession {
+        stdin: req
+            .stdin
+            .then(|| Box::pin(stdin_w) as crate::provider::ExecStdin),
+        stdout: Box::pin(stdout),
+        stderr: Some(Box::pin(stderr)),
+        resize: None,
+        exit: Box::pin(async move {
+            exit_rx
+                .await
+                .map_err(|_| ProviderError::transient("fake command vanished"))
+        }),
     }
 }
 
@@ -63,6 +126,7 @@ impl Provider for FakeProvider {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             logs: self.lines.is_some(),
+            exec: self.exec,
             ..Capabilities::default()
         }
     }
@@ -104,6 +168,26 @@ impl Provider for FakeProvider {
                 });
                 Ok(Box::pin(s) as LogStream)
             }
+        };
+        async move { result }
+    }
+    fn exec(
+        &self,
+        _provider_id: &str,
+        req: ExecRequest,
+    ) -> impl Future<Output = Result<ExecSession, ProviderError>> + Send {
+        let result = if !self.exec {
+            Err(ProviderError::Unsupported {
+                provider: self.name.to_owned(),
+                what: "exec".into(),
+            })
+        } else if req.tty {
+            Err(ProviderError::Unsupported {
+                provider: self.name.to_owned(),
+                what: "exec with a TTY".into(),
+            })
+        } else {
+            Ok(fake_session(&req, self.exec_dropped.clone()))
         };
         async move { result }
     }
@@ -187,10 +271,11 @@ fn observed(uid: &str, usage: Option<Usage>) -> Observed {
 struct Setup {
     app: axum::Router,
     logs_provider: Arc<FakeProvider>,
+    exec_provider: Arc<FakeProvider>,
 }
 
 /// Pods: `ml/train` on a provider with logs (usage reported), `ml/quiet` on one without
-/// (no usage), `ml/pending` without a workload.
+/// (no usage), `ml/pending` without a workload, `ml/shell` on a provider with exec.
 fn setup(endless: bool) -> Setup {
     let mut with_logs = FakeProvider::new("slurm", Some(vec!["hello world", "second line"]));
     with_logs.endless = endless;
@@ -204,11 +289,16 @@ fn setup(endless: bool) -> Setup {
     };
     let uid_train = "0b1c2d3e-0000-4000-8000-000000000001";
     let uid_quiet = "0b1c2d3e-0000-4000-8000-000000000002";
+    let uid_shell = "0b1c2d3e-0000-4000-8000-000000000004";
+    let mut with_exec = FakeProvider::new("hpc", None);
+    with_exec.exec = true;
+    let with_exec = Arc::new(with_exec);
     let host = FakeHost {
         pods: vec![
             pod("ml", "train", uid_train),
             pod("ml", "quiet", uid_quiet),
             pod("ml", "pending", "0b1c2d3e-0000-4000-8000-000000000003"),
+            pod("ml", "shell", uid_shell),
         ],
         workloads: HashMap::from([
             (
@@ -219,12 +309,20 @@ fn setup(endless: bool) -> Setup {
                 ),
             ),
             (uid_quiet.to_owned(), (without, observed(uid_quiet, None))),
+            (
+                uid_shell.to_owned(),
+                (
+                    with_exec.clone() as Arc<dyn DynProvider>,
+                    observed(uid_shell, None),
+                ),
+            ),
         ]),
     };
     let auth = Auth::new(Arc::new(FakeReviewer), false);
     Setup {
         app: router(Arc::new(host), "vk-node".into(), auth),
         logs_provider: with_logs,
+        exec_provider: with_exec,
     }
 }
 
@@ -292,7 +390,7 @@ async fn pods_lists_the_node_pods() {
         .iter()
         .map(|p| p["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["pending", "quiet", "train"]);
+    assert_eq!(names, ["pending", "quiet", "shell", "train"]);
 }
 
 #[tokio::test]
@@ -415,4 +513,196 @@ async fn exec_attach_and_port_forward_answer_501_naming_the_provider() {
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+// ---- exec over a real WebSocket -------------------------------------------------------------
+
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+/// Serves the router on a loopback port (plain HTTP: the upgrade is what is under test).
+async fn serve(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    addr
+}
+
+type Client =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens `path` as `kubectl exec` through a 1.36 API server does, offering `protocol`.
+async fn open(addr: std::net::SocketAddr, path: &str, protocol: &str) -> (Client, String) {
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("Authorization", "Bearer admin".parse().unwrap());
+    req.headers_mut()
+        .insert("Sec-WebSocket-Protocol", protocol.parse().unwrap());
+    let (ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let chosen = resp
+        .headers()
+        .get("Sec-WebSocket-Protocol")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (ws, chosen)
+}
+
+/// Everything the server sent until it closed: the data per channel, in order, and whether the
+/// close was a normal one.
+#[derive(Debug, Default)]
+struct Received {
+    first: Option<Vec<u8>>,
+    channels: HashMap<u8, Vec<u8>>,
+    normal_close: bool,
+}
+
+async fn receive_all(ws: &mut Client) -> Received {
+    let mut r = Received::default();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, ws.next()).await {
+        match msg.unwrap() {
+            WsMessage::Binary(b) => {
+                if r.first.is_none() {
+                    r.first = Some(b.to_vec());
+                }
+                r.channels
+                    .entry(b[0])
+                    .or_default()
+                    .extend_from_slice(&b[1..]);
+            }
+            WsMessage::Close(frame) => {
+                r.normal_close = frame.is_some_and(|f| u16::from(f.code) == 1000);
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+#[tokio::test]
+async fn exec_streams_stdout_stderr_and_the_exit_code_over_v5() {
+    let s = setup(false);
+    let addr = serve(s.app.clone()).await;
+    let (mut ws, chosen) = open(
+        addr,
+        "/exec/ml/shell/main?command=greet&command=a%20b&output=1&error=1",
+        "v5.channel.k8s.io",
+    )
+    .await;
+    assert_eq!(chosen, "v5.channel.k8s.io");
+    let r = receive_all(&mut ws).await;
+    // The kubelet's "streams ready" message: empty, on the lowest writable channel.
+    assert_eq!(r.first.as_deref(), Some(&[1u8][..]));
+    assert_eq!(r.channels[&1], b"out\n");
+    assert_eq!(r.channels[&2], b"err\n");
+    let status: serde_json::Value = serde_json::from_slice(&r.channels[&3]).unwrap();
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(
+        status["details"]["causes"],
+        json!([{"reason": "ExitCode", "message": "7"}])
+    );
+    assert!(r.normal_close, "{r:?}");
+}
+
+#[tokio::test]
+async fn exec_stdin_ends_with_the_v5_close_signal() {
+    let s = setup(false);
+    let addr = serve(s.app.clone()).await;
+    let (mut ws, _) = open(
+        addr,
+        "/exec/ml/shell/main?command=cat&input=1&output=1&error=1",
+        "v4.channel.k8s.io, v5.channel.k8s.io",
+    )
+    .await;
+    use futures::SinkExt;
+    for chunk in [&b"\x00hello\n"[..], b"\x00world\n", &[255, 0]] {
+        ws.send(WsMessage::Binary(Bytes::copy_from_slice(chunk)))
+            .await
+            .unwrap();
+    }
+    let r = receive_all(&mut ws).await;
+    assert_eq!(r.channels[&1], b"hello\nworld\n");
+    assert_eq!(r.channels[&3], br#"{"metadata":{},"status":"Success"}"#);
+    assert!(r.normal_close);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_frees_the_provider_session() {
+    let s = setup(false);
+    let addr = serve(s.app.clone()).await;
+    let (ws, _) = open(
+        addr,
+        "/exec/ml/shell/main?command=sleep&output=1",
+        "v5.channel.k8s.io",
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!s.exec_provider.exec_dropped.load(Ordering::SeqCst));
+    drop(ws);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !s.exec_provider.exec_dropped.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session kept after disconnect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn exec_refusals_before_any_upgrade() {
+    let s = setup(false);
+    // SPDY (what an API server sends to a node that does not declare WebSocket support).
+    let req = Request::post("/exec/ml/shell/main?command=ls&output=1")
+        .header(header::AUTHORIZATION, "Bearer admin")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header("X-Stream-Protocol-Version", "v4.channel.k8s.io")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(&s.app, req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.starts_with("SPDY is not supported by this kubelet; use a WebSocket-capable client"),
+        "{body}"
+    );
+    // No upgrade at all.
+    let (status, body) = call(&s.app, get("/exec/ml/shell/main?command=ls&output=1")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("v5.channel.k8s.io"), "{body}");
+    // Refused by the provider after the upgrade: its message and status in the error
+    // channel (a refused upgrade would make kubectl retry with SPDY and hide the reason).
+    let addr = serve(s.app.clone()).await;
+    let (mut ws, _) = open(
+        addr,
+        "/exec/ml/shell/main?command=sh&tty=1&input=1&output=1",
+        "v5.channel.k8s.io",
+    )
+    .await;
+    let r = receive_all(&mut ws).await;
+    let status: serde_json::Value = serde_json::from_slice(&r.channels[&3]).unwrap();
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["code"], 501);
+    assert_eq!(
+        status["message"],
+        "not supported by provider hpc: exec with a TTY"
+    );
+    assert!(r.normal_close);
+    // A provider without exec answers 501 naming it, whatever the transport.
+    let req = Request::get("/exec/ml/quiet/main?command=ls&output=1")
+        .header(header::AUTHORIZATION, "Bearer admin")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(&s.app, req).await;
+    assert_eq!(
+        (status, body.trim()),
+        (
+            StatusCode::NOT_IMPLEMENTED,
+            "not supported by provider runpod: exec"
+        )
+    );
 }

@@ -44,7 +44,10 @@
 //!   active are cancelled (22.05 creates a record for a 2014 refusal; it is already FAILED).
 //! - Logs are read from `<outputDir>/slurm-<job id>.log` (stdout and stderr together) when
 //!   the VK can read `outputDir`; `follow` polls the file and ends when the job has ended.
+//! - Exec (`exec: srun`, off by default) runs `srun --jobid=<job> --overlap -- <command>` as a
+//!   child process of the VK ([`exec`]): slurmrestd has no way to run a command in a job.
 
+pub mod exec;
 mod logs;
 pub mod script;
 mod token;
@@ -65,8 +68,10 @@ use tracing::{debug, info, warn};
 use super::rest::{self, InitError, RawResponse};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{
-    Capabilities, LogOptions, LogStream, Observed, Provider, ProviderError, Workload, WorkloadState,
+    Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
+    ProviderError, Workload, WorkloadState,
 };
+pub use exec::ExecMode;
 pub use script::Runtime;
 use token::TokenSource;
 pub use wire::Dialect;
@@ -129,6 +134,21 @@ pub struct SlurmConfig {
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
+    /// `kubectl exec`: `off` (default) or `srun` (`srun --jobid=<job> --overlap` from the VK's
+    /// host, which needs the Slurm client, munge and the cluster's configuration).
+    #[serde(default)]
+    pub exec: ExecMode,
+    /// The srun program (`srun` looked up in `path` by default).
+    #[serde(default = "default_srun_path")]
+    pub srun_path: String,
+    /// Program and arguments put before srun, e.g. `[runuser, -u, vkslurm, --]` or `[sudo, -n,
+    /// -u, vkslurm, --]` when the VK does not run as the jobs' user: Slurm lets only a job's
+    /// owner add steps to it (root included).
+    #[serde(default)]
+    pub exec_wrapper: Vec<String>,
+    /// `SLURM_CONF` for srun; unset: the VK's own `SLURM_CONF`, else Slurm's default.
+    #[serde(default)]
+    pub slurm_conf: Option<PathBuf>,
 }
 
 fn default_base_url() -> String {
@@ -145,6 +165,9 @@ fn default_max_gpus() -> u32 {
 }
 fn default_timeout_secs() -> u64 {
     30
+}
+fn default_srun_path() -> String {
+    "srun".to_owned()
 }
 
 impl Default for SlurmConfig {
@@ -167,6 +190,10 @@ impl Default for SlurmConfig {
             max_gpus_per_workload: default_max_gpus(),
             requeue: None,
             request_timeout_secs: default_timeout_secs(),
+            exec: ExecMode::Off,
+            srun_path: default_srun_path(),
+            exec_wrapper: Vec::new(),
+            slurm_conf: None,
         }
     }
 }
@@ -200,6 +227,10 @@ impl fmt::Debug for SlurmConfig {
             .field("gpu_types", &self.gpu_types)
             .field("max_gpus_per_workload", &self.max_gpus_per_workload)
             .field("requeue", &self.requeue)
+            .field("exec", &self.exec)
+            .field("srun_path", &self.srun_path)
+            .field("exec_wrapper", &self.exec_wrapper)
+            .field("slurm_conf", &self.slurm_conf)
             .finish()
     }
 }
@@ -542,6 +573,23 @@ impl Slurm {
         if cfg.default_time_limit_minutes == Some(0) {
             return Err(bad("defaultTimeLimitMinutes must be positive".into()));
         }
+        if cfg.exec == ExecMode::Srun {
+            if cfg.runtime != Runtime::Bare {
+                // A step started by srun runs on the job's node, outside the job's container:
+                // that would not be `kubectl exec` into the pod (docs/slurm.md, "Exec").
+                return Err(bad(format!(
+                    "exec: srun needs runtime: bare (with {:?} the command would run outside the \
+                     job's container)",
+                    cfg.runtime
+                )));
+            }
+            if cfg.srun_path.trim().is_empty() {
+                return Err(bad("srunPath must not be empty".into()));
+            }
+            if cfg.exec_wrapper.iter().any(|w| w.is_empty()) {
+                return Err(bad("execWrapper entries must not be empty".into()));
+            }
+        }
         let token = match &cfg.token_file {
             Some(path) => TokenSource::file(path.clone()),
             None if !cfg.api_key.trim().is_empty() => {
@@ -872,7 +920,7 @@ impl Provider for Slurm {
             gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
             max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: self.cfg.output_dir.is_some(),
-            exec: false,
+            exec: self.cfg.exec == ExecMode::Srun,
             metrics: false,
         }
     }
@@ -979,6 +1027,28 @@ impl Provider for Slurm {
         let stream: LogStream = Box::pin(futures::stream::iter([Ok(text)]));
         Ok(stream)
     }
+
+    async fn exec(
+        &self,
+        provider_id: &str,
+        req: ExecRequest,
+    ) -> Result<ExecSession, ProviderError> {
+        if self.cfg.exec != ExecMode::Srun {
+            return Err(ProviderError::Unsupported {
+                provider: self.name.clone(),
+                what: "exec (set exec: srun in its settings)".into(),
+            });
+        }
+        let job_id = Self::job_id(provider_id)?;
+        let settings = exec::SrunSettings {
+            wrapper: self.cfg.exec_wrapper.clone(),
+            srun: self.cfg.srun_path.clone(),
+            slurm_conf: self.cfg.slurm_conf.clone(),
+            work_dir: self.cfg.work_dir.clone(),
+            path: self.cfg.path.clone(),
+        };
+        exec::start(&self.name, &settings, job_id, req)
+    }
 }
 
 #[cfg(test)]
@@ -996,6 +1066,70 @@ mod tests {
         for n in [2017, 2021, 1800, 2090] {
             assert!(!errno::is_invalid(n), "{n}");
         }
+    }
+
+    #[tokio::test]
+    async fn exec_is_off_by_default_and_srun_needs_the_bare_runtime() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let owner = Owner::new("c", "n");
+        let base = SlurmConfig {
+            user_name: "vkslurm".into(),
+            ..SlurmConfig::default()
+        }
+        .with_api_key("jwt");
+        let off = Slurm::new("hpc".into(), base.clone(), owner.clone()).unwrap();
+        assert!(!off.capabilities().exec);
+        let req = ExecRequest {
+            command: vec!["true".into()],
+            stdin: false,
+            tty: false,
+        };
+        match off.exec("1", req.clone()).await {
+            Err(ProviderError::Unsupported { provider, what }) => {
+                assert_eq!(provider, "hpc");
+                assert!(what.contains("exec: srun"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let on = SlurmConfig {
+            exec: ExecMode::Srun,
+            ..base.clone()
+        };
+        let srun = Slurm::new("hpc".into(), on.clone(), owner.clone()).unwrap();
+        assert!(srun.capabilities().exec);
+        assert!(matches!(
+            srun.exec("not-a-job", req).await,
+            Err(ProviderError::Invalid { .. })
+        ));
+        let apptainer = SlurmConfig {
+            runtime: Runtime::Apptainer,
+            ..on.clone()
+        };
+        let e = Slurm::new("hpc".into(), apptainer, owner.clone()).unwrap_err();
+        assert!(e.to_string().contains("runtime: bare"), "{e}");
+        let wrapper = SlurmConfig {
+            exec_wrapper: vec!["sudo".into(), String::new()],
+            ..on
+        };
+        assert!(Slurm::new("hpc".into(), wrapper, owner).is_err());
+    }
+
+    #[test]
+    fn exec_settings_parse() {
+        let cfg: SlurmConfig = serde_yaml::from_str(
+            "userName: u\nexec: srun\nsrunPath: /opt/slurm/bin/srun\nexecWrapper: [runuser, -u, u, --]\nslurmConf: /etc/slurm/slurm.conf\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.exec, ExecMode::Srun);
+        assert_eq!(cfg.srun_path, "/opt/slurm/bin/srun");
+        assert_eq!(cfg.exec_wrapper, ["runuser", "-u", "u", "--"]);
+        assert_eq!(
+            cfg.slurm_conf.as_deref(),
+            Some(std::path::Path::new("/etc/slurm/slurm.conf"))
+        );
+        let cfg: SlurmConfig = serde_yaml::from_str("userName: u\n").unwrap();
+        assert_eq!((cfg.exec, cfg.srun_path.as_str()), (ExecMode::Off, "srun"));
+        assert!(serde_yaml::from_str::<SlurmConfig>("exec: ssh\n").is_err());
     }
 
     #[test]

@@ -1,0 +1,234 @@
+//! Bridges an upgraded WebSocket to a provider's [`ExecSession`]: client stdin, close signals
+//! and resizes go to the command; its stdout and stderr come back as channel messages, then the
+//! exit status on the error channel, then a normal close.
+//!
+//! Two halves run at once, so neither direction can stall the other (a command that stops
+//! reading its input until its output is drained must not deadlock):
+//! - the input half reads client messages until the client closes or goes away;
+//! - the output half forwards output as fast as the client takes it (each send waits for the
+//!   socket: nothing is read from the provider ahead of a slow client).
+//!
+//! A client that goes away before the end drops the session, which stops the command.
+
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tracing::debug;
+
+use super::channel::{self, Incoming, Outcome};
+use crate::provider::{ExecSession, ExecStdin, LogStream, TerminalSize};
+
+/// How long output may keep flowing after the command reported its exit (a background process
+/// holding the pipes open must not keep the session open forever).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// How long to wait for the client to answer our close.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// What the session was opened with.
+#[derive(Clone, Debug)]
+pub struct Streams {
+    pub stdout: bool,
+    pub stderr: bool,
+    /// The negotiated protocol has the v5 close signal.
+    pub close_signal: bool,
+    /// For log lines: `namespace/pod/container` and the provider.
+    pub target: String,
+    pub provider: String,
+}
+
+/// Runs the session to its end.
+pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) {
+    let (mut sink, source) = socket.split();
+    let stdin = session.stdin.take();
+    let resize = session.resize.take();
+    let mut input = tokio::spawn(input(source, stdin, resize, streams.close_signal));
+
+    // As the kubelet does: an empty message on the lowest writable channel tells the client
+    // the streams are ready.
+    let first = if streams.stdout {
+        channel::STDOUT
+    } else if streams.stderr {
+        channel::STDERR
+    } else {
+        channel::ERROR
+    };
+    if sink
+        .send(Message::Binary(channel::frame(first, &[])))
+        .await
+        .is_err()
+    {
+        input.abort();
+        return;
+    }
+
+    let outcome = tokio::select! {
+        o = output(&mut sink, session, &streams) => o,
+        _ = &mut input => {
+            debug!(target = %streams.target, provider = %streams.provider, "exec client went away; stopping the command");
+            return;
+        }
+    };
+    let outcome = match outcome {
+        Some(o) => o,
+        None => {
+            debug!(target = %streams.target, provider = %streams.provider, "exec client stopped reading; stopping the command");
+            input.abort();
+            return;
+        }
+    };
+    match &outcome {
+        Outcome::Exited(code) => {
+            debug!(target = %streams.target, provider = %streams.provider, exit_code = code, "exec command ended")
+        }
+        Outcome::Error(e) | Outcome::Refused { message: e, .. } => {
+            debug!(target = %streams.target, provider = %streams.provider, error = %e, "exec session failed")
+        }
+    }
+    let status = channel::frame(channel::ERROR, &channel::status(&outcome));
+    if sink.send(Message::Binary(status)).await.is_ok() {
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code: close_code::NORMAL,
+                reason: "".into(),
+            })))
+            .await;
+        // The input half ends when the client answers the close.
+        if tokio::time::timeout(CLOSE_WAIT, &mut input).await.is_err() {
+            input.abort();
+        }
+    } else {
+        input.abort();
+    }
+}
+
+/// Reports on an upgraded connection that the session could not start (so a client does not
+/// fall back to SPDY and show a refusal of that instead of this one), then closes it.
+pub async fn refuse(socket: WebSocket, outcome: Outcome) {
+    let (mut sink, mut source) = socket.split();
+    let status = channel::frame(channel::ERROR, &channel::status(&outcome));
+    if sink.send(Message::Binary(status)).await.is_ok() {
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code: close_code::NORMAL,
+                reason: "".into(),
+            })))
+            .await;
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            while let Some(Ok(msg)) = source.next().await {
+                if matches!(msg, Message::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// Client to command. Returns when the client has closed the connection or gone away.
+async fn input(
+    mut source: SplitStream<WebSocket>,
+    mut stdin: Option<ExecStdin>,
+    resize: Option<tokio::sync::mpsc::Sender<TerminalSize>>,
+    close_signal: bool,
+) {
+    while let Some(Ok(msg)) = source.next().await {
+        let data = match msg {
+            Message::Binary(data) => data,
+            Message::Close(_) => return,
+            // Pings are answered by the WebSocket layer; the protocol is binary only.
+            Message::Text(_) | Message::Ping(_) | Message::Pong(_) => continue,
+        };
+        match channel::parse(&data, close_signal) {
+            Incoming::Stdin(bytes) => {
+                if let Some(w) = stdin.as_mut() {
+                    let written = async {
+                        w.write_all(&bytes).await?;
+                        w.flush().await
+                    };
+                    if written.await.is_err() {
+                        // The command closed its input; later input has nowhere to go.
+                        stdin = None;
+                    }
+                }
+            }
+            Incoming::Close(channel::STDIN) => {
+                if let Some(mut w) = stdin.take() {
+                    let _ = w.shutdown().await;
+                }
+            }
+            Incoming::Resize(sizes) => {
+                if let Some(tx) = &resize {
+                    for size in sizes {
+                        let _ = tx.send(size).await;
+                    }
+                }
+            }
+            Incoming::Close(_) | Incoming::Ignored => {}
+        }
+    }
+}
+
+/// Command to client: output until both streams end (or shortly after the exit), then the
+/// outcome. `None` when the client can no longer be written to.
+async fn output(
+    sink: &mut SplitSink<WebSocket, Message>,
+    session: ExecSession,
+    streams: &Streams,
+) -> Option<Outcome> {
+    let ExecSession {
+        stdout,
+        stderr,
+        mut exit,
+        ..
+    } = session;
+    let tagged = |s: LogStream, ch: u8| s.map(move |item| (ch, item));
+    let stderr: LogStream = stderr.unwrap_or_else(|| Box::pin(futures::stream::empty()));
+    let mut merged = futures::stream::select(
+        tagged(stdout, channel::STDOUT),
+        tagged(stderr, channel::STDERR),
+    );
+    let mut code: Option<i32> = None;
+    let drain = tokio::time::sleep(DRAIN_AFTER_EXIT);
+    tokio::pin!(drain);
+    loop {
+        tokio::select! {
+            item = merged.next() => match item {
+                Some((ch, Ok(bytes))) => {
+                    let wanted = match ch {
+                        channel::STDOUT => streams.stdout,
+                        _ => streams.stderr,
+                    };
+                    if wanted && !bytes.is_empty() {
+                        sink.send(Message::Binary(channel::frame(ch, &bytes))).await.ok()?;
+                    }
+                }
+                Some((_, Err(e))) => return Some(Outcome::Error(format!("provider {}: {e}", streams.provider))),
+                None => break,
+            },
+            result = &mut exit, if code.is_none() => match result {
+                Ok(c) => {
+                    code = Some(c);
+                    drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                Err(e) => return Some(Outcome::Error(format!("provider {}: {e}", streams.provider))),
+            },
+            () = &mut drain, if code.is_some() => break,
+        }
+    }
+    let code = match code {
+        Some(c) => c,
+        None => match exit.await {
+            Ok(c) => c,
+            Err(e) => {
+                return Some(Outcome::Error(format!(
+                    "provider {}: {e}",
+                    streams.provider
+                )));
+            }
+        },
+    };
+    Some(Outcome::Exited(code))
+}
