@@ -72,8 +72,8 @@ pub const DEFAULT_BASE_URL: &str = "https://console.vast.ai";
 const ERROR_EXIT_CODE: i32 = 1;
 /// Page size of `GET /api/v1/instances/` (the API's maximum).
 const PAGE_SIZE: u32 = 25;
-/// Safety bound on pagination (25 * 400 = 10 000 instances).
-const MAX_PAGES: usize = 400;
+/// Safety bound on pagination (25 * 4000 = 100 000 instances).
+const MAX_PAGES: usize = 4000;
 
 /// The `settings` of a Vast provider in the VK configuration.
 #[derive(Clone, Deserialize)]
@@ -381,8 +381,12 @@ impl Vast {
                 _ => return Ok(out),
             }
         }
-        warn!(provider = %self.name, "instance list exceeded {MAX_PAGES} pages; returning what was read");
-        Ok(out)
+        // A partial list must never pass for a complete one: the framework would take the
+        // missing workloads for lost ones (or create them again).
+        warn!(provider = %self.name, "instance list exceeded {MAX_PAGES} pages");
+        Err(ProviderError::transient(format!(
+            "instance list exceeded {MAX_PAGES} pages of {PAGE_SIZE}; refusing a partial list"
+        )))
     }
 
     async fn search_offers(&self, search: &OfferSearch) -> Result<Vec<Offer>, ProviderError> {
