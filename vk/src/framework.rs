@@ -66,13 +66,16 @@ struct ProviderSlot {
 /// Local memory of recent actions, to judge list results that raced with them.
 #[derive(Default)]
 struct Recent {
-    /// (provider, pod UID) -> when we last tried to create its workload; kept until a list
-    /// that began later has been applied.
+    /// (provider, pod UID) -> when our last create call for its workload ended (set when it
+    /// starts too); kept until a list that began later has been applied.
     created: HashMap<(usize, String), Instant>,
     /// pod UID -> when we deleted its workload.
     deleted: HashMap<(usize, String), Instant>,
     /// workload -> first time it was seen without a live pod.
     orphans: HashMap<(usize, WorkloadId), Instant>,
+    /// Pods (by UID) this VK removed from the API, until the watch reports them gone: their
+    /// last update events must not cause a second DELETE.
+    pods_deleted: HashSet<String>,
 }
 
 /// The shared state of a running VK.
@@ -225,6 +228,23 @@ impl Framework {
                 }
             });
         }
+        // Marks the end of the start-up reconcile (everything known at start handled once):
+        // how long a restart takes to re-derive its state, for operators and `make bench`.
+        let fw = self.clone();
+        workers.spawn(async move {
+            while !fw.queue.is_idle() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let elapsed = t0.elapsed();
+            fw.metrics
+                .startup_reconcile_seconds
+                .set(elapsed.as_secs_f64().max(1e-6));
+            info!(
+                elapsed_ms = elapsed.as_millis() as u64,
+                pods = read(&fw.pods).len(),
+                "start-up reconcile finished"
+            );
+        });
         while workers.join_next().await.is_some() {}
     }
 
@@ -250,12 +270,15 @@ impl Framework {
                 watcher::Event::Init => buffer = Some(HashMap::new()),
                 watcher::Event::InitApply(p) => {
                     if let (Some(b), Some(uid)) = (buffer.as_mut(), p.metadata.uid.clone()) {
-                        b.insert(uid, Arc::new(p));
+                        b.insert(uid, stored(p));
                     }
                 }
                 watcher::Event::InitDone => {
                     let new = buffer.take().unwrap_or_default();
                     let old = std::mem::replace(&mut *write(&self.pods), new.clone());
+                    write(&self.recent)
+                        .pods_deleted
+                        .retain(|u| new.contains_key(u));
                     write(&self.gone).extend(old.keys().filter(|u| !new.contains_key(*u)).cloned());
                     for uid in old.keys().chain(new.keys()) {
                         self.queue.add(uid);
@@ -264,10 +287,20 @@ impl Framework {
                 }
                 watcher::Event::Apply(p) => {
                     if let Some(uid) = p.metadata.uid.clone() {
-                        let changed = read(&self.pods)
-                            .get(&uid)
-                            .is_none_or(|old| !same_generation(old, &p));
-                        write(&self.pods).insert(uid.clone(), Arc::new(p));
+                        let changed = {
+                            let mut pods = write(&self.pods);
+                            let old = pods.get(&uid);
+                            if old.is_some_and(|old| rv(old) > rv(&p)) {
+                                // The answer to one of our own writes is already stored and is
+                                // newer than this event, which was in flight: keeping it avoids
+                                // a reconcile (and a status write) against a stale status.
+                                false
+                            } else {
+                                let changed = old.is_none_or(|old| !same_generation(old, &p));
+                                pods.insert(uid.clone(), stored(p));
+                                changed
+                            }
+                        };
                         if changed {
                             self.queue.add(&uid);
                         }
@@ -276,6 +309,7 @@ impl Framework {
                 watcher::Event::Delete(p) => {
                     if let Some(uid) = p.metadata.uid.clone() {
                         write(&self.pods).remove(&uid);
+                        write(&self.recent).pods_deleted.remove(&uid);
                         write(&self.gone).insert(uid.clone());
                         self.queue.add(&uid);
                     }
@@ -612,6 +646,12 @@ impl Framework {
                     Ok(r) => r,
                     Err(_) => Err(ProviderError::transient("create timed out")),
                 };
+            // Only a list that began after the provider answered is sure to show the workload:
+            // a list sent while the create was in flight may be served before it (seen under
+            // load: the workload judged vanished and the pod failed with ProviderLost).
+            write(&self.recent)
+                .created
+                .insert((i, uid.clone()), Instant::now());
             self.metrics.call(&name, "create", result.is_ok());
             match result {
                 Ok(()) => {
@@ -849,6 +889,9 @@ impl Framework {
     /// The pod is being deleted: remove its workloads, then the pod (grace 0, UID precondition).
     async fn finish_deletion(&self, pod: &Pod, uid: &str) -> Result<(), Error> {
         self.delete_workloads(uid, Some(pod)).await?;
+        if read(&self.recent).pods_deleted.contains(uid) {
+            return Ok(());
+        }
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let dp = DeleteParams {
@@ -862,6 +905,7 @@ impl Framework {
         match api.delete(&pod.name_any(), &dp).await {
             Ok(_) => {
                 self.metrics.pod_deletes.inc();
+                write(&self.recent).pods_deleted.insert(uid.to_owned());
                 debug!(pod = pod.name_any(), uid, "pod deleted after its workload");
                 Ok(())
             }
@@ -1132,11 +1176,18 @@ impl Framework {
         {
             Ok(updated) => {
                 self.metrics.status_writes.inc();
+                debug!(
+                    namespace = pod.namespace().unwrap_or_default(),
+                    pod = pod.name_any(),
+                    uid = pod.metadata.uid.as_deref().unwrap_or_default(),
+                    phase = status.phase.as_deref().unwrap_or_default(),
+                    "wrote pod status"
+                );
                 // Keep our store current so the next reconcile compares against what we wrote.
                 if let Some(uid) = updated.metadata.uid.clone() {
                     let mut pods = write(&self.pods);
                     if pods.get(&uid).is_some_and(|p| rv(p) <= rv(&updated)) {
-                        pods.insert(uid, Arc::new(updated));
+                        pods.insert(uid, stored(updated));
                     }
                 }
                 Ok(())
@@ -1161,7 +1212,10 @@ impl Framework {
             .await
             .map_err(Error::Annotate)?;
         if let Some(uid) = updated.metadata.uid.clone() {
-            write(&self.pods).insert(uid, Arc::new(updated));
+            let mut pods = write(&self.pods);
+            if pods.get(&uid).is_none_or(|p| rv(p) <= rv(&updated)) {
+                pods.insert(uid, stored(updated));
+            }
         }
         Ok(())
     }
@@ -1188,6 +1242,13 @@ impl Framework {
             warn!(pod = pod.name_any(), error = %e, "failed to publish event");
         }
     }
+}
+
+/// A pod as the store keeps it: without `managedFields`, which nothing here reads and which
+/// grow with every writer of the pod (the store holds every pod of the node).
+fn stored(mut p: Pod) -> Arc<Pod> {
+    p.metadata.managed_fields = None;
+    Arc::new(p)
 }
 
 fn rv(p: &Pod) -> u64 {

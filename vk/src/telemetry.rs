@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use axum::{Router, routing::get};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -38,6 +39,8 @@ pub struct Metrics {
     pub pod_deletes: Counter,
     pub gc_deletes: Counter,
     pub queue_depth: Gauge,
+    /// Seconds from start until everything known at start-up was reconciled once; 0 before.
+    pub startup_reconcile_seconds: Gauge<f64, AtomicU64>,
     pub pods: Family<PodLabels, Gauge>,
 }
 
@@ -82,6 +85,12 @@ impl Metrics {
             "Pods waiting to be reconciled",
             queue_depth.clone(),
         );
+        let startup_reconcile_seconds = Gauge::<f64, AtomicU64>::default();
+        r.register(
+            "startup_reconcile_seconds",
+            "Seconds from start until every pod and workload known at start-up was reconciled once (0 until then)",
+            startup_reconcile_seconds.clone(),
+        );
         let pods = Family::<PodLabels, Gauge>::default();
         r.register(
             "pods",
@@ -96,6 +105,7 @@ impl Metrics {
             pod_deletes,
             gc_deletes,
             queue_depth,
+            startup_reconcile_seconds,
             pods,
         }
     }

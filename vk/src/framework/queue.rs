@@ -133,6 +133,13 @@ impl Queue {
         self.len() == 0
     }
 
+    /// True when no key is waiting, being processed, or due to run again after processing
+    /// (delayed retries from [`Queue::add_after`] are not counted).
+    pub fn is_idle(&self) -> bool {
+        let s = self.lock();
+        s.ready.is_empty() && s.dirty.is_empty() && s.processing.is_empty()
+    }
+
     pub fn shutdown(&self) {
         self.lock().shutdown = true;
         self.notify.notify_waiters();
@@ -210,6 +217,18 @@ mod tests {
         }
         assert_eq!(overlaps.load(Ordering::SeqCst), 0);
         assert!(processed.load(Ordering::SeqCst) >= 5);
+    }
+
+    #[tokio::test]
+    async fn idle_only_when_nothing_waits_or_runs() {
+        let q = Queue::new();
+        assert!(q.is_idle());
+        q.add("a");
+        assert!(!q.is_idle());
+        let k = q.next().await.unwrap();
+        assert!(!q.is_idle(), "a key being processed is not idle");
+        q.done(&k);
+        assert!(q.is_idle());
     }
 
     #[test]

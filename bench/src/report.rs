@@ -1,0 +1,488 @@
+//! The bench's results: one record per N, the targets of issue 8 judged against them, and the
+//! JSON and markdown renderings written under `target/bench/`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::procs::{CpuPhase, Machine, round3};
+
+/// Percentiles of a sample, milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(mut v: Vec<f64>) -> Self {
+        v.retain(|x| x.is_finite());
+        if v.is_empty() {
+            return Self::default();
+        }
+        v.sort_by(f64::total_cmp);
+        // Nearest rank.
+        let at = |q: f64| {
+            let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+            round3(v[rank - 1])
+        };
+        Self {
+            count: v.len(),
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: round3(v[v.len() - 1]),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Throughput {
+    /// Time to send every create request (bench side, `concurrency` in flight).
+    pub create_requests_s: f64,
+    /// First pod bound -> every pod Running (as the bench's watch saw it).
+    pub all_running_s: Option<f64>,
+    pub running: usize,
+    /// First delete request -> every pod gone from the API.
+    pub all_pods_gone_s: Option<f64>,
+    /// First delete request -> pods gone and no live workload at any provider.
+    pub all_deleted_s: Option<f64>,
+    pub create_errors: usize,
+    pub delete_errors: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    /// Bind (create answered with nodeName set, or first seen bound) -> the VK's provider
+    /// create call returned (VK log, microsecond timestamps).
+    pub bind_to_create_ms: Percentiles,
+    /// Provider Running (create + provision + start) -> pod phase Running seen by the watch.
+    pub provider_running_to_pod_running_ms: Percentiles,
+    /// Workloads whose VK create time was more than 1 s from the emulator's `created_at`
+    /// (which has 1 s resolution): a cross-check of the VK log times.
+    pub created_at_mismatches: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Restart {
+    /// SIGKILL -> the new VK reports its start-up reconcile finished.
+    pub reconciled_s: Option<f64>,
+    /// The VK's own `gpu_vk_startup_reconcile_seconds` (from its start to the end of that
+    /// reconcile).
+    pub vk_reported_s: Option<f64>,
+    pub pods: usize,
+    /// Provider create calls during recovery (emulator counters): must be 0.
+    pub provider_creates: f64,
+    /// Pod status writes by the restarted VK (its counter) until one poll interval after
+    /// recovery: 0 when nothing changed.
+    pub status_writes: f64,
+    /// PATCH pods/status seen by the apiserver over the same window.
+    pub apiserver_status_patches: f64,
+    /// Reconciles the restarted VK ran.
+    pub reconciles: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Footprint {
+    /// VK resident memory with N pods Running (the VK that created them).
+    pub vk_rss_mib: Option<f64>,
+    pub vk_peak_rss_mib: Option<f64>,
+    /// VK resident memory after restart recovery with N pods (no history of the ramp-up).
+    pub vk_rss_after_restart_mib: Option<f64>,
+    /// VK CPU seconds from its start until N pods Running.
+    pub vk_cpu_s_to_running: Option<f64>,
+    /// VK CPU seconds of the restart recovery.
+    pub vk_cpu_s_restart: Option<f64>,
+    /// VK CPU seconds during deletion.
+    pub vk_cpu_s_delete: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ApiCost {
+    /// Pod and event requests the apiserver served over create + delete, per pod, all clients.
+    pub pod_and_event_requests_per_pod: f64,
+    /// The same without the bench's own creates and deletes: the VK's (and controllers').
+    pub vk_requests_per_pod: f64,
+    /// VK status writes (its counter) per pod over the lifecycle.
+    pub status_writes_per_pod: f64,
+    /// Requests by "VERB resource[/subresource][.group]" during create + delete.
+    pub breakdown: BTreeMap<String, f64>,
+    /// Mean apiserver latency (ms) of pod and event requests during the create phase, from
+    /// its `apiserver_request_duration_seconds`.
+    pub create_phase_mean_latency_ms: BTreeMap<String, f64>,
+    /// Highest VK work-queue depth sampled during the create phase.
+    pub vk_max_queue_depth: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProviderCalls {
+    /// Calls per poll interval with N pods Running and nothing changing, by emulator and
+    /// route (from the emulators' counters).
+    pub per_interval: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Calls over the whole create phase by emulator and route.
+    pub create_phase: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub name: String,
+    pub target: String,
+    pub measured: String,
+    pub met: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Round {
+    pub n: usize,
+    /// Pods per second when the round was paced (the latency probe); None: as fast as possible.
+    pub rate_per_s: Option<f64>,
+    pub throughput: Throughput,
+    pub latency: Latency,
+    pub restart: Restart,
+    pub footprint: Footprint,
+    pub apiserver: ApiCost,
+    pub provider_calls: ProviderCalls,
+    /// CPU by process and machine busy share per phase: where the time went.
+    pub cpu: BTreeMap<String, CpuPhase>,
+    pub targets: Vec<Target>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub started_at: String,
+    pub settings: serde_json::Value,
+    pub rounds: Vec<Round>,
+    pub summary: Vec<Target>,
+}
+
+fn fmt_opt(v: Option<f64>, unit: &str) -> String {
+    v.map_or("—".into(), |x| format!("{x:.1}{unit}"))
+}
+
+impl Round {
+    pub fn label(&self) -> String {
+        match self.rate_per_s {
+            Some(r) => format!("N={} at {r}/s", self.n),
+            None => format!("N={}", self.n),
+        }
+    }
+
+    /// Judges this round against the issue's targets (stated for N = 10,000).
+    pub fn judge(&mut self, poll_ms: u64) {
+        let mut t = Vec::new();
+        let mut push = |name: &str, target: &str, measured: String, met: Option<bool>| {
+            t.push(Target {
+                name: name.into(),
+                target: target.into(),
+                measured,
+                met,
+            })
+        };
+        let tp = &self.throughput;
+        push(
+            "all Running",
+            "< 60 s from bind",
+            fmt_opt(tp.all_running_s, " s"),
+            Some(tp.all_running_s.is_some_and(|s| s < 60.0) && tp.running == self.n),
+        );
+        push(
+            "all deleted",
+            "< 90 s, provider empty",
+            fmt_opt(tp.all_deleted_s, " s"),
+            Some(tp.all_deleted_s.is_some_and(|s| s < 90.0)),
+        );
+        let l = &self.latency;
+        push(
+            "bind -> create p99",
+            "< 100 ms",
+            format!("{:.0} ms", l.bind_to_create_ms.p99),
+            (l.bind_to_create_ms.count > 0).then_some(l.bind_to_create_ms.p99 < 100.0),
+        );
+        let limit = poll_ms as f64 + 100.0;
+        push(
+            "provider Running -> pod Running p99",
+            &format!("< {limit:.0} ms (poll + 100 ms)"),
+            format!("{:.0} ms", l.provider_running_to_pod_running_ms.p99),
+            (l.provider_running_to_pod_running_ms.count > 0)
+                .then_some(l.provider_running_to_pod_running_ms.p99 < limit),
+        );
+        let r = &self.restart;
+        push(
+            "restart reconciled",
+            "< 15 s",
+            fmt_opt(r.reconciled_s, " s"),
+            Some(r.reconciled_s.is_some_and(|s| s < 15.0)),
+        );
+        push(
+            "restart creates / status writes",
+            "0 / 0",
+            format!("{} / {}", r.provider_creates, r.status_writes),
+            Some(r.provider_creates == 0.0 && r.status_writes == 0.0 && r.reconciled_s.is_some()),
+        );
+        let f = &self.footprint;
+        push(
+            "VK resident memory",
+            "< 150 MiB",
+            fmt_opt(f.vk_rss_mib, " MiB"),
+            f.vk_rss_mib.map(|m| m < 150.0),
+        );
+        push(
+            "status writes per pod lifecycle",
+            "<= 2",
+            format!("{:.2}", self.apiserver.status_writes_per_pod),
+            Some(self.apiserver.status_writes_per_pod <= 2.0),
+        );
+        self.targets = t;
+    }
+}
+
+/// Provider calls per interval must not grow with N: compares the smallest and largest N.
+pub fn judge_provider_calls(rounds: &[Round]) -> Vec<Target> {
+    let rounds: Vec<&Round> = rounds.iter().filter(|r| r.rate_per_s.is_none()).collect();
+    let (Some(first), Some(last)) = (rounds.first().copied(), rounds.last().copied()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (provider, routes) in &last.provider_calls.per_interval {
+        let total = |r: &Round| {
+            r.provider_calls
+                .per_interval
+                .get(provider)
+                .map_or(0.0, |m| m.get("total").copied().unwrap_or(0.0))
+        };
+        let (a, b) = (total(first), total(last));
+        let met = if rounds.len() < 2 {
+            None
+        } else {
+            Some(b <= a.max(1.0) * 1.5)
+        };
+        out.push(Target {
+            name: format!("{provider} calls per poll interval"),
+            target: "independent of N".into(),
+            measured: format!(
+                "{a:.1} at N={} -> {b:.1} at N={} ({})",
+                first.n,
+                last.n,
+                routes
+                    .iter()
+                    .filter(|(k, _)| k.as_str() != "total")
+                    .map(|(k, v)| format!("{k} {v:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            met,
+        });
+    }
+    out
+}
+
+fn mark(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "n/a",
+    }
+}
+
+impl Report {
+    pub fn markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str("# vk-bench\n\n");
+        s.push_str(&format!("Machine: {}  \n", self.machine.one_line()));
+        s.push_str(&format!("Started: {}  \n", self.started_at));
+        s.push_str(&format!("Settings: `{}`\n\n", self.settings));
+        let ns: Vec<String> = self.rounds.iter().map(Round::label).collect();
+        s.push_str(&format!("| figure | {} |\n", ns.join(" | ")));
+        s.push_str(&format!("|---|{}\n", "---|".repeat(ns.len())));
+        let row = |s: &mut String, name: &str, f: &dyn Fn(&Round) -> String| {
+            let cells: Vec<String> = self.rounds.iter().map(f).collect();
+            s.push_str(&format!("| {name} | {} |\n", cells.join(" | ")));
+        };
+        row(&mut s, "create requests sent (s)", &|r| {
+            format!("{:.1}", r.throughput.create_requests_s)
+        });
+        row(&mut s, "bind -> all Running (s)", &|r| {
+            format!(
+                "{} ({}/{})",
+                fmt_opt(r.throughput.all_running_s, ""),
+                r.throughput.running,
+                r.n
+            )
+        });
+        row(&mut s, "delete -> pods gone (s)", &|r| {
+            fmt_opt(r.throughput.all_pods_gone_s, "")
+        });
+        row(&mut s, "delete -> gone + provider empty (s)", &|r| {
+            fmt_opt(r.throughput.all_deleted_s, "")
+        });
+        row(&mut s, "bind -> provider create p50/p90/p99 (ms)", &|r| {
+            let p = &r.latency.bind_to_create_ms;
+            format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
+        });
+        row(
+            &mut s,
+            "provider Running -> pod Running p50/p90/p99 (ms)",
+            &|r| {
+                let p = &r.latency.provider_running_to_pod_running_ms;
+                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
+            },
+        );
+        row(&mut s, "restart: reconciled after SIGKILL (s)", &|r| {
+            fmt_opt(r.restart.reconciled_s, "")
+        });
+        row(&mut s, "restart: provider creates / status writes", &|r| {
+            format!(
+                "{} / {}",
+                r.restart.provider_creates, r.restart.status_writes
+            )
+        });
+        row(&mut s, "VK RSS at N Running (MiB)", &|r| {
+            fmt_opt(r.footprint.vk_rss_mib, "")
+        });
+        row(&mut s, "VK RSS after restart (MiB)", &|r| {
+            fmt_opt(r.footprint.vk_rss_after_restart_mib, "")
+        });
+        row(&mut s, "VK CPU s: to Running / restart / delete", &|r| {
+            format!(
+                "{} / {} / {}",
+                fmt_opt(r.footprint.vk_cpu_s_to_running, ""),
+                fmt_opt(r.footprint.vk_cpu_s_restart, ""),
+                fmt_opt(r.footprint.vk_cpu_s_delete, "")
+            )
+        });
+        row(
+            &mut s,
+            "apiserver pod+event requests per pod (all / VK)",
+            &|r| {
+                format!(
+                    "{:.2} / {:.2}",
+                    r.apiserver.pod_and_event_requests_per_pod, r.apiserver.vk_requests_per_pod
+                )
+            },
+        );
+        row(&mut s, "apiserver mean latency in create (ms)", &|r| {
+            r.apiserver
+                .create_phase_mean_latency_ms
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        row(&mut s, "VK max queue depth in create", &|r| {
+            format!("{:.0}", r.apiserver.vk_max_queue_depth)
+        });
+        row(&mut s, "status writes per pod", &|r| {
+            format!("{:.2}", r.apiserver.status_writes_per_pod)
+        });
+        row(&mut s, "provider calls per poll interval", &|r| {
+            r.provider_calls
+                .per_interval
+                .iter()
+                .map(|(p, m)| format!("{p} {:.1}", m.get("total").copied().unwrap_or(0.0)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        for phase in ["create", "restart", "delete"] {
+            row(&mut s, &format!("CPU s in {phase} (busy %)"), &|r| {
+                r.cpu.get(phase).map_or("—".into(), |c| {
+                    let top: Vec<String> = c
+                        .cpu_s
+                        .iter()
+                        .filter(|(_, v)| **v >= 0.5)
+                        .map(|(k, v)| format!("{k} {v:.1}"))
+                        .collect();
+                    format!(
+                        "{}; other work on the host {:.1} ({:.0}% busy)",
+                        top.join(", "),
+                        c.other_processes_s,
+                        c.machine_busy_pct
+                    )
+                })
+            });
+        }
+        s.push_str("\nTargets (stated for N = 10,000 on 2 cores):\n\n");
+        s.push_str("| round | target | goal | measured | |\n|---|---|---|---|---|\n");
+        for r in &self.rounds {
+            for t in &r.targets {
+                s.push_str(&format!(
+                    "| {} | {} | {} | {} | {} |\n",
+                    r.label(),
+                    t.name,
+                    t.target,
+                    t.measured,
+                    mark(t.met)
+                ));
+            }
+        }
+        for t in &self.summary {
+            s.push_str(&format!(
+                "| all | {} | {} | {} | {} |\n",
+                t.name,
+                t.target,
+                t.measured,
+                mark(t.met)
+            ));
+        }
+        let notes: Vec<String> = self
+            .rounds
+            .iter()
+            .flat_map(|r| r.notes.iter().map(move |n| format!("- {}: {n}", r.label())))
+            .collect();
+        if !notes.is_empty() {
+            s.push_str("\nNotes:\n\n");
+            s.push_str(&notes.join("\n"));
+            s.push('\n');
+        }
+        s
+    }
+
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
+        let json = serde_json::to_string_pretty(self)?;
+        std::fs::write(dir.join("report.json"), json + "\n")
+            .context("failed to write report.json")?;
+        std::fs::write(dir.join("report.md"), self.markdown())
+            .context("failed to write report.md")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_nearest_rank() {
+        let p = Percentiles::of((1..=100).map(f64::from).collect());
+        assert_eq!((p.p50, p.p90, p.p99, p.max), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(Percentiles::of(vec![]).count, 0);
+        assert_eq!(Percentiles::of(vec![7.0]).p99, 7.0);
+    }
+
+    #[test]
+    fn provider_calls_growing_with_n_is_missed() {
+        let mk = |n, total| {
+            let mut r = Round {
+                n,
+                ..Default::default()
+            };
+            r.provider_calls.per_interval.insert(
+                "vast".into(),
+                [("total".to_owned(), total), ("list".to_owned(), total)].into(),
+            );
+            r
+        };
+        let t = judge_provider_calls(&[mk(1000, 20.0), mk(10000, 200.0)]);
+        assert_eq!(t[0].met, Some(false));
+        let t = judge_provider_calls(&[mk(1000, 1.0), mk(10000, 1.0)]);
+        assert_eq!(t[0].met, Some(true));
+    }
+}
