@@ -135,7 +135,17 @@ fn log(msg: impl AsRef<str>) {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match bench().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            log(format!("error: {e:#}"));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn bench() -> anyhow::Result<()> {
     let mut args = Args::parse();
     if args.quick {
         args.n = vec![200];
@@ -161,11 +171,8 @@ async fn main() -> anyhow::Result<()> {
     });
     let result = tokio::select! {
         r = run(&args, &client, &cleanup) => r,
-        s = interrupted() => Err(anyhow::anyhow!("interrupted by {s}; cleaning up")),
+        s = interrupted() => Err(anyhow::anyhow!("interrupted by {s}")),
     };
-    if let Err(e) = &result {
-        log(format!("stopping: {e:#}"));
-    }
     log("cleaning up: children, namespaces, node");
     if tokio::time::timeout(Duration::from_secs(120), cleanup.run())
         .await

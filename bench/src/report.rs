@@ -236,7 +236,7 @@ impl Round {
         push(
             "status writes per pod lifecycle",
             "<= 2",
-            format!("{:.2}", self.apiserver.status_writes_per_pod),
+            format!("{:.3}", self.apiserver.status_writes_per_pod),
             Some(self.apiserver.status_writes_per_pod <= 2.0),
         );
         self.targets = t;
@@ -379,7 +379,7 @@ impl Report {
             format!("{:.0}", r.apiserver.vk_max_queue_depth)
         });
         row(&mut s, "status writes per pod", &|r| {
-            format!("{:.2}", r.apiserver.status_writes_per_pod)
+            format!("{:.3}", r.apiserver.status_writes_per_pod)
         });
         row(&mut s, "provider calls per poll interval", &|r| {
             r.provider_calls
