@@ -750,6 +750,37 @@ pub fn vk_binary() -> std::path::PathBuf {
     bin
 }
 
+/// Cancels a VK's real Slurm jobs with `scancel` should a test panic half-way, so the next test finds the node free.
+pub struct JobsGuard {
+    pub slurm: RealSlurm,
+    /// Job names starting with this are this VK's (see [`Vk::owner_prefix`]).
+    pub prefix: String,
+}
+
+impl Drop for JobsGuard {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let ids: Vec<String> = self
+            .slurm
+            .squeue()
+            .into_iter()
+            .filter(|(_, name, _)| name.starts_with(&self.prefix))
+            .map(|(id, _, _)| id)
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let mut cmd = std::process::Command::new("scancel");
+        cmd.args(&ids);
+        if let Some(conf) = &self.slurm.slurm_conf {
+            cmd.env("SLURM_CONF", conf);
+        }
+        let _ = cmd.status();
+    }
+}
+
 /// The ownership tag the VK embeds in workload names (documented format:
 /// first 8 hex digits of SHA-256 of `<cluster id>/<node name>`).
 pub fn owner_tag(cluster_id: &str, node: &str) -> String {

@@ -92,36 +92,6 @@ async fn run_kubectl(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) 
     }
 }
 
-/// Cancels this VK's jobs should a test panic half-way, so the next test finds the node free.
-struct JobsGuard {
-    slurm: RealSlurm,
-    prefix: String,
-}
-
-impl Drop for JobsGuard {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let ids: Vec<String> = self
-            .slurm
-            .squeue()
-            .into_iter()
-            .filter(|(_, name, _)| name.starts_with(&self.prefix))
-            .map(|(id, _, _)| id)
-            .collect();
-        if ids.is_empty() {
-            return;
-        }
-        let mut cmd = std::process::Command::new("scancel");
-        cmd.args(&ids);
-        if let Some(conf) = &self.slurm.slurm_conf {
-            cmd.env("SLURM_CONF", conf);
-        }
-        let _ = cmd.status();
-    }
-}
-
 /// The steps of `job` other than its batch step (`squeue --steps`).
 fn exec_steps(slurm: &RealSlurm, job: &str) -> Vec<String> {
     let mut cmd = std::process::Command::new("squeue");

@@ -40,37 +40,6 @@ struct Bed {
     _jobs: JobsGuard,
 }
 
-/// Cancels this VK's jobs with `scancel` should a test panic half-way, so the next test (and
-/// the next test binary) find the node free. The normal path cleans up through the VK.
-struct JobsGuard {
-    slurm: RealSlurm,
-    prefix: String,
-}
-
-impl Drop for JobsGuard {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let ids: Vec<String> = self
-            .slurm
-            .squeue()
-            .into_iter()
-            .filter(|(_, name, _)| name.starts_with(&self.prefix))
-            .map(|(id, _, _)| id)
-            .collect();
-        if ids.is_empty() {
-            return;
-        }
-        let mut cmd = std::process::Command::new("scancel");
-        cmd.args(&ids);
-        if let Some(conf) = &self.slurm.slurm_conf {
-            cmd.env("SLURM_CONF", conf);
-        }
-        let _ = cmd.status();
-    }
-}
-
 impl Bed {
     async fn start() -> Self {
         // The Slurm first: without it the failure names `make slurm-up`.
