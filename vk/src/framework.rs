@@ -6,6 +6,7 @@
 //! this node and one list of every provider.
 
 pub mod queue;
+pub mod store;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +31,7 @@ use crate::telemetry::{Metrics, PodLabels, ResultLabels};
 use crate::translate::{self, Situation, reason};
 use crate::{dispatch, env};
 pub use queue::Queue;
+pub use store::StoredPod;
 
 /// Timeout of a single provider call; beyond it the call counts as transient.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,8 +41,6 @@ const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum Error {
     #[error("failed to write pod status: {0}")]
     WriteStatus(#[source] kube::Error),
-    #[error("failed to record the chosen provider on the pod: {0}")]
-    Annotate(#[source] kube::Error),
     #[error("failed to delete pod: {0}")]
     DeletePod(#[source] kube::Error),
     #[error("failed to resolve environment: {0}")]
@@ -84,7 +84,7 @@ pub struct Framework {
     cfg: Arc<Config>,
     owner: Owner,
     slots: Vec<ProviderSlot>,
-    pods: RwLock<HashMap<String, Arc<Pod>>>,
+    pods: RwLock<HashMap<String, Arc<StoredPod>>>,
     pods_synced: AtomicBool,
     /// UIDs of pods seen deleted whose workloads may still need deleting.
     gone: RwLock<HashSet<String>>,
@@ -151,17 +151,21 @@ impl Framework {
 
     /// A pod of this node by namespace and name.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        read(&self.pods)
+        let found = read(&self.pods)
             .values()
-            .find(|p| {
-                p.metadata.namespace.as_deref() == Some(namespace)
-                    && p.metadata.name.as_deref() == Some(name)
-            })
-            .cloned()
+            .find(|p| &*p.namespace == namespace && &*p.name == name)
+            .cloned();
+        found.and_then(|p| p.pod()).map(Arc::new)
     }
 
+    /// Every pod of this node, decoded from the store (for the kubelet API; not a hot path).
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        read(&self.pods).values().cloned().collect()
+        let stored: Vec<Arc<StoredPod>> = read(&self.pods).values().cloned().collect();
+        stored
+            .iter()
+            .filter_map(|p| p.pod())
+            .map(Arc::new)
+            .collect()
     }
 
     /// The provider and workload serving a pod, if any.
@@ -255,7 +259,7 @@ impl Framework {
         let api: Api<Pod> = Api::all(self.client.clone());
         let wc =
             watcher::Config::default().fields(&format!("spec.nodeName={}", self.cfg.node_name));
-        let mut buffer: Option<HashMap<String, Arc<Pod>>> = None;
+        let mut buffer: Option<HashMap<String, Arc<StoredPod>>> = None;
         let mut stream = watcher(api, wc).default_backoff().boxed();
         loop {
             let ev = match stream.try_next().await {
@@ -270,7 +274,7 @@ impl Framework {
                 watcher::Event::Init => buffer = Some(HashMap::new()),
                 watcher::Event::InitApply(p) => {
                     if let (Some(b), Some(uid)) = (buffer.as_mut(), p.metadata.uid.clone()) {
-                        b.insert(uid, stored(p));
+                        b.insert(uid, Arc::new(StoredPod::new(p)));
                     }
                 }
                 watcher::Event::InitDone => {
@@ -287,17 +291,18 @@ impl Framework {
                 }
                 watcher::Event::Apply(p) => {
                     if let Some(uid) = p.metadata.uid.clone() {
+                        let p = StoredPod::new(p);
                         let changed = {
                             let mut pods = write(&self.pods);
                             let old = pods.get(&uid);
-                            if old.is_some_and(|old| rv(old) > rv(&p)) {
+                            if old.is_some_and(|old| old.resource_version > p.resource_version) {
                                 // The answer to one of our own writes is already stored and is
                                 // newer than this event, which was in flight: keeping it avoids
                                 // a reconcile (and a status write) against a stale status.
                                 false
                             } else {
-                                let changed = old.is_none_or(|old| !same_generation(old, &p));
-                                pods.insert(uid.clone(), stored(p));
+                                let changed = old.is_none_or(|old| !old.same_generation(&p));
+                                pods.insert(uid.clone(), Arc::new(p));
                                 changed
                             }
                         };
@@ -451,8 +456,8 @@ impl Framework {
 
     /// Brings one pod and its workload together. Returns an optional requeue delay.
     async fn reconcile(&self, uid: &str) -> Result<Option<Duration>, Error> {
-        let pod = read(&self.pods).get(uid).cloned();
-        let Some(pod) = pod else {
+        let stored = read(&self.pods).get(uid).cloned();
+        let Some(stored) = stored else {
             // A pod we saw deleted: its workloads go now. A workload whose pod this process
             // never saw is left to the garbage collector and its grace window.
             if read(&self.gone).contains(uid) {
@@ -463,6 +468,10 @@ impl Framework {
             }
             return Ok(None);
         };
+        let Some(pod) = stored.pod() else {
+            return Ok(None);
+        };
+        drop(stored);
         if pod.metadata.deletion_timestamp.is_some() {
             return self.finish_deletion(&pod, uid).await.map(|_| None);
         }
@@ -634,9 +643,6 @@ impl Framework {
             if read(&self.recent).created.contains_key(&(i, uid.clone())) {
                 return Ok(Some(self.cfg.timings.poll_interval()));
             }
-            if assigned.as_deref() != Some(name.as_str()) {
-                self.annotate_assigned(pod, &name).await?;
-            }
             write(&self.recent)
                 .created
                 .insert((i, uid.clone()), Instant::now());
@@ -669,6 +675,9 @@ impl Framework {
                     };
                     write(&slot.cache).insert(uid.clone(), obs.clone());
                     info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, "created workload");
+                    // The status write also records the chosen provider on the pod.
+                    self.write_status(pod, &Situation::Observed(&obs), &name)
+                        .await?;
                     self.event(
                         pod,
                         EventType::Normal,
@@ -677,8 +686,6 @@ impl Framework {
                         &format!("created workload {id} on provider {name}"),
                     )
                     .await;
-                    self.write_status(pod, &Situation::Observed(&obs), &name)
-                        .await?;
                     return Ok(None);
                 }
                 Err(ProviderError::Capacity { message }) => {
@@ -753,10 +760,8 @@ impl Framework {
     ) -> Result<Option<Duration>, Error> {
         let name = self.slots[i].provider.name().to_owned();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if pod.annotations().get(ANN_ASSIGNED) != Some(&name) {
-            // Adopted after a restart that happened between create and annotate.
-            self.annotate_assigned(pod, &name).await?;
-        }
+        // A workload adopted after a restart between its create and the first status write gets
+        // its provider recorded by the status write below.
         let policy = pod
             .spec
             .as_ref()
@@ -1022,9 +1027,9 @@ impl Framework {
                 for (i, slot) in self.slots.iter().enumerate() {
                     let name = slot.provider.name();
                     for (uid, obs) in read(&slot.cache).iter() {
-                        let live = pods.get(uid).is_some_and(|p| {
-                            p.annotations().get(ANN_ASSIGNED).is_none_or(|a| a == name)
-                        });
+                        let live = pods
+                            .get(uid)
+                            .is_some_and(|p| p.assigned_to_or_unassigned(name));
                         if live {
                             continue;
                         }
@@ -1040,11 +1045,10 @@ impl Framework {
             }
             for (i, uid, provider_id, id) in victims {
                 // Re-check under the per-pod queue discipline: a pod may have appeared.
-                if read(&self.pods).get(&uid).is_some_and(|p| {
-                    p.annotations()
-                        .get(ANN_ASSIGNED)
-                        .is_none_or(|a| a == self.slots[i].provider.name())
-                }) {
+                if read(&self.pods)
+                    .get(&uid)
+                    .is_some_and(|p| p.assigned_to_or_unassigned(self.slots[i].provider.name()))
+                {
                     continue;
                 }
                 info!(provider = self.slots[i].provider.name(), workload = %id, provider_id, "collecting orphaned workload");
@@ -1061,16 +1065,8 @@ impl Framework {
             tokio::time::sleep(Duration::from_secs(5)).await;
             let mut counts: HashMap<(String, String), i64> = HashMap::new();
             for p in read(&self.pods).values() {
-                let provider = p
-                    .annotations()
-                    .get(ANN_ASSIGNED)
-                    .cloned()
-                    .unwrap_or_default();
-                let phase = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_else(|| "Pending".into());
+                let provider = p.assigned.as_deref().unwrap_or_default().to_owned();
+                let phase = p.phase.as_deref().unwrap_or("Pending").to_owned();
                 *counts.entry((provider, phase)).or_default() += 1;
             }
             self.metrics.pods.clear();
@@ -1147,7 +1143,11 @@ impl Framework {
             now: Timestamp::now(),
         };
         let status = translate::pod_status(pod, s, &cx);
-        if !translate::status_changed(pod.status.as_ref(), &status) {
+        // The chosen provider rides on the status write (the pods/status subresource accepts
+        // annotations), so creating a workload costs no extra API request before or after.
+        let annotate = !provider.is_empty()
+            && pod.annotations().get(ANN_ASSIGNED).map(String::as_str) != Some(provider);
+        if !annotate && !translate::status_changed(pod.status.as_ref(), &status) {
             return Ok(());
         }
         let mut value = serde_json::to_value(&status).unwrap_or_default();
@@ -1160,10 +1160,11 @@ impl Framework {
                 obj.entry(k.clone()).or_insert(serde_json::Value::Null);
             }
         }
-        let patch = serde_json::json!({
-            "metadata": { "uid": pod.metadata.uid },
-            "status": value,
-        });
+        let mut metadata = serde_json::json!({ "uid": pod.metadata.uid });
+        if annotate {
+            metadata["annotations"] = serde_json::json!({ ANN_ASSIGNED: provider });
+        }
+        let patch = serde_json::json!({ "metadata": metadata, "status": value });
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         match api
@@ -1185,9 +1186,13 @@ impl Framework {
                 );
                 // Keep our store current so the next reconcile compares against what we wrote.
                 if let Some(uid) = updated.metadata.uid.clone() {
+                    let updated = StoredPod::new(updated);
                     let mut pods = write(&self.pods);
-                    if pods.get(&uid).is_some_and(|p| rv(p) <= rv(&updated)) {
-                        pods.insert(uid, stored(updated));
+                    if pods
+                        .get(&uid)
+                        .is_some_and(|p| p.resource_version <= updated.resource_version)
+                    {
+                        pods.insert(uid, Arc::new(updated));
                     }
                 }
                 Ok(())
@@ -1195,29 +1200,6 @@ impl Framework {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
             Err(e) => Err(Error::WriteStatus(e)),
         }
-    }
-
-    async fn annotate_assigned(&self, pod: &Pod, provider: &str) -> Result<(), Error> {
-        let api: Api<Pod> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        let patch = serde_json::json!({
-            "metadata": { "uid": pod.metadata.uid, "annotations": { ANN_ASSIGNED: provider } }
-        });
-        let updated = api
-            .patch(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(Error::Annotate)?;
-        if let Some(uid) = updated.metadata.uid.clone() {
-            let mut pods = write(&self.pods);
-            if pods.get(&uid).is_none_or(|p| rv(p) <= rv(&updated)) {
-                pods.insert(uid, stored(updated));
-            }
-        }
-        Ok(())
     }
 
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: &str) {
@@ -1242,30 +1224,6 @@ impl Framework {
             warn!(pod = pod.name_any(), error = %e, "failed to publish event");
         }
     }
-}
-
-/// A pod as the store keeps it: without `managedFields`, which nothing here reads and which
-/// grow with every writer of the pod (the store holds every pod of the node).
-fn stored(mut p: Pod) -> Arc<Pod> {
-    p.metadata.managed_fields = None;
-    Arc::new(p)
-}
-
-fn rv(p: &Pod) -> u64 {
-    p.metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// True when a watch update does not need a reconcile (only our own status write echoed back
-/// or metadata noise): deletion, annotations and spec are what matter.
-fn same_generation(old: &Pod, new: &Pod) -> bool {
-    old.metadata.deletion_timestamp == new.metadata.deletion_timestamp
-        && old.metadata.annotations == new.metadata.annotations
-        && old.metadata.generation == new.metadata.generation
-        && old.status == new.status
 }
 
 /// Observed states equal apart from usage figures (which change every poll and only feed
