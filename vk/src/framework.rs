@@ -17,13 +17,13 @@ use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ObjectReference, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::events::{EventType, Events};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{DynProvider, Observed, ProviderError, WorkloadState};
 use crate::spec::{self, ANN_ASSIGNED};
@@ -91,7 +91,7 @@ pub struct Framework {
     ready: watch::Sender<bool>,
     recent: RwLock<Recent>,
     queue: Queue,
-    recorder: Recorder,
+    events: Events,
     pub metrics: Metrics,
 }
 
@@ -110,13 +110,7 @@ impl Framework {
         metrics: Metrics,
     ) -> Arc<Self> {
         let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "gpu-vk".into(),
-                instance: Some(cfg.node_name.clone()),
-            },
-        );
+        let events = Events::new(client.clone(), "gpu-vk", &cfg.node_name);
         let slots = providers
             .into_iter()
             .map(|provider| ProviderSlot {
@@ -136,7 +130,7 @@ impl Framework {
             ready: watch::channel(false).0,
             recent: RwLock::default(),
             queue: Queue::new(),
-            recorder,
+            events,
             metrics,
         })
     }
@@ -166,6 +160,20 @@ impl Framework {
             .filter_map(|p| p.pod())
             .map(Arc::new)
             .collect()
+    }
+
+    /// Decodes, one at a time, the pods whose UID passes `want` and hands each to `f`.
+    pub fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
+        let stored: Vec<Arc<StoredPod>> = read(&self.pods)
+            .values()
+            .filter(|p| want(&p.uid))
+            .cloned()
+            .collect();
+        for p in stored {
+            if let Some(pod) = p.pod() {
+                f(&pod);
+            }
+        }
     }
 
     /// The provider and workload serving a pod, if any.
@@ -1211,16 +1219,11 @@ impl Framework {
             uid: pod.metadata.uid.clone(),
             ..Default::default()
         };
-        let mut note = note.to_owned();
-        note.truncate(1000);
-        let ev = KEvent {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+        if let Err(e) = self
+            .events
+            .publish(&reference, type_, reason, action, note)
+            .await
+        {
             warn!(pod = pod.name_any(), error = %e, "failed to publish event");
         }
     }

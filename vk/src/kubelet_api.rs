@@ -72,6 +72,15 @@ pub trait Host: Send + Sync + 'static {
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
     /// Every pod bound to this node.
     fn pods(&self) -> Vec<Arc<Pod>>;
+    /// Calls `f` with each pod of this node whose UID passes `want`, one at a time: a
+    /// store that keeps pods encoded decodes only those, and never all at once.
+    fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
+        for p in self.pods() {
+            if p.metadata.uid.as_deref().is_some_and(want) {
+                f(&p);
+            }
+        }
+    }
     /// The provider and workload serving a pod, by pod UID.
     fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)>;
 }
@@ -82,6 +91,9 @@ impl Host for Framework {
     }
     fn pods(&self) -> Vec<Arc<Pod>> {
         Framework::pods(self)
+    }
+    fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
+        Framework::visit_pods(self, want, f)
     }
     fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)> {
         Framework::workload_of(self, uid)

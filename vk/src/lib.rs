@@ -8,6 +8,7 @@
 pub mod config;
 pub mod dispatch;
 pub mod env;
+pub mod events;
 pub mod framework;
 pub mod kubelet_api;
 pub mod naming;

@@ -258,6 +258,22 @@ async fn provider_faults_are_retried_and_never_crash_the_vk() {
         events.iter().any(|(r, _)| r == "ProviderError"),
         "{events:?}"
     );
+    // The three failed creates are one Event whose series counts them, as the kubelet folds
+    // repeats, not three objects.
+    let errors: Vec<_> = Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ProviderError"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        errors[0].series.as_ref().map(|s| s.count),
+        Some(3),
+        "{errors:?}"
+    );
     assert!(
         vk.metric("gpu_vk_reconciles_total").await > 0.0,
         "the VK stopped serving metrics"

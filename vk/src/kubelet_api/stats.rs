@@ -109,24 +109,34 @@ impl CpuLedger {
 
 /// The running containers of `host` with usage, sorted by namespace, pod and container.
 pub fn running_containers(host: &dyn Host) -> (Vec<ContainerUsage>, HashSet<String>) {
-    let mut live = HashSet::new();
+    let live = std::cell::RefCell::new(HashSet::new());
     let mut out = Vec::new();
-    for pod in host.pods() {
+    // Only pods with a running workload that reports usage are decoded.
+    let want = |uid: &str| {
+        live.borrow_mut().insert(uid.to_owned());
+        host.workload_of(uid).is_some_and(|(_, o)| {
+            o.usage.is_some()
+                && matches!(
+                    o.state,
+                    WorkloadState::Running | WorkloadState::NotReady { .. }
+                )
+        })
+    };
+    host.visit_pods(&want, &mut |pod| {
         let Some(uid) = pod.metadata.uid.clone() else {
-            continue;
+            return;
         };
-        live.insert(uid.clone());
         let Some((_, observed)) = host.workload_of(&uid) else {
-            continue;
+            return;
         };
         if !matches!(
             observed.state,
             WorkloadState::Running | WorkloadState::NotReady { .. }
         ) {
-            continue;
+            return;
         }
-        let (Some(usage), Some(container)) = (observed.usage, main_container(&pod)) else {
-            continue;
+        let (Some(usage), Some(container)) = (observed.usage, main_container(pod)) else {
+            return;
         };
         let status = pod.status.as_ref();
         let container_start = observed.started_at.or_else(|| {
@@ -152,7 +162,8 @@ pub fn running_containers(host: &dyn Host) -> (Vec<ContainerUsage>, HashSet<Stri
             container_start,
             usage,
         });
-    }
+    });
+    let live = live.into_inner();
     out.sort_by(|a, b| {
         (&a.namespace, &a.pod, &a.container).cmp(&(&b.namespace, &b.pod, &b.container))
     });
