@@ -351,6 +351,34 @@ fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
+/// (upper bound, cumulative count) pairs of a histogram in Prometheus text.
+fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let bucket = format!("{name}_bucket{{le=\"");
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&bucket)?;
+            let (le, rest) = rest.split_once('"')?;
+            let count = rest.rsplit(' ').next()?.parse::<f64>().ok()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count))
+        })
+        .collect()
+}
+
+/// `since_seen_ms` of every "created workload" line of the VK's JSON log.
+fn vk_create_waits(log: &Path) -> Vec<f64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("since_seen_ms"))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["fields"]["since_seen_ms"].as_f64())
+        .collect()
+}
+
 /// "created workload" times by pod UID from the VK's JSON log.
 fn vk_create_times(log: &Path) -> HashMap<String, Timestamp> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -884,6 +912,9 @@ impl Bench<'_> {
         round.latency.bind_to_create_ms = Percentiles::of(to_create);
         round.latency.provider_running_to_pod_running_ms = Percentiles::of(to_running);
         round.latency.created_at_mismatches = mismatches;
+        round.latency.vk_seen_to_create_ms = Percentiles::of(vk_create_waits(&vk_log));
+        round.latency.vk_list_to_status_ms =
+            Percentiles::of_histogram(histogram(&vk1_end, "gpu_vk_pod_status_latency_seconds"));
 
         // ---- restart recovery --------------------------------------------------------------
         log(format!(

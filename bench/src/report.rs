@@ -39,6 +39,52 @@ impl Percentiles {
             max: round3(v[v.len() - 1]),
         }
     }
+
+    /// Percentiles of a Prometheus histogram given as (upper bound in seconds, cumulative
+    /// count) pairs, interpolated linearly inside a bucket as `histogram_quantile` does;
+    /// `max` is the upper bound of the highest non-empty bucket.
+    pub fn of_histogram(mut buckets: Vec<(f64, f64)>) -> Self {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last().map_or(0.0, |b| b.1);
+        if total <= 0.0 {
+            return Self::default();
+        }
+        let at = |q: f64| {
+            let rank = q * total;
+            let mut lower = (0.0, 0.0);
+            for &(le, cum) in &buckets {
+                if cum >= rank {
+                    if le.is_infinite() {
+                        return round3(lower.0 * 1000.0);
+                    }
+                    let width = cum - lower.1;
+                    let frac = if width > 0.0 {
+                        (rank - lower.1) / width
+                    } else {
+                        1.0
+                    };
+                    return round3((lower.0 + (le - lower.0) * frac) * 1000.0);
+                }
+                lower = (le, cum);
+            }
+            round3(lower.0 * 1000.0)
+        };
+        let mut max = 0.0;
+        let mut prev = 0.0;
+        for &(le, cum) in &buckets {
+            if cum > prev {
+                max = le;
+            }
+            prev = cum;
+        }
+        Self {
+            count: total as usize,
+            p50: at(0.50),
+            p90: at(0.90),
+            p99: at(0.99),
+            max: round3(max * 1000.0),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -63,6 +109,13 @@ pub struct Latency {
     pub bind_to_create_ms: Percentiles,
     /// Provider Running (create + provision + start) -> pod phase Running seen by the watch.
     pub provider_running_to_pod_running_ms: Percentiles,
+    /// The VK's own share of bind -> create: from its first sight of the pod (watch event) to
+    /// the provider's create answer (`since_seen_ms` in its log).
+    pub vk_seen_to_create_ms: Percentiles,
+    /// The VK's own share of provider Running -> pod Running: from the list that showed the
+    /// change to the status write (its `gpu_vk_pod_status_latency_seconds` histogram,
+    /// interpolated within buckets).
+    pub vk_list_to_status_ms: Percentiles,
     /// Workloads whose VK create time was more than 1 s from the emulator's `created_at`
     /// (which has 1 s resolution): a cross-check of the VK log times.
     pub created_at_mismatches: usize,
@@ -328,9 +381,25 @@ impl Report {
         });
         row(
             &mut s,
+            "VK's own: first seen -> create p50/p90/p99 (ms)",
+            &|r| {
+                let p = &r.latency.vk_seen_to_create_ms;
+                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
+            },
+        );
+        row(
+            &mut s,
             "provider Running -> pod Running p50/p90/p99 (ms)",
             &|r| {
                 let p = &r.latency.provider_running_to_pod_running_ms;
+                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
+            },
+        );
+        row(
+            &mut s,
+            "VK's own: list -> status write p50/p90/p99 (ms)",
+            &|r| {
+                let p = &r.latency.vk_list_to_status_ms;
                 format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
             },
         );
@@ -457,6 +526,24 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn histogram_percentiles_interpolate_within_buckets() {
+        // 100 samples: 50 in (0, 0.01], 40 in (0.01, 0.1], 10 in (0.1, 1].
+        let b = vec![
+            (0.01, 50.0),
+            (0.1, 90.0),
+            (1.0, 100.0),
+            (f64::INFINITY, 100.0),
+        ];
+        let p = super::Percentiles::of_histogram(b);
+        assert_eq!(p.count, 100);
+        assert_eq!(p.p50, 10.0);
+        assert_eq!(p.p90, 100.0);
+        assert_eq!(p.p99, 910.0);
+        assert_eq!(p.max, 1000.0);
+        assert_eq!(super::Percentiles::of_histogram(vec![]).count, 0);
+    }
+
     use super::*;
 
     #[test]

@@ -73,6 +73,8 @@ struct Recent {
     deleted: HashMap<(usize, String), Instant>,
     /// workload -> first time it was seen without a live pod.
     orphans: HashMap<(usize, WorkloadId), Instant>,
+    /// pod UID -> when a list showed its workload in a new state, until the pod's next sync.
+    changed: HashMap<String, Instant>,
     /// Pods (by UID) this VK removed from the API, until the watch reports them gone: their
     /// last update events must not cause a second DELETE.
     pods_deleted: HashSet<String>,
@@ -310,6 +312,7 @@ impl Framework {
                                 false
                             } else {
                                 let changed = old.is_none_or(|old| !old.same_generation(&p));
+                                let p = p.seen_since(old.map(|o| &**o));
                                 pods.insert(uid.clone(), Arc::new(p));
                                 changed
                             }
@@ -426,6 +429,13 @@ impl Framework {
             recent.created.retain(|(p, _), t| *p != i || *t > started);
         }
         *write(&slot.listed_at) = Some(started);
+        if !changed.is_empty() {
+            let now = Instant::now();
+            let mut recent = write(&self.recent);
+            for uid in &changed {
+                recent.changed.entry(uid.clone()).or_insert(now);
+            }
+        }
         for uid in changed {
             self.queue.add(&uid);
         }
@@ -465,6 +475,7 @@ impl Framework {
     /// Brings one pod and its workload together. Returns an optional requeue delay.
     async fn reconcile(&self, uid: &str) -> Result<Option<Duration>, Error> {
         let stored = read(&self.pods).get(uid).cloned();
+        let list_changed = write(&self.recent).changed.remove(uid);
         let Some(stored) = stored else {
             // A pod we saw deleted: its workloads go now. A workload whose pod this process
             // never saw is left to the garbage collector and its grace window.
@@ -479,6 +490,7 @@ impl Framework {
         let Some(pod) = stored.pod() else {
             return Ok(None);
         };
+        let seen = stored.seen;
         drop(stored);
         if pod.metadata.deletion_timestamp.is_some() {
             return self.finish_deletion(&pod, uid).await.map(|_| None);
@@ -511,7 +523,15 @@ impl Framework {
         };
 
         if let Some((i, obs)) = self.find(uid) {
-            return self.sync_observed(&pod, i, &obs).await;
+            let r = self.sync_observed(&pod, i, &obs).await;
+            if r.is_ok()
+                && let Some(t) = list_changed
+            {
+                self.metrics
+                    .status_latency
+                    .observe(t.elapsed().as_secs_f64());
+            }
+            return r;
         }
 
         // No workload anywhere. Was one created before (container id on the pod)?
@@ -558,7 +578,7 @@ impl Framework {
         if let Some(wait) = self.backoff_remaining(&pod) {
             return Ok(Some(wait));
         }
-        self.create(&pod, &req, assigned).await
+        self.create(&pod, &req, assigned, seen).await
     }
 
     fn find(&self, uid: &str) -> Option<(usize, Observed)> {
@@ -578,6 +598,7 @@ impl Framework {
         pod: &Pod,
         req: &spec::Request,
         assigned: Option<String>,
+        seen: Instant,
     ) -> Result<Option<Duration>, Error> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let candidates = match dispatch::candidates(
@@ -682,7 +703,12 @@ impl Framework {
                         usage: None,
                     };
                     write(&slot.cache).insert(uid.clone(), obs.clone());
-                    info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, "created workload");
+                    let waited = seen.elapsed();
+                    if restart_count(pod) == 0 {
+                        // Relaunches after a restart back-off are not admission latency.
+                        self.metrics.create_latency.observe(waited.as_secs_f64());
+                    }
+                    info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, since_seen_ms = waited.as_millis() as u64, "created workload");
                     // The status write also records the chosen provider on the pod.
                     self.write_status(pod, &Situation::Observed(&obs), &name)
                         .await?;
@@ -1196,10 +1222,11 @@ impl Framework {
                 if let Some(uid) = updated.metadata.uid.clone() {
                     let updated = StoredPod::new(updated);
                     let mut pods = write(&self.pods);
-                    if pods
+                    if let Some(old) = pods
                         .get(&uid)
-                        .is_some_and(|p| p.resource_version <= updated.resource_version)
+                        .filter(|p| p.resource_version <= updated.resource_version)
                     {
+                        let updated = updated.seen_since(Some(old));
                         pods.insert(uid, Arc::new(updated));
                     }
                 }

@@ -9,6 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -42,7 +43,18 @@ pub struct Metrics {
     /// Seconds from start until everything known at start-up was reconciled once; 0 before.
     pub startup_reconcile_seconds: Gauge<f64, AtomicU64>,
     pub pods: Family<PodLabels, Gauge>,
+    /// Seconds from the VK's first sight of a pod to the provider accepting its workload: the
+    /// latency the VK itself adds on top of the API server's watch.
+    pub create_latency: Histogram,
+    /// Seconds from a provider list showing a workload's new state to the pod status write
+    /// that reports it (not counting the wait for the next poll).
+    pub status_latency: Histogram,
 }
+
+/// Latency buckets, seconds: 1 ms to 60 s.
+const LATENCY_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -97,6 +109,18 @@ impl Metrics {
             "Pods on this node by provider and phase",
             pods.clone(),
         );
+        let create_latency = Histogram::new(LATENCY_BUCKETS);
+        r.register(
+            "pod_create_latency_seconds",
+            "Seconds from the VK first seeing a pod to the provider accepting its workload",
+            create_latency.clone(),
+        );
+        let status_latency = Histogram::new(LATENCY_BUCKETS);
+        r.register(
+            "pod_status_latency_seconds",
+            "Seconds from a provider list showing a workload state change to the pod status write reporting it",
+            status_latency.clone(),
+        );
         Self {
             registry: Arc::new(r),
             reconciles,
@@ -107,6 +131,8 @@ impl Metrics {
             queue_depth,
             startup_reconcile_seconds,
             pods,
+            create_latency,
+            status_latency,
         }
     }
 

@@ -233,6 +233,13 @@ async fn deployment_runs_on_the_provider_and_each_pod_delete_removes_exactly_its
         );
     }
     assert_eq!(rp.live().await.len(), 3);
+    // The VK's own share of the latency is exported: one create sample per pod, and a status
+    // sample for each workload state change it reported (at least Running for each).
+    assert_eq!(
+        vk.metric("gpu_vk_pod_create_latency_seconds_count").await,
+        3.0
+    );
+    assert!(vk.metric("gpu_vk_pod_status_latency_seconds_count").await >= 3.0);
 
     // Delete one replica: exactly its workload goes; the replacement gets a new one.
     let victim = &pods[0];

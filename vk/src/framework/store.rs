@@ -7,6 +7,7 @@
 //! (measured by `make bench`). Reconciles decode the pod when they need it (tens of µs).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::error;
@@ -24,6 +25,8 @@ pub struct StoredPod {
     pub assigned: Option<Box<str>>,
     /// `status.phase`.
     pub phase: Option<Box<str>>,
+    /// When this process first saw the pod (kept across updates by [`StoredPod::seen_since`]).
+    pub seen: Instant,
     /// Digest of what makes a watch update worth a reconcile (see [`StoredPod::same_generation`]).
     digest: u64,
     json: Box<[u8]>,
@@ -70,9 +73,18 @@ impl StoredPod {
                 .as_ref()
                 .and_then(|s| s.phase.as_deref())
                 .map(Into::into),
+            seen: Instant::now(),
             digest,
             json,
         }
+    }
+
+    /// This update of a pod already stored as `earlier`: keeps the first-seen instant.
+    pub fn seen_since(mut self, earlier: Option<&StoredPod>) -> Self {
+        if let Some(e) = earlier {
+            self.seen = e.seen;
+        }
+        self
     }
 
     /// The pod, decoded. `None` only if the stored bytes do not decode, which would be a bug
