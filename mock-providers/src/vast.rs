@@ -4,6 +4,7 @@
 
 mod query;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,6 +84,8 @@ pub struct Book {
     next_offer_id: u64,
     snapshots: HashMap<String, String>,
     snapshot_order: VecDeque<String>,
+    /// `label_counts` of the unfiltered instance list.
+    label_counts: LabelCounts,
 }
 
 impl Default for Book {
@@ -93,6 +96,7 @@ impl Default for Book {
             next_offer_id: 20_000_001,
             snapshots: HashMap::new(),
             snapshot_order: VecDeque::new(),
+            label_counts: LabelCounts::default(),
         }
     }
 }
@@ -130,6 +134,83 @@ impl Book {
             }
         }
         token
+    }
+}
+
+/// `label_counts` of the unfiltered instance list, kept up to date from one call to the next:
+/// every page of a 10,000-instance listing (400 calls) reports the labels of all instances.
+#[derive(Debug, Default)]
+struct LabelCounts {
+    /// `(seq, label)` of every instance counted, in ascending `seq` order.
+    rows: Vec<(u64, String)>,
+    counts: BTreeMap<String, u64>,
+    /// `counts` as a JSON object.
+    json: String,
+}
+
+impl LabelCounts {
+    /// The counts of `current` (`(seq, label)` in ascending `seq` order) as a JSON object.
+    fn sync(&mut self, current: &[(u64, &str)]) -> Cow<'_, str> {
+        if !current.windows(2).all(|w| w[0].0 < w[1].0) {
+            // Not in seq order (never, from a BTreeMap): count from scratch, keep nothing.
+            *self = Self::default();
+            let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+            for (_, name) in current {
+                *counts.entry(name).or_default() += 1;
+            }
+            return Cow::Owned(serde_json::to_string(&counts).unwrap_or_else(|_| "{}".to_owned()));
+        }
+        let unchanged = self.rows.len() == current.len()
+            && self
+                .rows
+                .iter()
+                .zip(current)
+                .all(|((seq, name), (s, n))| seq == s && name == n);
+        if unchanged && !self.json.is_empty() {
+            return Cow::Borrowed(&self.json);
+        }
+        // Merge the two seq-ordered lists, counting what was removed, added or relabelled.
+        let mut old = std::mem::take(&mut self.rows).into_iter().peekable();
+        let mut rows = Vec::with_capacity(current.len());
+        for &(seq, name) in current {
+            while let Some((_, gone)) = old.next_if(|(s, _)| *s < seq) {
+                self.remove(&gone);
+            }
+            match old.next_if(|(s, _)| *s == seq) {
+                Some((_, same)) if same == name => rows.push((seq, same)),
+                other => {
+                    if let Some((_, relabelled)) = other {
+                        self.remove(&relabelled);
+                    }
+                    self.add(name);
+                    rows.push((seq, name.to_owned()));
+                }
+            }
+        }
+        for (_, gone) in old {
+            self.remove(&gone);
+        }
+        self.rows = rows;
+        self.json = serde_json::to_string(&self.counts).unwrap_or_else(|_| "{}".to_owned());
+        Cow::Borrowed(&self.json)
+    }
+
+    fn add(&mut self, name: &str) {
+        match self.counts.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                self.counts.insert(name.to_owned(), 1);
+            }
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(n) = self.counts.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(name);
+            }
+        }
     }
 }
 
@@ -270,113 +351,328 @@ fn round4(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-fn offers(inner: &mut crate::engine::Inner, bid: bool) -> Vec<Map<String, Value>> {
-    let now = crate::util::unix_f64(jiff::Timestamp::now());
-    // Drop ids of offers whose machine changed since.
+/// Offer fields that differ between machines offering the same GPU type and size; every other
+/// field depends only on the type, the size and the search (see [`OfferGroup`]).
+const MACHINE_FIELDS: [&str; 5] = [
+    "id",
+    "ask_contract_id",
+    "bundle_id",
+    "machine_id",
+    "gpu_frac",
+];
+
+/// One rentable offer before it is rendered: its group, id and machine.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    group: usize,
+    num_gpus: u32,
+    id: u64,
+    machine_id: u64,
+    capacity: u32,
+}
+
+impl Candidate {
+    /// The value of a field in [`MACHINE_FIELDS`]; `None` for any other field.
+    fn field(&self, field: &str) -> Option<Value> {
+        match field {
+            "id" | "ask_contract_id" | "bundle_id" => Some(json!(self.id)),
+            "machine_id" => Some(json!(self.machine_id)),
+            "gpu_frac" => Some(json!(
+                f64::from(self.num_gpus) / f64::from(self.capacity.max(1))
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The offers of one GPU type and size: the fields they share, and what the search's filters
+/// and order make of them.
+struct OfferGroup {
+    /// Every offer field except [`MACHINE_FIELDS`].
+    template: Map<String, Value>,
+    /// Per filter (in the filters' order): its verdict on the shared fields (`Ok(true)` for a
+    /// field offers lack, which the lenient matcher ignores), `None` for a machine field.
+    verdicts: Vec<Option<Result<bool, String>>>,
+    /// The whole group's outcome when it does not depend on the machine.
+    fixed: Option<Result<bool, String>>,
+    /// Per sort field: its numeric value when shared by the group.
+    order_keys: Vec<Option<f64>>,
+}
+
+impl OfferGroup {
+    fn new(
+        template: Map<String, Value>,
+        filters: &Map<String, Value>,
+        orders: &[(String, bool)],
+    ) -> Self {
+        let verdicts: Vec<Option<Result<bool, String>>> = filters
+            .iter()
+            .map(|(field, cond)| {
+                if MACHINE_FIELDS.contains(&field.as_str()) {
+                    return None;
+                }
+                Some(match template.get(field) {
+                    Some(actual) => query::matches(field, actual, cond),
+                    None => Ok(true),
+                })
+            })
+            .collect();
+        // The filters are applied in order and stop at the first that fails (or errs): the
+        // outcome is the group's own unless a machine field comes first.
+        let mut fixed = Some(Ok(true));
+        for v in &verdicts {
+            match v {
+                Some(Ok(true)) => {}
+                Some(other) => {
+                    fixed = Some(other.clone());
+                    break;
+                }
+                None => {
+                    fixed = None;
+                    break;
+                }
+            }
+        }
+        let order_keys = orders
+            .iter()
+            .map(|(field, _)| template.get(field).and_then(Value::as_f64))
+            .collect();
+        Self {
+            template,
+            verdicts,
+            fixed,
+            order_keys,
+        }
+    }
+
+    /// `query::record_matches(render(c), filters, lenient)`, without rendering.
+    fn matches(&self, c: &Candidate, filters: &Map<String, Value>) -> Result<bool, String> {
+        if let Some(fixed) = &self.fixed {
+            return fixed.clone();
+        }
+        for ((field, cond), verdict) in filters.iter().zip(&self.verdicts) {
+            let ok = match verdict {
+                Some(v) => v.clone()?,
+                None => match c.field(field) {
+                    Some(actual) => query::matches(field, &actual, cond)?,
+                    None => true,
+                },
+            };
+            if !ok {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The numeric value of sort field number `i` (`field`), as the rendered offer has it.
+    fn order_key(&self, c: &Candidate, i: usize, field: &str) -> Option<f64> {
+        match c.field(field) {
+            Some(v) => v.as_f64(),
+            None => self.order_keys.get(i).copied().flatten(),
+        }
+    }
+
+    /// The full offer.
+    fn render(&self, c: &Candidate) -> Map<String, Value> {
+        let mut o = self.template.clone();
+        for field in MACHINE_FIELDS {
+            if let Some(v) = c.field(field) {
+                o.insert(field.to_owned(), v);
+            }
+        }
+        o
+    }
+}
+
+/// The fields every offer of `gpu_type` x `n` shares (all but [`MACHINE_FIELDS`]).
+fn offer_template(gpu_type: &str, price: f64, n: u32, bid: bool, now: f64) -> Map<String, Value> {
+    let gpu_ram = gpu_memory_mb(gpu_type);
+    let dph = round4(price * f64::from(n));
+    let min_bid = round4(dph * 0.5);
+    let shown = if bid { min_bid } else { dph };
+    let fields = json!({
+        "bundled_results": Value::Null,
+        "host_id": 1,
+        "hostname": Value::Null,
+        "gpu_name": gpu_type,
+        "gpu_arch": "nvidia",
+        "num_gpus": n,
+        "gpu_ram": gpu_ram,
+        "gpu_total_ram": gpu_ram * u64::from(n),
+        "gpu_display_active": false,
+        "compute_cap": 900,
+        "cuda_max_good": 12.8,
+        "driver_version": "570.86.15",
+        "cpu_arch": "amd64",
+        "cpu_name": "Emulated CPU",
+        "cpu_cores": 8 * MACHINE_GPUS,
+        "cpu_cores_effective": 8 * n,
+        "cpu_ram": 32_000 * u64::from(n),
+        "disk_space": 500.0,
+        "disk_bw": 2000.0,
+        "inet_up": 1000.0,
+        "inet_down": 1000.0,
+        "inet_up_cost": 0.0,
+        "inet_down_cost": 0.0,
+        "dph_base": dph,
+        "dph_total": shown,
+        "min_bid": min_bid,
+        "is_bid": bid,
+        "storage_cost": 0.1,
+        "storage_total_cost": 0.0,
+        "reliability": 0.999,
+        "reliability2": 0.999,
+        "score": 100.0,
+        "rentable": true,
+        "rented": false,
+        "verified": true,
+        "verification": "verified",
+        "external": false,
+        "hosting_type": 1,
+        "static_ip": true,
+        "public_ipaddr": "127.0.0.1",
+        "direct_port_count": 100,
+        "geolocation": "Emulator, EM",
+        "vms_enabled": false,
+        "start_date": now,
+        "end_date": now + 30.0 * 86_400.0,
+        "duration": 30.0 * 86_400.0,
+        "search": {
+            "gpuCostPerHour": shown,
+            "diskHour": 0.0,
+            "totalHour": shown,
+            "discountTotalHour": 0.0,
+            "discountedTotalPerHour": shown,
+        },
+    });
+    match fields {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// Forget the ids of offers whose machine changed since they were listed.
+fn drop_stale_offers(inner: &mut crate::engine::Inner) {
     let current: HashMap<u64, u64> = inner
         .inventory
         .types()
         .iter()
         .flat_map(|t| t.machines.iter().map(|m| (m.id, m.epoch)))
         .collect();
-    let stale: Vec<u64> = inner
-        .vast
-        .offers
-        .iter()
-        .filter(|(_, k)| current.get(&k.machine_id) != Some(&k.epoch))
-        .map(|(id, _)| *id)
-        .collect();
-    for id in stale {
-        if let Some(k) = inner.vast.offers.remove(&id) {
-            inner.vast.by_key.remove(&k);
+    let book = &mut inner.vast;
+    book.offers.retain(|_, k| {
+        let live = current.get(&k.machine_id) == Some(&k.epoch);
+        if !live {
+            book.by_key.remove(k);
         }
+        live
+    });
+}
+
+/// The search's `order`: `(field, descending)` pairs; `dph_total` ascending by default.
+fn parse_orders(order: Option<&Value>) -> Vec<(String, bool)> {
+    match order {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| match i {
+                Value::Array(pair) => {
+                    let field = pair.first()?.as_str()?.to_owned();
+                    let desc = pair.get(1).and_then(Value::as_str) == Some("desc");
+                    Some((field, desc))
+                }
+                _ => None,
+            })
+            .collect(),
+        _ => vec![("dph_total".to_owned(), false)],
     }
-    let mut out = Vec::new();
-    let types: Vec<_> = inner.inventory.types().to_vec();
-    for t in &types {
-        let gpu_ram = gpu_memory_mb(&t.gpu_type);
+}
+
+/// The offers matching `filters` (search keys `type`, `order`, `limit` and
+/// `allocated_storage` already removed), sorted, at most `limit`; `Err` for an invalid filter.
+/// Every rentable offer gets an id, listed or not (ids are handed out in inventory order).
+///
+/// Equivalent to rendering every offer, keeping those `query::record_matches` (lenient)
+/// accepts, stable-sorting them by `orders` and truncating, but renders only what is returned.
+fn find_offers(
+    engine: &Engine,
+    filters: &Map<String, Value>,
+    bid: bool,
+    orders: &[(String, bool)],
+    limit: usize,
+    now_unix: f64,
+) -> Result<Vec<Map<String, Value>>, String> {
+    let now = Instant::now();
+    let mut guard = engine.lock();
+    engine.settle(&mut guard, now);
+    let inner = &mut *guard;
+    drop_stale_offers(inner);
+    let (inventory, book) = (&inner.inventory, &mut inner.vast);
+    let mut groups: Vec<OfferGroup> = Vec::new();
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for t in inventory.types() {
+        let mut group_of_size = [None::<usize>; OFFER_SIZES.len()];
         for m in &t.machines {
-            for n in OFFER_SIZES {
+            for (size, n) in OFFER_SIZES.into_iter().enumerate() {
                 if n > m.capacity || n > m.free() {
                     continue;
                 }
-                let id = inner.vast.offer_id(OfferKey {
+                let id = book.offer_id(OfferKey {
                     machine_id: m.id,
                     epoch: m.epoch,
                     num_gpus: n,
                 });
-                let dph = round4(t.price_per_hour * f64::from(n));
-                let min_bid = round4(dph * 0.5);
-                let shown = if bid { min_bid } else { dph };
-                let mut o = Map::new();
-                let fields = json!({
-                    "id": id,
-                    "ask_contract_id": id,
-                    "bundle_id": id,
-                    "bundled_results": Value::Null,
-                    "machine_id": m.id,
-                    "host_id": 1,
-                    "hostname": Value::Null,
-                    "gpu_name": t.gpu_type,
-                    "gpu_arch": "nvidia",
-                    "num_gpus": n,
-                    "gpu_ram": gpu_ram,
-                    "gpu_total_ram": gpu_ram * u64::from(n),
-                    "gpu_frac": f64::from(n) / f64::from(m.capacity.max(1)),
-                    "gpu_display_active": false,
-                    "compute_cap": 900,
-                    "cuda_max_good": 12.8,
-                    "driver_version": "570.86.15",
-                    "cpu_arch": "amd64",
-                    "cpu_name": "Emulated CPU",
-                    "cpu_cores": 8 * MACHINE_GPUS,
-                    "cpu_cores_effective": 8 * n,
-                    "cpu_ram": 32_000 * u64::from(n),
-                    "disk_space": 500.0,
-                    "disk_bw": 2000.0,
-                    "inet_up": 1000.0,
-                    "inet_down": 1000.0,
-                    "inet_up_cost": 0.0,
-                    "inet_down_cost": 0.0,
-                    "dph_base": dph,
-                    "dph_total": shown,
-                    "min_bid": min_bid,
-                    "is_bid": bid,
-                    "storage_cost": 0.1,
-                    "storage_total_cost": 0.0,
-                    "reliability": 0.999,
-                    "reliability2": 0.999,
-                    "score": 100.0,
-                    "rentable": true,
-                    "rented": false,
-                    "verified": true,
-                    "verification": "verified",
-                    "external": false,
-                    "hosting_type": 1,
-                    "static_ip": true,
-                    "public_ipaddr": "127.0.0.1",
-                    "direct_port_count": 100,
-                    "geolocation": "Emulator, EM",
-                    "vms_enabled": false,
-                    "start_date": now,
-                    "end_date": now + 30.0 * 86_400.0,
-                    "duration": 30.0 * 86_400.0,
-                    "search": {
-                        "gpuCostPerHour": shown,
-                        "diskHour": 0.0,
-                        "totalHour": shown,
-                        "discountTotalHour": 0.0,
-                        "discountedTotalPerHour": shown,
-                    },
+                let group = *group_of_size[size].get_or_insert_with(|| {
+                    let template = offer_template(&t.gpu_type, t.price_per_hour, n, bid, now_unix);
+                    groups.push(OfferGroup::new(template, filters, orders));
+                    groups.len() - 1
                 });
-                if let Value::Object(f) = fields {
-                    o = f;
-                }
-                out.push(o);
+                candidates.push(Candidate {
+                    group,
+                    num_gpus: n,
+                    id,
+                    machine_id: m.id,
+                    capacity: m.capacity,
+                });
             }
         }
     }
-    out
+    let mut kept = Vec::new();
+    for c in candidates {
+        if groups[c.group].matches(&c, filters)? {
+            kept.push(c);
+        }
+    }
+    // Sort keys, `orders.len()` per kept offer.
+    let width = orders.len();
+    let keys: Vec<Option<f64>> = kept
+        .iter()
+        .flat_map(|c| {
+            let g = &groups[c.group];
+            orders
+                .iter()
+                .enumerate()
+                .map(move |(i, (field, _))| g.order_key(c, i, field))
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..kept.len()).collect();
+    order.sort_by(|&a, &b| {
+        for (i, (_, desc)) in orders.iter().enumerate() {
+            if let (Some(x), Some(y)) = (keys[a * width + i], keys[b * width + i]) {
+                let ord = x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal);
+                let ord = if *desc { ord.reverse() } else { ord };
+                if ord != std::cmp::Ordering::Equal {
+                    return ord;
+                }
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+    Ok(order
+        .into_iter()
+        .take(limit)
+        .map(|i| groups[kept[i].group].render(&kept[i]))
+        .collect())
 }
 
 async fn search_offers(
@@ -452,52 +748,13 @@ fn search(engine: &Engine, mut filters: Map<String, Value>) -> Response {
         filters.remove("type"),
         Some(Value::String(t)) if t == "bid" || t == "interruptible"
     );
-    let order = filters.remove("order");
+    let orders = parse_orders(filters.remove("order").as_ref());
     filters.remove("allocated_storage");
-    let now = Instant::now();
-    let mut found = {
-        let mut inner = engine.lock();
-        engine.settle(&mut inner, now);
-        offers(&mut inner, bid)
-    };
-    let mut kept = Vec::new();
-    for o in found.drain(..) {
-        match query::record_matches(&o, &filters, true) {
-            Ok(true) => kept.push(o),
-            Ok(false) => {}
-            Err(msg) => return error(StatusCode::BAD_REQUEST, "invalid_request", msg),
-        }
+    let now_unix = crate::util::unix_f64(jiff::Timestamp::now());
+    match find_offers(engine, &filters, bid, &orders, limit, now_unix) {
+        Ok(offers) => ok(json!({ "offers": offers })),
+        Err(msg) => error(StatusCode::BAD_REQUEST, "invalid_request", msg),
     }
-    let orders: Vec<(String, bool)> = match &order {
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(|i| match i {
-                Value::Array(pair) => {
-                    let field = pair.first()?.as_str()?.to_owned();
-                    let desc = pair.get(1).and_then(Value::as_str) == Some("desc");
-                    Some((field, desc))
-                }
-                _ => None,
-            })
-            .collect(),
-        _ => vec![("dph_total".to_owned(), false)],
-    };
-    kept.sort_by(|a, b| {
-        for (field, desc) in &orders {
-            let x = a.get(field).and_then(Value::as_f64);
-            let y = b.get(field).and_then(Value::as_f64);
-            if let (Some(x), Some(y)) = (x, y) {
-                let ord = x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal);
-                let ord = if *desc { ord.reverse() } else { ord };
-                if ord != std::cmp::Ordering::Equal {
-                    return ord;
-                }
-            }
-        }
-        std::cmp::Ordering::Equal
-    });
-    kept.truncate(limit);
-    ok(json!({ "offers": kept }))
 }
 
 // ---- instances ----------------------------------------------------------------------------
@@ -771,6 +1028,78 @@ async fn list_instances(
     list_inner(&s.engine, &q)
 }
 
+/// The value of instance-list filter column `field` (one of [`FILTER_COLUMNS`]) for `w`.
+fn filter_column(w: &Workload, num: u64, phase: Phase, field: &str) -> Option<Value> {
+    let intended = || {
+        let user_stopped = matches!(
+            w.run,
+            Run::Stopped {
+                reason: StopReason::User,
+                ..
+            }
+        );
+        json!(if user_stopped { "stopped" } else { "running" })
+    };
+    Some(match field {
+        "id" => json!(num),
+        "label" if w.name.is_empty() => Value::Null,
+        "label" => json!(w.name),
+        "actual_status" => json!(actual_status(phase)),
+        "intended_status" | "next_state" => intended(),
+        "cur_state" => json!(if matches!(phase, Phase::Stopped | Phase::Preempted) {
+            "stopped"
+        } else {
+            "running"
+        }),
+        "gpu_name" => json!(w.gpu_type),
+        "machine_id" => json!(w.machine_id),
+        "is_bid" => json!(w.interruptible),
+        "image_uuid" => json!(w.image),
+        _ => return None,
+    })
+}
+
+/// `query::record_matches` (strict) on the instance's filter columns, computing only the
+/// columns filtered on.
+fn instance_matches(
+    w: &Workload,
+    num: u64,
+    phase: Phase,
+    filters: &Map<String, Value>,
+) -> Result<bool, String> {
+    for (field, cond) in filters {
+        let Some(actual) = filter_column(w, num, phase, field) else {
+            return Err(format!("{field} is not a valid search key"));
+        };
+        if !query::matches(field, &actual, cond)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The wanted label when the only filter is an equality on `label` (`{"label": {"eq": v}}` or
+/// `{"label": v}`), which is answered without building filter columns.
+fn label_equality(filters: &Map<String, Value>) -> Option<&Value> {
+    if filters.len() != 1 {
+        return None;
+    }
+    match filters.get("label")? {
+        Value::Object(ops) if ops.len() == 1 => ops.get("eq"),
+        Value::Object(_) => None,
+        bare => Some(bare),
+    }
+}
+
+/// Whether a label (null when empty) equals `want` as `query::matches` compares them.
+fn label_is(name: &str, want: &Value) -> bool {
+    match want {
+        Value::String(s) => !name.is_empty() && name == s,
+        Value::Null => name.is_empty(),
+        _ => false,
+    }
+}
+
 fn list_inner(engine: &Engine, q: &HashMap<String, String>) -> Response {
     let bad = |msg: String| error(StatusCode::BAD_REQUEST, "invalid_request", msg);
     let limit = match q.get("limit").map(|l| l.parse::<i64>()) {
@@ -838,63 +1167,50 @@ fn list_inner(engine: &Engine, q: &HashMap<String, String>) -> Response {
     };
 
     let now = Instant::now();
-    let mut inner = engine.lock();
-    engine.settle(&mut inner, now);
-    // Matching instances, in id order.
+    let mut guard = engine.lock();
+    engine.settle(&mut guard, now);
+    let inner = &mut *guard;
+    let crate::engine::Inner {
+        workloads,
+        vast: book,
+        ..
+    } = inner;
+    // Matching instances in id order, and their labels counted (as JSON).
     let mut matching: Vec<(u64, u64)> = Vec::new(); // (numeric id, seq)
-    let mut label_counts: BTreeMap<String, u64> = BTreeMap::new();
-    for w in inner.workloads.values_mut() {
-        let Some(num) = parse_id(&w.id) else {
-            continue;
-        };
-        if !filters.is_empty() {
+    let label_counts: Cow<'_, str> = if filters.is_empty() {
+        let mut current: Vec<(u64, &str)> = Vec::with_capacity(workloads.len());
+        for w in workloads.values() {
+            if let Some(num) = parse_id(&w.id) {
+                matching.push((num, w.seq));
+                current.push((w.seq, w.name.as_str()));
+            }
+        }
+        book.label_counts.sync(&current)
+    } else {
+        let label_eq = label_equality(&filters);
+        for w in workloads.values_mut() {
+            let Some(num) = parse_id(&w.id) else {
+                continue;
+            };
             let phase = engine.observe(w, now);
-            let user_stopped = matches!(
-                w.run,
-                Run::Stopped {
-                    reason: StopReason::User,
-                    ..
-                }
-            );
-            let intended = if user_stopped { "stopped" } else { "running" };
-            let row: Map<String, Value> = [
-                ("id", json!(num)),
-                (
-                    "label",
-                    if w.name.is_empty() {
-                        Value::Null
-                    } else {
-                        json!(w.name)
-                    },
-                ),
-                ("actual_status", json!(actual_status(phase))),
-                ("intended_status", json!(intended)),
-                ("next_state", json!(intended)),
-                (
-                    "cur_state",
-                    json!(if matches!(phase, Phase::Stopped | Phase::Preempted) {
-                        "stopped"
-                    } else {
-                        "running"
-                    }),
-                ),
-                ("gpu_name", json!(w.gpu_type)),
-                ("machine_id", json!(w.machine_id)),
-                ("is_bid", json!(w.interruptible)),
-                ("image_uuid", json!(w.image)),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
-            match query::record_matches(&row, &filters, false) {
-                Ok(true) => {}
-                Ok(false) => continue,
+            let keep = match label_eq {
+                Some(want) => Ok(label_is(&w.name, want)),
+                None => instance_matches(w, num, phase, &filters),
+            };
+            match keep {
+                Ok(true) => matching.push((num, w.seq)),
+                Ok(false) => {}
                 Err(msg) => return bad(format!("Error in query parameters: {msg}")),
             }
         }
-        *label_counts.entry(w.name.clone()).or_default() += 1;
-        matching.push((num, w.seq));
-    }
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        for (_, seq) in &matching {
+            if let Some(w) = workloads.get(seq) {
+                *counts.entry(w.name.as_str()).or_default() += 1;
+            }
+        }
+        Cow::Owned(serde_json::to_string(&counts).unwrap_or_else(|_| "{}".to_owned()))
+    };
     if descending {
         matching.reverse();
     }
@@ -906,15 +1222,15 @@ fn list_inner(engine: &Engine, q: &HashMap<String, String>) -> Response {
             .position(|(num, _)| if descending { *num < a } else { *num > a })
             .unwrap_or(total),
     };
-    let page: Vec<(u64, u64)> = matching.iter().skip(start).take(limit).copied().collect();
+    let page = &matching[start.min(total)..(start + limit).min(total)];
     let next_token = if start + page.len() < total {
         page.last().map(|(num, _)| page_token(*num))
     } else {
         None
     };
     let mut instances = Vec::with_capacity(page.len());
-    for (_, seq) in &page {
-        if let Some(w) = inner.workloads.get_mut(seq) {
+    for (_, seq) in page {
+        if let Some(w) = workloads.get_mut(seq) {
             let mut obj = render_instance(engine, w, now);
             if let Some(cols) = &select_cols {
                 obj = cols
@@ -925,14 +1241,42 @@ fn list_inner(engine: &Engine, q: &HashMap<String, String>) -> Response {
             instances.push(Value::Object(obj));
         }
     }
-    ok(json!({
-        "success": true,
-        "instances_found": instances.len(),
-        "total_instances": total,
-        "label_counts": label_counts,
-        "next_token": next_token,
-        "instances": instances,
-    }))
+    instance_page(&instances, total, &label_counts, next_token.as_deref())
+}
+
+/// One instance-list page, byte for byte what `axum::Json` writes for the JSON object (keys in
+/// order), around `label_counts` already rendered.
+fn instance_page(
+    instances: &[Value],
+    total: usize,
+    label_counts: &str,
+    next_token: Option<&str>,
+) -> Response {
+    let mut body: Vec<u8> = Vec::with_capacity(label_counts.len() + 2048 * instances.len() + 256);
+    body.extend_from_slice(br#"{"instances":"#);
+    let rendered = serde_json::to_writer(&mut body, instances);
+    body.extend_from_slice(br#","instances_found":"#);
+    body.extend_from_slice(instances.len().to_string().as_bytes());
+    body.extend_from_slice(br#","label_counts":"#);
+    body.extend_from_slice(label_counts.as_bytes());
+    body.extend_from_slice(br#","next_token":"#);
+    let token = serde_json::to_writer(&mut body, &next_token);
+    body.extend_from_slice(br#","success":true,"total_instances":"#);
+    body.extend_from_slice(total.to_string().as_bytes());
+    body.push(b'}');
+    if let Err(e) = rendered.and(token) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            e.to_string(),
+        );
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 async fn manage_instance(
@@ -1460,5 +1804,210 @@ async fn fetch_log_snapshot(AxState(s): AxState<State>, Path(file): Path<String>
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>",
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::GpuStock;
+    use proptest::prelude::*;
+
+    const NOW: f64 = 1_750_000_000.5;
+
+    /// The search done the obvious way: render every offer, keep what the generic matcher
+    /// accepts, stable-sort, truncate.
+    fn generic_search(
+        engine: &Engine,
+        filters: &Map<String, Value>,
+        bid: bool,
+        orders: &[(String, bool)],
+        limit: usize,
+    ) -> Result<Vec<Map<String, Value>>, String> {
+        let all = find_offers(engine, &Map::new(), bid, &[], usize::MAX, NOW)?;
+        let mut kept = Vec::new();
+        for o in all {
+            if query::record_matches(&o, filters, true)? {
+                kept.push(o);
+            }
+        }
+        kept.sort_by(|a, b| {
+            for (field, desc) in orders {
+                let x = a.get(field).and_then(Value::as_f64);
+                let y = b.get(field).and_then(Value::as_f64);
+                if let (Some(x), Some(y)) = (x, y) {
+                    let ord = x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal);
+                    let ord = if *desc { ord.reverse() } else { ord };
+                    if ord != std::cmp::Ordering::Equal {
+                        return ord;
+                    }
+                }
+            }
+            std::cmp::Ordering::Equal
+        });
+        kept.truncate(limit);
+        Ok(kept)
+    }
+
+    fn engine(stock: &[(u32, f64)], rents: &[(u8, u8)]) -> Arc<Engine> {
+        let names = ["RTX4090", "A100-80GB", "H100"];
+        let stock = stock
+            .iter()
+            .zip(names)
+            .map(|((count, price), name)| GpuStock::new(name, *count, *price))
+            .collect();
+        let engine = State::new(
+            EmulatorConfig::new("k", stock).with_mode(crate::ExecutionMode::simulated(0, 0, None)),
+        )
+        .engine;
+        // Rent a few offers so machines have different free GPUs and epochs.
+        for (pick, size) in rents {
+            let size = OFFER_SIZES[usize::from(*size) % OFFER_SIZES.len()];
+            let filters = json!({"num_gpus": {"eq": size}});
+            let Value::Object(filters) = filters else {
+                unreachable!()
+            };
+            let offers =
+                find_offers(&engine, &filters, false, &[], usize::MAX, NOW).unwrap_or_default();
+            if offers.is_empty() {
+                continue;
+            }
+            let id = &offers[usize::from(*pick) % offers.len()]["id"];
+            let resp = create_inner(&engine, &id.to_string(), br#"{"image": "img"}"#);
+            assert_eq!(resp.status(), StatusCode::OK);
+        }
+        engine
+    }
+
+    fn field() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "num_gpus",
+            "gpu_name",
+            "dph_total",
+            "min_bid",
+            "verified",
+            "rentable",
+            "rented",
+            "disk_space",
+            "geolocation",
+            "cpu_ram",
+            "search",
+            "id",
+            "bundle_id",
+            "machine_id",
+            "gpu_frac",
+            "no_such_field",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            prop::sample::select(vec![0.0, 0.5, 1.0, 1.38, 2.0, 4.0, 8.0, 20.0, 500.0])
+                .prop_map(|x| json!(x)),
+            (0u64..12).prop_map(|i| json!(20_000_000 + i)),
+            (0u64..6).prop_map(|i| json!(10_000 + i)),
+            (0u64..3).prop_map(|i| json!(20_000 + i)),
+            prop::sample::select(vec!["RTX 4090", "a100_80gb", "H100", "Emulator, EM", "x"])
+                .prop_map(|s| json!(s)),
+            any::<bool>().prop_map(|b| json!(b)),
+            Just(Value::Null),
+        ]
+    }
+
+    fn condition() -> impl Strategy<Value = Value> {
+        let op = prop::sample::select(vec![
+            "eq", "neq", "gt", "gte", "lt", "lte", "in", "notin", "bogus",
+        ]);
+        let one =
+            (op, scalar(), prop::collection::vec(scalar(), 0..3)).prop_map(|(op, v, list)| {
+                if op == "in" || op == "notin" {
+                    json!({ op: list })
+                } else {
+                    json!({ op: v })
+                }
+            });
+        prop_oneof![
+            4 => prop::collection::vec(one, 1..3).prop_map(|ops| {
+                let mut m = Map::new();
+                for o in ops {
+                    if let Value::Object(o) = o {
+                        m.extend(o);
+                    }
+                }
+                Value::Object(m)
+            }),
+            1 => scalar(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The grouped search returns exactly what rendering every offer would.
+        #[test]
+        fn search_equals_the_generic_search(
+            stock in prop::collection::vec(
+                (1u32..30, prop::sample::select(vec![0.5, 0.69, 1.89])),
+                1..4,
+            ),
+            rents in prop::collection::vec((any::<u8>(), any::<u8>()), 0..6),
+            filters in prop::collection::btree_map(field(), condition(), 0..4),
+            orders in prop::collection::vec((field(), any::<bool>()), 0..3),
+            bid in any::<bool>(),
+            limit in 1usize..40,
+        ) {
+            let engine = engine(&stock, &rents);
+            let filters: Map<String, Value> = filters.into_iter().collect();
+            let fast = find_offers(&engine, &filters, bid, &orders, limit, NOW);
+            let slow = generic_search(&engine, &filters, bid, &orders, limit);
+            prop_assert_eq!(fast, slow);
+        }
+    }
+
+    proptest! {
+        /// Label counts kept up to date between lists equal counts taken from scratch.
+        #[test]
+        fn label_counts_follow_the_instances(
+            lists in prop::collection::vec(
+                prop::collection::btree_map(
+                    0u64..40,
+                    prop::sample::select(vec!["", "a", "b", "ns/c", "é\"d"]),
+                    0..30,
+                ),
+                1..8,
+            ),
+        ) {
+            let mut counts = LabelCounts::default();
+            for list in lists {
+                let current: Vec<(u64, &str)> = list.into_iter().collect();
+                let mut scratch: BTreeMap<&str, u64> = BTreeMap::new();
+                for (_, name) in &current {
+                    *scratch.entry(name).or_default() += 1;
+                }
+                let want = serde_json::to_string(&scratch).unwrap();
+                prop_assert_eq!(counts.sync(&current).into_owned(), want.clone());
+                // Asked again, unchanged.
+                prop_assert_eq!(counts.sync(&current).into_owned(), want);
+            }
+        }
+    }
+
+    #[test]
+    fn offers_keep_their_ids_between_searches() {
+        let engine = engine(&[(12, 0.69), (8, 1.89)], &[]);
+        let ids = |engine: &Engine| -> Vec<Value> {
+            find_offers(engine, &Map::new(), false, &[], usize::MAX, NOW)
+                .unwrap()
+                .into_iter()
+                .map(|o| o["id"].clone())
+                .collect()
+        };
+        let first = ids(&engine);
+        assert_eq!(first.len(), 4 + 3 + 4);
+        assert_eq!(first[0], json!(20_000_001));
+        assert_eq!(ids(&engine), first);
     }
 }

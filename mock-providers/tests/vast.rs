@@ -569,3 +569,89 @@ async fn target_state_stopped_creates_without_gpus() {
             .contains("Waiting for GPUs")
     );
 }
+
+/// Every page of a filtered instance list (2 a page), without the clock-dependent `uptime_mins`.
+async fn filtered_pages(emu: &Emu, filters: &Value) -> Vec<Value> {
+    let filters = filters.to_string();
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = vec![("select_filters", filters.as_str()), ("limit", "2")];
+        if let Some(t) = &token {
+            params.push(("after_token", t.as_str()));
+        }
+        let r = emu
+            .get_q("/api/v1/instances/", &params)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{filters}");
+        let mut body: Value = r.json().await.unwrap();
+        for inst in body["instances"].as_array_mut().unwrap() {
+            inst.as_object_mut().unwrap().remove("uptime_mins");
+        }
+        token = body["next_token"].as_str().map(str::to_owned);
+        pages.push(body);
+        if token.is_none() {
+            return pages;
+        }
+    }
+}
+
+#[tokio::test]
+async fn label_equality_lookup_matches_the_generic_filter() {
+    let emu = start_vast(
+        mock_providers::EmulatorConfig::new(
+            KEY,
+            vec![mock_providers::GpuStock::new("RTX4090", 64, 0.69)],
+        )
+        .with_mode(ExecutionMode::simulated(0, 0, None)),
+    )
+    .await;
+    for label in [
+        Some("pod-a"),
+        Some("pod-b"),
+        None,
+        Some("pod-a"),
+        Some("POD-A"),
+        Some("pod-b"),
+        None,
+        Some("pod-a"),
+        Some("pod-c"),
+    ] {
+        let offer = first_offer(&emu, "RTX4090", 1).await;
+        let mut body = json!({"image": "img"});
+        if let Some(l) = label {
+            body["label"] = json!(l);
+        }
+        assert_eq!(rent(&emu, offer, body).await.status(), StatusCode::OK);
+    }
+    for want in [
+        json!("pod-a"),
+        json!("pod-b"),
+        json!("POD-A"),
+        json!("pod-c"),
+        json!("missing"),
+        json!(""),
+        Value::Null,
+        json!(7),
+    ] {
+        // `{"label": {"in": [..]}}` takes the generic path; equality and a bare value do not.
+        let generic = filtered_pages(&emu, &json!({"label": {"in": [want]}})).await;
+        let eq = filtered_pages(&emu, &json!({"label": {"eq": want}})).await;
+        let bare = filtered_pages(&emu, &json!({ "label": want })).await;
+        assert_eq!(eq, generic, "label eq {want}");
+        assert_eq!(bare, generic, "label {want}");
+    }
+    let pages = filtered_pages(&emu, &json!({"label": {"eq": "pod-a"}})).await;
+    assert_eq!(pages.len(), 2);
+    assert_eq!(pages[0]["total_instances"], 3);
+    assert_eq!(pages[0]["label_counts"], json!({"pod-a": 3}));
+    assert_eq!(pages[1]["instances"][0]["label"], "pod-a");
+    // Unlabelled instances have a null label.
+    let pages = filtered_pages(&emu, &json!({"label": {"eq": null}})).await;
+    assert_eq!(pages[0]["total_instances"], 2);
+    assert_eq!(pages[0]["label_counts"], json!({"": 2}));
+    let pages = filtered_pages(&emu, &json!({"label": {"eq": ""}})).await;
+    assert_eq!(pages[0]["total_instances"], 0);
+}

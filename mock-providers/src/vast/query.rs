@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// GPU names compare case-insensitively ignoring `_` and spaces (`RTX_4090` == `RTX 4090` == `RTX4090`).
 pub fn normalize_gpu_name(s: &str) -> String {
@@ -76,10 +76,12 @@ pub fn matches(field: &str, actual: &Value, cond: &Value) -> Result<bool, String
 }
 
 /// Apply every filter in `filters` to `record`; filters on fields the record lacks are ignored
-/// when `lenient`, otherwise they are an error.
+/// when `lenient`, otherwise they are an error. The reference semantics of the offer search and
+/// the instance list, which apply the same rules without building whole records.
+#[cfg(test)]
 pub fn record_matches(
-    record: &Map<String, Value>,
-    filters: &Map<String, Value>,
+    record: &serde_json::Map<String, Value>,
+    filters: &serde_json::Map<String, Value>,
     lenient: bool,
 ) -> Result<bool, String> {
     for (field, cond) in filters {

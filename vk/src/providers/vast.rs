@@ -43,15 +43,27 @@
 //! - Idempotent create: one `GET /api/v1/instances/` filtered on the label before renting.
 //! - A transient failure while renting stops the offer loop (the rent may have happened); the
 //!   framework retries and the label lookup prevents a second instance.
+//! - Concurrent creates see the same cheapest offers, and an offer rents once. So that they
+//!   spread out instead of racing, a create claims the offer it tries (in this process), skips
+//!   offers claimed by another create, and keeps the claim for [`CLAIM_TTL`] once the offer is
+//!   rented (or may have been) or found gone, as search results may lag behind; a rent that
+//!   fails otherwise (or is cancelled) releases its claim. The search `limit` grows by the
+//!   number of other creates renting at the time (up to [`MAX_SEARCH_LIMIT`]) so that each
+//!   can find an offer of its own. When every matching offer is claimed (being rented by
+//!   another create, or rented or found gone by one a moment ago: the search predates the
+//!   rent), or every offer tried was gone while others were being rented, the create fails as
+//!   transient (a new search shortly finds what is left), not as capacity; no matching offer
+//!   at all, or only gone offers, is capacity.
 //! - Logs are a snapshot: `follow` ends after the snapshot, `since`/`timestamps` are not
 //!   supported by the API, `previous` is unsupported.
 //!
 //! Pod options read from the workload: `interruptible` (bool), `bid_price` ($/h),
 //! `max_price_per_hour`, `region` / `geolocation` (comma-separated country codes), `disk_gb`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::{Method, StatusCode, Url};
@@ -74,6 +86,13 @@ const ERROR_EXIT_CODE: i32 = 1;
 const PAGE_SIZE: u32 = 25;
 /// Safety bound on pagination (25 * 4000 = 100 000 instances).
 const MAX_PAGES: usize = 4000;
+/// How long an offer this process rented, or found gone, is skipped: searches may still list it.
+pub const CLAIM_TTL: Duration = Duration::from_secs(30);
+/// Ceiling of the search `limit` when it grows for concurrent creates (unless `searchLimit` is
+/// higher).
+pub const MAX_SEARCH_LIMIT: u32 = 1000;
+/// `retry_after` of a create that found every matching offer being rented by another create.
+pub const CONTENDED_RETRY: Duration = Duration::from_secs(1);
 
 /// The `settings` of a Vast provider in the VK configuration.
 #[derive(Clone, Deserialize)]
@@ -216,6 +235,108 @@ pub struct Vast {
     cfg: VastConfig,
     owner: Owner,
     api: Api,
+    claims: Claims,
+}
+
+/// Offers claimed by this adapter's creates (see the module docs), and how many creates are
+/// between their offer search and the end of their rent.
+#[derive(Debug, Default)]
+struct Claims {
+    state: Mutex<ClaimState>,
+}
+
+#[derive(Debug, Default)]
+struct ClaimState {
+    offers: HashMap<u64, Claim>,
+    renters: usize,
+}
+
+/// Why an offer is claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// A create of this process is renting it.
+    Renting,
+    /// Rented, or found gone: skipped until `until`.
+    Taken { until: Instant },
+}
+
+impl Claims {
+    fn lock(&self) -> MutexGuard<'_, ClaimState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a create about to search and rent (until the guard drops); returns it with
+    /// the number of other creates doing so. Forgets expired claims.
+    fn enter(&self, now: Instant) -> (Renter<'_>, usize) {
+        let mut state = self.lock();
+        state.offers.retain(|_, c| match c {
+            Claim::Renting => true,
+            Claim::Taken { until } => *until > now,
+        });
+        let others = state.renters;
+        state.renters += 1;
+        (Renter { claims: self }, others)
+    }
+
+    /// Claims `offer` for a rent, or says who holds it.
+    fn claim(&self, offer: u64, now: Instant) -> Result<OfferClaim<'_>, Claim> {
+        let mut state = self.lock();
+        match state.offers.get(&offer) {
+            Some(Claim::Taken { until }) if *until <= now => {}
+            Some(held) => return Err(*held),
+            None => {}
+        }
+        state.offers.insert(offer, Claim::Renting);
+        Ok(OfferClaim {
+            claims: self,
+            offer,
+            kept: false,
+        })
+    }
+}
+
+/// A create between its offer search and the end of its rent.
+struct Renter<'a> {
+    claims: &'a Claims,
+}
+
+impl Drop for Renter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.claims.lock();
+        state.renters = state.renters.saturating_sub(1);
+    }
+}
+
+/// The claim of a rent in flight: released when dropped unless kept.
+struct OfferClaim<'a> {
+    claims: &'a Claims,
+    offer: u64,
+    kept: bool,
+}
+
+impl OfferClaim<'_> {
+    /// The offer was rented or is gone: other creates skip it for [`CLAIM_TTL`].
+    fn keep(mut self, now: Instant) {
+        self.kept = true;
+        self.claims.lock().offers.insert(
+            self.offer,
+            Claim::Taken {
+                until: now + CLAIM_TTL,
+            },
+        );
+    }
+}
+
+impl Drop for OfferClaim<'_> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let mut state = self.claims.lock();
+        if state.offers.get(&self.offer) == Some(&Claim::Renting) {
+            state.offers.remove(&self.offer);
+        }
+    }
 }
 
 /// What to rent for one workload, resolved from the workload and the configuration.
@@ -254,6 +375,7 @@ impl Vast {
             cfg,
             owner,
             api,
+            claims: Claims::default(),
         })
     }
 
@@ -568,7 +690,7 @@ impl Provider for Vast {
                 ),
             });
         }
-        let plan = self.plan(w)?;
+        let mut plan = self.plan(w)?;
 
         let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
         let existing = self.instances(Some(&filter)).await?;
@@ -580,6 +702,13 @@ impl Provider for Vast {
             return Ok(());
         }
 
+        // From here until the rent ends, other creates widen their search for this one.
+        let (_renter, others) = self.claims.enter(Instant::now());
+        plan.search.limit = self
+            .cfg
+            .search_limit
+            .saturating_add(u32::try_from(others).unwrap_or(u32::MAX))
+            .min(MAX_SEARCH_LIMIT.max(self.cfg.search_limit));
         let mut offers = self.search_offers(&plan.search).await?;
         offers.retain(|o| {
             let price = if plan.bid.is_some() {
@@ -619,9 +748,22 @@ impl Provider for Vast {
             });
         }
 
-        let mut gone = 0usize;
-        for offer in offers.iter().take(self.cfg.max_offers_tried) {
+        let (mut tried, mut gone, mut renting_elsewhere) = (0usize, 0usize, 0usize);
+        for offer in &offers {
+            if tried >= self.cfg.max_offers_tried {
+                break;
+            }
             let Some(offer_id) = offer.id else { continue };
+            let claim = match self.claims.claim(offer_id, Instant::now()) {
+                Ok(claim) => claim,
+                Err(held) => {
+                    if held == Claim::Renting {
+                        renting_elsewhere += 1;
+                    }
+                    continue;
+                }
+            };
+            tried += 1;
             let mut request = plan.request.clone();
             request.price = match plan.bid {
                 Some(explicit) => explicit.or(offer.min_bid).or(offer.dph_total),
@@ -636,6 +778,7 @@ impl Provider for Vast {
             let resp = self.api.send(Method::PUT, url, Some(&body)).await?;
             let answer: Option<CreateInstanceAnswer> = serde_json::from_slice(&resp.body).ok();
             if resp.is_success() && answer.as_ref().is_some_and(|a| a.success != Some(false)) {
+                claim.keep(Instant::now());
                 info!(provider = %self.name, workload = %w.id, offer = offer_id,
                       instance = ?answer.and_then(|a| a.new_contract), "rented Vast instance");
                 return Ok(());
@@ -648,17 +791,35 @@ impl Provider for Vast {
             let err = self.error_from(&resp);
             if offer_gone && !matches!(err, ProviderError::Auth { .. }) {
                 debug!(provider = %self.name, workload = %w.id, offer = offer_id, "offer is gone; trying the next one");
+                claim.keep(Instant::now());
                 gone += 1;
                 continue;
             }
             if resp.is_success() && answer.is_none() {
                 // 200 with an unreadable body: the rent may have happened; let the retry's
                 // label lookup find out.
+                claim.keep(Instant::now());
                 return Err(ProviderError::transient(
                     "Vast rent answered 2xx with an unreadable body",
                 ));
             }
             return Err(err);
+        }
+        if tried == 0 || renting_elsewhere > 0 {
+            // Offers match, but other creates of this process hold them or just rented them
+            // (the search predates the rent): a new search shortly finds what is left.
+            return Err(ProviderError::Transient {
+                message: format!(
+                    "the matching Vast offers are taken by other creates ({renting_elsewhere} \
+                     being rented){}",
+                    if gone > 0 {
+                        format!("; the {gone} tried were gone")
+                    } else {
+                        String::new()
+                    }
+                ),
+                retry_after: Some(CONTENDED_RETRY),
+            });
         }
         Err(ProviderError::Capacity {
             message: format!("all {gone} Vast offers tried were gone before they could be rented"),
@@ -966,6 +1127,44 @@ struct LogRequestAnswer {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn claims_are_exclusive_released_on_drop_and_expire() {
+        let claims = Claims::default();
+        let t0 = Instant::now();
+        let first = claims.claim(1, t0).unwrap();
+        assert_eq!(claims.claim(1, t0).err(), Some(Claim::Renting));
+        let other = claims.claim(2, t0).unwrap();
+        // A rent that fails (or is cancelled) frees the offer.
+        drop(other);
+        let again = claims.claim(2, t0).unwrap();
+        // Rented (or gone): skipped for the TTL, then claimable again.
+        first.keep(t0);
+        assert!(matches!(claims.claim(1, t0), Err(Claim::Taken { .. })));
+        let almost = t0 + CLAIM_TTL - Duration::from_millis(1);
+        assert!(matches!(claims.claim(1, almost), Err(Claim::Taken { .. })));
+        let later = t0 + CLAIM_TTL;
+        assert!(claims.claim(1, later).is_ok(), "expired claims are free");
+        // Expired claims are forgotten; rents in flight are not.
+        again.keep(t0);
+        drop(claims.claim(3, t0).unwrap());
+        let held = claims.claim(4, t0).unwrap();
+        let (renter, others) = claims.enter(t0 + CLAIM_TTL * 2);
+        assert_eq!(others, 0);
+        assert_eq!(
+            claims.lock().offers.keys().copied().collect::<Vec<_>>(),
+            [4],
+            "only the rent in flight is left"
+        );
+        drop(held);
+        assert!(claims.lock().offers.is_empty());
+        // Creates between search and rent are counted while their guard lives.
+        let (second, others) = claims.enter(t0);
+        assert_eq!(others, 1);
+        drop(renter);
+        drop(second);
+        assert_eq!(claims.enter(t0).1, 0);
+    }
 
     fn inst(v: serde_json::Value) -> Instance {
         serde_json::from_value(v).unwrap()
