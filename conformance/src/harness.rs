@@ -1017,6 +1017,25 @@ pub fn uid(p: &Pod) -> String {
 }
 
 /// Events recorded for a pod (events.k8s.io/v1).
+/// The (reason, note) events of a pod once `done` holds for them, waiting up to 20 s (the VK
+/// sends events in the background, so one can land just after the status it explains); the
+/// last list seen if it never does.
+pub async fn events_when(
+    c: &Client,
+    ns: &str,
+    pod: &str,
+    done: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = events_for(c, ns, pod).await;
+        if done(&events) || std::time::Instant::now() > deadline {
+            return events;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 pub async fn events_for(c: &Client, ns: &str, pod: &str) -> Vec<(String, String)> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(c.clone(), ns);
     api.list(&ListParams::default())

@@ -1,4 +1,5 @@
-//! Kubernetes Events about pods (`events.k8s.io/v1`), with repeats folded into a series.
+//! Kubernetes Events about pods (`events.k8s.io/v1`), sent in the background, with repeats
+//! folded into a series.
 //!
 //! Like the kubelet, the VK remembers a bounded number of recent events (the kubelet's LRU
 //! holds 4,096) so that a repeat within [`SERIES_WINDOW`] bumps the first event's series count
@@ -7,7 +8,8 @@
 //! pods cost ~23 MiB and serialized every publish behind an O(n) sweep (`make bench`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -16,6 +18,9 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
 
 /// How long a repeat is folded into the earlier event.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
@@ -118,33 +123,68 @@ impl Memory {
     }
 }
 
+/// One send, prepared when the event was published.
+struct Job {
+    key: Key,
+    /// The event to create (also when a bump finds its earlier event gone).
+    event: Event,
+    /// Bump the series of an earlier event instead of creating `event`.
+    bump: Option<(String, i32)>,
+}
+
+/// Lanes that send events; a pod's events always take the same lane, so they stay in order.
+const LANES: usize = 32;
+/// Events waiting per lane before new ones are dropped (and counted).
+const LANE_DEPTH: usize = 256;
+
 /// Publishes events about pods as `reporting_controller` / `reporting_instance`.
+///
+/// Publishing never waits for the API server: events go to bounded lanes sent in the
+/// background, as the kubelet's event broadcaster does, so a reconcile's latency (a pod's
+/// create, its status) does not include an event round trip. When the API server falls so far
+/// behind that a lane is full, the event is dropped and counted in `dropped`.
 pub struct Events {
-    client: Client,
     controller: String,
     instance: String,
-    memory: Mutex<Memory>,
+    memory: Arc<Mutex<Memory>>,
+    lanes: Vec<mpsc::Sender<Job>>,
+    dropped: Counter,
 }
 
 impl Events {
-    pub fn new(client: Client, controller: &str, instance: &str) -> Self {
+    /// Starts the sending lanes on the current Tokio runtime.
+    pub fn new(client: Client, controller: &str, instance: &str, dropped: Counter) -> Self {
+        let memory: Arc<Mutex<Memory>> = Arc::default();
+        let lanes = (0..LANES)
+            .map(|_| {
+                let (tx, mut rx) = mpsc::channel::<Job>(LANE_DEPTH);
+                let (client, memory) = (client.clone(), memory.clone());
+                tokio::spawn(async move {
+                    while let Some(job) = rx.recv().await {
+                        send(&client, &memory, job).await;
+                    }
+                });
+                tx
+            })
+            .collect();
         Self {
-            client,
             controller: controller.to_owned(),
             instance: instance.to_owned(),
-            memory: Mutex::default(),
+            memory,
+            lanes,
+            dropped,
         }
     }
 
-    /// Records one event about `regarding` (which must carry namespace, name and UID).
-    pub async fn publish(
+    /// Queues one event about `regarding` (which must carry namespace, name and UID).
+    pub fn publish(
         &self,
         regarding: &ObjectReference,
         type_: EventType,
         reason: &str,
         action: &str,
         note: &str,
-    ) -> Result<(), kube::Error> {
+    ) {
         let namespace = regarding
             .namespace
             .clone()
@@ -155,29 +195,7 @@ impl Events {
             reason: reason.to_owned(),
             action: action.to_owned(),
         };
-        let now = Instant::now();
-        let plan = self.lock().plan(&key, now);
         let stamp = Timestamp::now();
-        if let Plan::Bump {
-            namespace,
-            name,
-            count,
-        } = plan
-        {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-            let patch = serde_json::json!({
-                "series": EventSeries { count, last_observed_time: MicroTime(stamp) },
-            });
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                // The earlier event expired or was deleted: start a new one.
-                Err(kube::Error::Api(e)) if e.code == 404 => self.lock().forget(&key),
-                Err(e) => return Err(e),
-            }
-        }
         let name = format!(
             "{}.{:x}",
             regarding.name.as_deref().unwrap_or(&self.controller),
@@ -207,14 +225,68 @@ impl Events {
             type_: Some(type_.as_str().to_owned()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        api.create(&PostParams::default(), &event).await?;
-        self.lock().remember(key, namespace, name, now);
-        Ok(())
+        let bump = {
+            let now = Instant::now();
+            let mut m = lock(&self.memory);
+            match m.plan(&key, now) {
+                Plan::Bump { name, count, .. } => Some((name, count)),
+                Plan::Create => {
+                    m.remember(key.clone(), namespace, name, now);
+                    None
+                }
+            }
+        };
+        let lane = {
+            let mut h = DefaultHasher::new();
+            key.uid.hash(&mut h);
+            (h.finish() % LANES as u64) as usize
+        };
+        let job = Job { key, event, bump };
+        if let Err(mpsc::error::TrySendError::Full(job)) = self.lanes[lane].try_send(job) {
+            self.dropped.inc();
+            debug!(
+                reason = job.event.reason.as_deref().unwrap_or_default(),
+                "event lane full; event dropped"
+            );
+        }
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Memory> {
-        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(m: &Mutex<Memory>) -> std::sync::MutexGuard<'_, Memory> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn send(client: &Client, memory: &Mutex<Memory>, job: Job) {
+    let namespace = job.event.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+    if let Some((name, count)) = &job.bump {
+        let patch = serde_json::json!({
+            "series": EventSeries { count: *count, last_observed_time: job.event.event_time.clone().unwrap_or(MicroTime(Timestamp::now())) },
+        });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return,
+            // The earlier event expired or was never stored: this one starts anew.
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let mut m = lock(memory);
+                m.forget(&job.key);
+                m.remember(
+                    job.key.clone(),
+                    namespace.clone(),
+                    job.event.metadata.name.clone().unwrap_or_default(),
+                    Instant::now(),
+                );
+            }
+            Err(e) => {
+                warn!(error = %e, "failed to update an event series");
+                return;
+            }
+        }
+    }
+    if let Err(e) = api.create(&PostParams::default(), &job.event).await {
+        warn!(error = %e, reason = job.event.reason.as_deref().unwrap_or_default(), "failed to publish event");
     }
 }
 
@@ -282,6 +354,48 @@ mod tests {
             m.plan(&key(&(CAPACITY + 9).to_string(), "Created"), t0),
             Plan::Bump { .. }
         ));
+    }
+
+    /// An API server that accepts connections and never answers: sends hang, lanes fill.
+    async fn silent_client() -> (Client, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                held.push(sock);
+            }
+        });
+        let cfg = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        (Client::try_from(cfg).unwrap(), server)
+    }
+
+    #[tokio::test]
+    async fn publishing_never_waits_and_a_full_lane_drops_and_counts() {
+        let (client, server) = silent_client().await;
+        let dropped = Counter::default();
+        let events = Events::new(client, "gpu-vk", "node-a", dropped.clone());
+        let pod = ObjectReference {
+            name: Some("p".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u-1".into()),
+            ..Default::default()
+        };
+        let total = LANE_DEPTH + 10;
+        let t0 = Instant::now();
+        for i in 0..total {
+            // Distinct reasons: every publish is a new event on the pod's single lane.
+            events.publish(&pod, EventType::Warning, &format!("R{i}"), "Test", "note");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(1), "publish waited");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // One event may be in flight (taken off the lane), the lane holds LANE_DEPTH.
+        let d = dropped.get() as usize;
+        assert!(
+            (total - LANE_DEPTH - 1..=total - LANE_DEPTH).contains(&d),
+            "dropped {d} of {total}"
+        );
+        server.abort();
     }
 
     #[test]

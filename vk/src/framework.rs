@@ -112,7 +112,12 @@ impl Framework {
         metrics: Metrics,
     ) -> Arc<Self> {
         let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
-        let events = Events::new(client.clone(), "gpu-vk", &cfg.node_name);
+        let events = Events::new(
+            client.clone(),
+            "gpu-vk",
+            &cfg.node_name,
+            metrics.events_dropped.clone(),
+        );
         let slots = providers
             .into_iter()
             .map(|provider| ProviderSlot {
@@ -309,16 +314,22 @@ impl Framework {
                                 // The answer to one of our own writes is already stored and is
                                 // newer than this event, which was in flight: keeping it avoids
                                 // a reconcile (and a status write) against a stale status.
-                                false
+                                None
                             } else {
                                 let changed = old.is_none_or(|old| !old.same_generation(&p));
+                                // A pod new to this node (or being deleted) goes ahead of status
+                                // refreshes: its create (or its deletion) is what users wait on.
+                                let first = old.is_none()
+                                    || (p.deleting && old.is_some_and(|o| !o.deleting));
                                 let p = p.seen_since(old.map(|o| &**o));
                                 pods.insert(uid.clone(), Arc::new(p));
-                                changed
+                                changed.then_some(first)
                             }
                         };
-                        if changed {
-                            self.queue.add(&uid);
+                        match changed {
+                            Some(true) => self.queue.add_first(&uid),
+                            Some(false) => self.queue.add(&uid),
+                            None => {}
                         }
                     }
                 }
@@ -564,8 +575,7 @@ impl Framework {
                 reason::PROVIDER_LOST,
                 "Observe",
                 &msg,
-            )
-            .await;
+            );
             let lost = Situation::Failed {
                 reason: reason::PROVIDER_LOST,
                 message: msg,
@@ -644,8 +654,7 @@ impl Framework {
                     "Failed",
                     "CreateWorkload",
                     &format!("Error: {m}"),
-                )
-                .await;
+                );
                 let s = Situation::Waiting {
                     reason: reason::CONFIG_ERROR,
                     message: m,
@@ -718,8 +727,7 @@ impl Framework {
                         "Created",
                         "CreateWorkload",
                         &format!("created workload {id} on provider {name}"),
-                    )
-                    .await;
+                    );
                     return Ok(None);
                 }
                 Err(ProviderError::Capacity { message }) => {
@@ -729,8 +737,7 @@ impl Framework {
                         reason::PROVIDER_CAPACITY,
                         "CreateWorkload",
                         &format!("provider {name} has no capacity: {message}"),
-                    )
-                    .await;
+                    );
                     capacity_msgs.push(format!("{name}: {message}"));
                 }
                 Err(ProviderError::Invalid { message }) => {
@@ -749,8 +756,7 @@ impl Framework {
                         reason::PROVIDER_ERROR,
                         "CreateWorkload",
                         &format!("provider {name}: {e}"),
-                    )
-                    .await;
+                    );
                     let s = Situation::Waiting {
                         reason: reason::PROVIDER_ERROR,
                         message: format!("provider {name}: {e}"),
@@ -840,8 +846,7 @@ impl Framework {
                 "BackOff",
                 "RestartWorkload",
                 &format!("workload exited with code {exit_code}; {msg}"),
-            )
-            .await;
+            );
             let s = Situation::BackOff { last, message: msg };
             self.write_status_with_restarts(pod, &s, &name, restarts)
                 .await?;
@@ -857,8 +862,7 @@ impl Framework {
                     reason::PREEMPTED,
                     "Observe",
                     &format!("workload preempted at provider {name}"),
-                )
-                .await;
+                );
             }
             WorkloadState::Lost => {
                 self.event(
@@ -867,8 +871,7 @@ impl Framework {
                     reason::PROVIDER_LOST,
                     "Observe",
                     &format!("provider {name} lost the workload"),
-                )
-                .await;
+                );
             }
             WorkloadState::Failed {
                 exit_code,
@@ -880,8 +883,7 @@ impl Framework {
                     r.as_str(),
                     "Observe",
                     &format!("workload failed with exit code {exit_code} at provider {name}"),
-                )
-                .await;
+                );
             }
             _ => {}
         }
@@ -1015,8 +1017,7 @@ impl Framework {
                         reason::PROVIDER_ERROR,
                         "DeleteWorkload",
                         &format!("provider {name}: {e}"),
-                    )
-                    .await;
+                    );
                 }
                 Err(Error::Provider {
                     provider: name,
@@ -1129,8 +1130,7 @@ impl Framework {
                 message,
                 "pod cannot run"
             );
-            self.event(pod, EventType::Warning, reason, "Admit", message)
-                .await;
+            self.event(pod, EventType::Warning, reason, "Admit", message);
         }
         let provider = pod
             .annotations()
@@ -1237,7 +1237,7 @@ impl Framework {
         }
     }
 
-    async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: &str) {
+    fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: &str) {
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
@@ -1246,13 +1246,7 @@ impl Framework {
             uid: pod.metadata.uid.clone(),
             ..Default::default()
         };
-        if let Err(e) = self
-            .events
-            .publish(&reference, type_, reason, action, note)
-            .await
-        {
-            warn!(pod = pod.name_any(), error = %e, "failed to publish event");
-        }
+        self.events.publish(&reference, type_, reason, action, note);
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub status_writes: Counter,
     pub pod_deletes: Counter,
     pub gc_deletes: Counter,
+    /// Events dropped because the API server fell behind (see `crate::events`).
+    pub events_dropped: Counter,
     pub queue_depth: Gauge,
     /// Seconds from start until everything known at start-up was reconciled once; 0 before.
     pub startup_reconcile_seconds: Gauge<f64, AtomicU64>,
@@ -91,6 +93,12 @@ impl Metrics {
             "Orphaned provider workloads collected",
             gc_deletes.clone(),
         );
+        let events_dropped = Counter::default();
+        r.register(
+            "events_dropped",
+            "Events dropped because the API server fell too far behind",
+            events_dropped.clone(),
+        );
         let queue_depth = Gauge::default();
         r.register(
             "queue_depth",
@@ -128,6 +136,7 @@ impl Metrics {
             status_writes,
             pod_deletes,
             gc_deletes,
+            events_dropped,
             queue_depth,
             startup_reconcile_seconds,
             pods,

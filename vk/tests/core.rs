@@ -450,7 +450,10 @@ async fn orphans_are_collected_foreign_workloads_kept_and_lost_workloads_fail_th
         lost.status.as_ref().unwrap().reason.as_deref(),
         Some("ProviderLost")
     );
-    let events = events_for(&c, &ns, pod.metadata.name.as_deref().unwrap()).await;
+    let events = events_when(&c, &ns, pod.metadata.name.as_deref().unwrap(), |e| {
+        e.iter().any(|(r, _)| r == "ProviderLost")
+    })
+    .await;
     assert!(
         events.iter().any(|(r, _)| r == "ProviderLost"),
         "no ProviderLost event: {events:?}"
@@ -576,7 +579,7 @@ async fn bad_input_fails_the_pod_with_a_reason_and_an_event_and_creates_nothing(
                 .is_empty(),
             "{name} has no message"
         );
-        let events = events_for(&c, &ns, name).await;
+        let events = events_when(&c, &ns, name, |e| e.iter().any(|(r, _)| r == reason)).await;
         assert!(
             events.iter().any(|(r, _)| r == reason),
             "{name}: no {reason} event in {events:?}"

@@ -119,7 +119,7 @@ async fn restart_policies_relaunch_with_a_growing_restart_count_or_end_the_pod()
         first,
         "the restart launched a new workload"
     );
-    let events = events_for(&c, &ns, "always").await;
+    let events = events_when(&c, &ns, "always", |e| e.iter().any(|(r, _)| r == "BackOff")).await;
     assert!(events.iter().any(|(r, _)| r == "BackOff"), "{events:?}");
 
     // Never: a provider failure ends the pod, with the reason and exit code.
@@ -182,7 +182,11 @@ async fn capacity_errors_fail_over_to_the_next_provider_and_the_choice_is_record
     );
     assert!(full.live().await.is_empty());
     assert_eq!(spare.workloads_of(&uid(&p)).await.len(), 1);
-    let events = events_for(&c, &ns, "job").await;
+    let events = events_when(&c, &ns, "job", |e| {
+        e.iter()
+            .any(|(r, n)| r == "ProviderCapacity" && n.contains("cloud-a"))
+    })
+    .await;
     assert!(
         events
             .iter()
@@ -253,7 +257,8 @@ async fn provider_faults_are_retried_and_never_crash_the_vk() {
         1,
         "retries created a duplicate"
     );
-    let events = events_for(&c, &ns, "flaky").await;
+    // Events of one pod are sent in order: once "Created" is there, the errors before it are.
+    let events = events_when(&c, &ns, "flaky", |e| e.iter().any(|(r, _)| r == "Created")).await;
     assert!(
         events.iter().any(|(r, _)| r == "ProviderError"),
         "{events:?}"

@@ -1,5 +1,6 @@
 //! Work queue keyed by pod UID: one reconcile per pod at a time, duplicates collapsed, delayed
-//! retries with exponential back-off and jitter.
+//! retries with exponential back-off and jitter, and a first lane for pods that just arrived
+//! (their provider create is what a user waits for; status refreshes can wait behind it).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,8 @@ use tokio::sync::Notify;
 
 #[derive(Default)]
 struct State {
+    /// Served before `ready`: keys added with [`Queue::add_first`].
+    first: VecDeque<String>,
     ready: VecDeque<String>,
     queued: HashSet<String>,
     processing: HashSet<String>,
@@ -59,6 +62,28 @@ impl Queue {
         }
     }
 
+    /// Schedules `key` now, ahead of keys added with [`Queue::add`]. A key already waiting in
+    /// the ordinary lane moves to the first lane.
+    pub fn add_first(&self, key: &str) {
+        let mut s = self.lock();
+        if s.shutdown {
+            return;
+        }
+        if s.processing.contains(key) {
+            s.dirty.insert(key.to_owned());
+            return;
+        }
+        if !s.queued.insert(key.to_owned()) {
+            if s.first.iter().any(|k| k == key) {
+                return;
+            }
+            s.ready.retain(|k| k != key);
+        }
+        s.first.push_back(key.to_owned());
+        drop(s);
+        self.notify.notify_one();
+    }
+
     /// Schedules `key` after `delay`.
     pub fn add_after(&self, key: &str, delay: Duration) {
         if delay.is_zero() {
@@ -99,10 +124,10 @@ impl Queue {
                 if s.shutdown {
                     return None;
                 }
-                if let Some(k) = s.ready.pop_front() {
+                if let Some(k) = s.first.pop_front().or_else(|| s.ready.pop_front()) {
                     s.queued.remove(&k);
                     s.processing.insert(k.clone());
-                    if !s.ready.is_empty() {
+                    if !s.ready.is_empty() || !s.first.is_empty() {
                         self.notify.notify_one();
                     }
                     return Some(k);
@@ -126,7 +151,7 @@ impl Queue {
 
     pub fn len(&self) -> usize {
         let s = self.lock();
-        s.ready.len() + s.dirty.len()
+        s.first.len() + s.ready.len() + s.dirty.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -137,7 +162,7 @@ impl Queue {
     /// (delayed retries from [`Queue::add_after`] are not counted).
     pub fn is_idle(&self) -> bool {
         let s = self.lock();
-        s.ready.is_empty() && s.dirty.is_empty() && s.processing.is_empty()
+        s.first.is_empty() && s.ready.is_empty() && s.dirty.is_empty() && s.processing.is_empty()
     }
 
     pub fn shutdown(&self) {
@@ -160,6 +185,29 @@ mod tests {
         assert_eq!(q.len(), 2);
         assert_eq!(q.next().await.as_deref(), Some("a"));
         assert_eq!(q.next().await.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn first_lane_is_served_before_the_ordinary_one_and_collapses_with_it() {
+        let q = Queue::new();
+        q.add("status-1");
+        q.add("status-2");
+        q.add("status-3");
+        q.add_first("new-1");
+        q.add_first("status-3"); // promoted, not duplicated
+        q.add_first("new-1");
+        assert_eq!(q.len(), 4);
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            order.push(q.next().await.unwrap());
+        }
+        assert_eq!(order, ["new-1", "status-3", "status-1", "status-2"]);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(30), q.next())
+                .await
+                .is_err(),
+            "a key was handed out twice"
+        );
     }
 
     #[tokio::test]

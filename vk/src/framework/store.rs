@@ -25,6 +25,8 @@ pub struct StoredPod {
     pub assigned: Option<Box<str>>,
     /// `status.phase`.
     pub phase: Option<Box<str>>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
     /// When this process first saw the pod (kept across updates by [`StoredPod::seen_since`]).
     pub seen: Instant,
     /// Digest of what makes a watch update worth a reconcile (see [`StoredPod::same_generation`]).
@@ -73,6 +75,7 @@ impl StoredPod {
                 .as_ref()
                 .and_then(|s| s.phase.as_deref())
                 .map(Into::into),
+            deleting: m.deletion_timestamp.is_some(),
             seen: Instant::now(),
             digest,
             json,
