@@ -238,6 +238,16 @@ impl Framework {
         }
         self.ready.send_replace(true);
         let mut workers = tokio::task::JoinSet::new();
+        // A share of the workers serves only pods that just arrived (or are being deleted).
+        for _ in 0..(self.cfg.workers / 4).max(1) {
+            let fw = self.clone();
+            workers.spawn(async move {
+                while let Some(uid) = fw.queue.next_first().await {
+                    fw.reconcile_logged(&uid).await;
+                    fw.queue.done(&uid);
+                }
+            });
+        }
         for _ in 0..self.cfg.workers {
             let fw = self.clone();
             workers.spawn(async move {

@@ -18,6 +18,8 @@ struct State {
     processing: HashSet<String>,
     /// Enqueued while processing: goes back in when processing ends.
     dirty: HashSet<String>,
+    /// The dirty keys that go back to the first lane.
+    dirty_first: HashSet<String>,
     failures: HashMap<String, u32>,
     shutdown: bool,
 }
@@ -27,6 +29,8 @@ struct State {
 pub struct Queue {
     state: Arc<Mutex<State>>,
     notify: Arc<Notify>,
+    /// Wakes workers dedicated to the first lane ([`Queue::next_first`]).
+    notify_first: Arc<Notify>,
 }
 
 /// Back-off for a key that failed `failures` times in a row: 200 ms doubling to 60 s, ±20 %.
@@ -71,6 +75,7 @@ impl Queue {
         }
         if s.processing.contains(key) {
             s.dirty.insert(key.to_owned());
+            s.dirty_first.insert(key.to_owned());
             return;
         }
         if !s.queued.insert(key.to_owned()) {
@@ -81,6 +86,7 @@ impl Queue {
         }
         s.first.push_back(key.to_owned());
         drop(s);
+        self.notify_first.notify_one();
         self.notify.notify_one();
     }
 
@@ -137,15 +143,41 @@ impl Queue {
         }
     }
 
+    /// Like [`Queue::next`], for workers kept for the first lane only: a burst of status
+    /// refreshes occupying every ordinary worker cannot delay a new pod's create.
+    pub async fn next_first(&self) -> Option<String> {
+        loop {
+            let notified = self.notify_first.notified();
+            {
+                let mut s = self.lock();
+                if s.shutdown {
+                    return None;
+                }
+                if let Some(k) = s.first.pop_front() {
+                    s.queued.remove(&k);
+                    s.processing.insert(k.clone());
+                    if !s.first.is_empty() {
+                        self.notify_first.notify_one();
+                    }
+                    return Some(k);
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// Marks `key` processed; re-queues it if it was added meanwhile.
     pub fn done(&self, key: &str) {
         let requeue = {
             let mut s = self.lock();
             s.processing.remove(key);
-            s.dirty.remove(key)
+            let first = s.dirty_first.remove(key);
+            s.dirty.remove(key).then_some(first)
         };
-        if requeue {
-            self.add(key);
+        match requeue {
+            Some(true) => self.add_first(key),
+            Some(false) => self.add(key),
+            None => {}
         }
     }
 
@@ -168,6 +200,7 @@ impl Queue {
     pub fn shutdown(&self) {
         self.lock().shutdown = true;
         self.notify.notify_waiters();
+        self.notify_first.notify_waiters();
     }
 }
 
@@ -208,6 +241,26 @@ mod tests {
                 .is_err(),
             "a key was handed out twice"
         );
+    }
+
+    #[tokio::test]
+    async fn first_lane_workers_take_only_first_lane_keys() {
+        let q = Queue::new();
+        q.add("status");
+        let none = tokio::time::timeout(Duration::from_millis(30), q.next_first()).await;
+        assert!(none.is_err(), "a first-lane worker took an ordinary key");
+        q.add_first("new");
+        let got = tokio::time::timeout(Duration::from_millis(100), q.next_first())
+            .await
+            .unwrap();
+        assert_eq!(got.as_deref(), Some("new"));
+        // The ordinary key is still there for ordinary workers, and "new" is not handed twice.
+        assert_eq!(q.next().await.as_deref(), Some("status"));
+        q.add_first("new");
+        let again = tokio::time::timeout(Duration::from_millis(30), q.next()).await;
+        assert!(again.is_err(), "a key in processing was handed out again");
+        q.done("new");
+        assert_eq!(q.next_first().await.as_deref(), Some("new"));
     }
 
     #[tokio::test]
