@@ -48,10 +48,11 @@ struct Args {
     /// Pods of the paced latency probe run after the throughput rounds (0: none). Unlike the
     /// throughput rounds, which create pods as fast as the apiserver takes them and so measure
     /// queueing under saturation, the probe shows the latency the VK adds when it keeps up.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1500)]
     probe_n: usize,
-    /// Pods per second created by the latency probe.
-    #[arg(long, default_value_t = 25.0)]
+    /// Pods per second created by the latency probe (50/s: the highest rate at which both
+    /// latency targets held on 2 cores; at 100/s the apiserver's write latency breaks them).
+    #[arg(long, default_value_t = 50.0)]
     probe_rate: f64,
     /// Run against a cluster without the bench's marker ConfigMap.
     #[arg(long)]

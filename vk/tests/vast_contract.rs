@@ -966,6 +966,56 @@ async fn every_offer_being_rented_by_other_creates_is_transient_not_capacity() {
 }
 
 #[tokio::test]
+async fn a_create_waits_out_contention_and_rents_the_offer_another_create_released() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.1), offer(2, 0.6, 0.1)])).await;
+    // Offer 1: the first rent fails after a while (its claim is released), later ones work.
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(
+            ResponseTemplate::new(500)
+                .set_body_json(json!({"success": false, "error": "server_error"}))
+                .set_delay(Duration::from_millis(250)),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(rented())
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/2/"))
+        .respond_with(rented().set_delay(Duration::from_millis(250)))
+        .mount(&server)
+        .await;
+    let vast = adapter(&server);
+    let workloads: Vec<Workload> = (0..3).map(workload_n).collect();
+    let (first, second, third) = futures::join!(
+        vast.create(&workloads[0]),
+        vast.create(&workloads[1]),
+        async {
+            while rents(&server).await.len() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            vast.create(&workloads[2]).await
+        }
+    );
+    assert!(first.is_err(), "the failed rent is reported: {first:?}");
+    second.unwrap();
+    // No transient error for contention inside this process: the third create searched again
+    // and rented the offer the failed rent gave back.
+    third.unwrap();
+    let mut rented = rents(&server).await;
+    rented.sort_unstable();
+    assert_eq!(rented, [1, 1, 2]);
+}
+
+#[tokio::test]
 async fn rented_and_gone_offers_stay_claimed_and_failed_rents_release_theirs() {
     let server = MockServer::start().await;
     mount_lookup(&server, json!([])).await;

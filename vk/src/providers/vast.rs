@@ -60,6 +60,7 @@
 //! Pod options read from the workload: `interruptible` (bool), `bid_price` ($/h),
 //! `max_price_per_hour`, `region` / `geolocation` (comma-separated country codes), `disk_gb`.
 
+use rand::Rng;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -93,6 +94,18 @@ pub const CLAIM_TTL: Duration = Duration::from_secs(30);
 pub const MAX_SEARCH_LIMIT: u32 = 1000;
 /// `retry_after` of a create that found every matching offer being rented by another create.
 pub const CONTENDED_RETRY: Duration = Duration::from_secs(1);
+/// Searches a create makes while every matching offer is held by other creates of this
+/// process, before it gives up with a transient error.
+pub const CONTENTION_ROUNDS: u32 = 4;
+/// Pause before the n-th new search under contention: n times this, ±50 %.
+const CONTENTION_PAUSE: Duration = Duration::from_millis(100);
+
+/// How one search-and-rent attempt ended, when it did not fail.
+enum Rent {
+    Done,
+    /// Every matching offer was held by other creates: the error to report if it persists.
+    Contended(ProviderError),
+}
 
 /// The `settings` of a Vast provider in the VK configuration.
 #[derive(Clone, Deserialize)]
@@ -664,44 +677,9 @@ impl Vast {
             "Vast logs were not uploaded after {attempts} attempts ({last})"
         )))
     }
-}
 
-impl Provider for Vast {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            gpu_types: self.cfg.gpu_names.keys().cloned().collect(),
-            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
-            logs: true,
-            exec: false,
-            metrics: false,
-        }
-    }
-
-    async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
-        if !self.owner.owns(&w.id) {
-            return Err(ProviderError::Invalid {
-                message: format!(
-                    "workload {} does not carry this VK's ownership marker",
-                    w.id
-                ),
-            });
-        }
-        let mut plan = self.plan(w)?;
-
-        let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
-        let existing = self.instances(Some(&filter)).await?;
-        if let Some(inst) = existing
-            .iter()
-            .find(|i| i.label.as_deref() == Some(w.id.as_str()))
-        {
-            info!(provider = %self.name, workload = %w.id, instance = ?inst.id, "workload already exists; not creating it again");
-            return Ok(());
-        }
-
+    /// One search and rent attempt.
+    async fn rent(&self, w: &Workload, plan: &mut Plan) -> Result<Rent, ProviderError> {
         // From here until the rent ends, other creates widen their search for this one.
         let (_renter, others) = self.claims.enter(Instant::now());
         plan.search.limit = self
@@ -781,7 +759,7 @@ impl Provider for Vast {
                 claim.keep(Instant::now());
                 info!(provider = %self.name, workload = %w.id, offer = offer_id,
                       instance = ?answer.and_then(|a| a.new_contract), "rented Vast instance");
-                return Ok(());
+                return Ok(Rent::Done);
             }
             let code = answer
                 .as_ref()
@@ -808,7 +786,7 @@ impl Provider for Vast {
         if tried == 0 || renting_elsewhere > 0 {
             // Offers match, but other creates of this process hold them or just rented them
             // (the search predates the rent): a new search shortly finds what is left.
-            return Err(ProviderError::Transient {
+            return Ok(Rent::Contended(ProviderError::Transient {
                 message: format!(
                     "the matching Vast offers are taken by other creates ({renting_elsewhere} \
                      being rented){}",
@@ -819,11 +797,65 @@ impl Provider for Vast {
                     }
                 ),
                 retry_after: Some(CONTENDED_RETRY),
-            });
+            }));
         }
         Err(ProviderError::Capacity {
             message: format!("all {gone} Vast offers tried were gone before they could be rented"),
         })
+    }
+}
+
+impl Provider for Vast {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            gpu_types: self.cfg.gpu_names.keys().cloned().collect(),
+            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
+            logs: true,
+            exec: false,
+            metrics: false,
+        }
+    }
+
+    async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
+        if !self.owner.owns(&w.id) {
+            return Err(ProviderError::Invalid {
+                message: format!(
+                    "workload {} does not carry this VK's ownership marker",
+                    w.id
+                ),
+            });
+        }
+        let mut plan = self.plan(w)?;
+
+        let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
+        let existing = self.instances(Some(&filter)).await?;
+        if let Some(inst) = existing
+            .iter()
+            .find(|i| i.label.as_deref() == Some(w.id.as_str()))
+        {
+            info!(provider = %self.name, workload = %w.id, instance = ?inst.id, "workload already exists; not creating it again");
+            return Ok(());
+        }
+
+        // Contention with this process's own creates is waited out here, with fresh searches,
+        // rather than surfaced: a transient error would cost the pod a status write and an
+        // event about something no user can act on.
+        let mut round = 0u32;
+        loop {
+            match self.rent(w, &mut plan).await? {
+                Rent::Done => return Ok(()),
+                Rent::Contended(e) if round + 1 >= CONTENTION_ROUNDS => return Err(e),
+                Rent::Contended(_) => {
+                    round += 1;
+                    let jitter = rand::rng().random_range(0.5..1.5);
+                    tokio::time::sleep(CONTENTION_PAUSE.mul_f64(f64::from(round) * jitter)).await;
+                }
+            }
+        }
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
