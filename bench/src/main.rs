@@ -370,13 +370,13 @@ fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// `since_seen_ms` of every "created workload" line of the VK's JSON log.
-fn vk_create_waits(log: &Path) -> Vec<f64> {
+/// The numeric `field` of every "created workload" line of the VK's JSON log.
+fn vk_create_field(log: &Path, field: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
-        .filter(|l| l.contains("since_seen_ms"))
+        .filter(|l| l.contains(field) && l.contains("created workload"))
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v["fields"]["since_seen_ms"].as_f64())
+        .filter_map(|v| v["fields"][field].as_f64())
         .collect()
 }
 
@@ -913,7 +913,10 @@ impl Bench<'_> {
         round.latency.bind_to_create_ms = Percentiles::of(to_create);
         round.latency.provider_running_to_pod_running_ms = Percentiles::of(to_running);
         round.latency.created_at_mismatches = mismatches;
-        round.latency.vk_seen_to_create_ms = Percentiles::of(vk_create_waits(&vk_log));
+        round.latency.vk_seen_to_create_ms =
+            Percentiles::of(vk_create_field(&vk_log, "since_seen_ms"));
+        round.latency.provider_create_call_ms =
+            Percentiles::of(vk_create_field(&vk_log, "provider_ms"));
         round.latency.vk_list_to_status_ms =
             Percentiles::of_histogram(histogram(&vk1_end, "gpu_vk_pod_status_latency_seconds"));
 

@@ -112,6 +112,9 @@ pub struct Latency {
     /// The VK's own share of bind -> create: from its first sight of the pod (watch event) to
     /// the provider's create answer (`since_seen_ms` in its log).
     pub vk_seen_to_create_ms: Percentiles,
+    /// Of that, the provider's create call (`provider_ms` on the same log line): what the
+    /// emulator, not the VK, takes.
+    pub provider_create_call_ms: Percentiles,
     /// The VK's own share of provider Running -> pod Running: from the list that showed the
     /// change to the status write (its `gpu_vk_pod_status_latency_seconds` histogram,
     /// interpolated within buckets).
@@ -384,6 +387,14 @@ impl Report {
             "VK's own: first seen -> create p50/p90/p99 (ms)",
             &|r| {
                 let p = &r.latency.vk_seen_to_create_ms;
+                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
+            },
+        );
+        row(
+            &mut s,
+            "of which the provider create call p50/p90/p99 (ms)",
+            &|r| {
+                let p = &r.latency.provider_create_call_ms;
                 format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
             },
         );

@@ -694,12 +694,14 @@ impl Framework {
             write(&self.recent)
                 .created
                 .insert((i, uid.clone()), Instant::now());
+            let call = Instant::now();
             let result =
                 match tokio::time::timeout(PROVIDER_TIMEOUT, slot.provider.create(&workload)).await
                 {
                     Ok(r) => r,
                     Err(_) => Err(ProviderError::transient("create timed out")),
                 };
+            let call = call.elapsed();
             // Only a list that began after the provider answered is sure to show the workload:
             // a list sent while the create was in flight may be served before it (seen under
             // load: the workload judged vanished and the pod failed with ProviderLost).
@@ -727,7 +729,7 @@ impl Framework {
                         // Relaunches after a restart back-off are not admission latency.
                         self.metrics.create_latency.observe(waited.as_secs_f64());
                     }
-                    info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, since_seen_ms = waited.as_millis() as u64, "created workload");
+                    info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, since_seen_ms = waited.as_millis() as u64, provider_ms = call.as_millis() as u64, "created workload");
                     // The status write also records the chosen provider on the pod.
                     self.write_status(pod, &Situation::Observed(&obs), &name)
                         .await?;
