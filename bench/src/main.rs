@@ -370,38 +370,33 @@ fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The numeric `field` of every "created workload" line of the VK's JSON log.
-fn vk_create_field(log: &Path, field: &str) -> Vec<f64> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter(|l| l.contains(field) && l.contains("created workload"))
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v["fields"][field].as_f64())
-        .collect()
+/// One "created workload" line of the VK's JSON log.
+struct CreateLine {
+    uid: String,
+    at: Timestamp,
+    /// `since_seen_ms`: the VK's first sight of the pod to the provider's answer.
+    since_seen_ms: Option<f64>,
+    /// `provider_ms`: the provider's create call.
+    provider_ms: Option<f64>,
 }
 
-/// "created workload" times by pod UID from the VK's JSON log.
-fn vk_create_times(log: &Path) -> HashMap<String, Timestamp> {
+/// Every "created workload" line of the VK's JSON log, read once.
+fn vk_creates(log: &Path) -> Vec<CreateLine> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut out = HashMap::new();
-    for line in text.lines() {
-        if !line.contains("created workload") {
-            continue;
-        }
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if v["fields"]["message"] != "created workload" {
-            continue;
-        }
-        let (Some(uid), Some(ts)) = (v["fields"]["uid"].as_str(), v["timestamp"].as_str()) else {
-            continue;
-        };
-        if let Ok(ts) = ts.parse::<Timestamp>() {
-            out.entry(uid.to_owned()).or_insert(ts);
-        }
-    }
-    out
+    text.lines()
+        .filter(|l| l.contains("created workload"))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "created workload")
+        .filter_map(|v| {
+            let f = &v["fields"];
+            Some(CreateLine {
+                uid: f["uid"].as_str()?.to_owned(),
+                at: v["timestamp"].as_str()?.parse().ok()?,
+                since_seen_ms: f["since_seen_ms"].as_f64(),
+                provider_ms: f["provider_ms"].as_f64(),
+            })
+        })
+        .collect()
 }
 
 fn ms_between(a: Timestamp, b: Timestamp) -> f64 {
@@ -873,7 +868,11 @@ impl Bench<'_> {
         }
 
         // ---- latency -----------------------------------------------------------------------
-        let creates = vk_create_times(&vk_log);
+        let create_lines = vk_creates(&vk_log);
+        let mut creates: HashMap<String, Timestamp> = HashMap::new();
+        for c in &create_lines {
+            creates.entry(c.uid.clone()).or_insert(c.at);
+        }
         let workloads = emu.workloads().await.unwrap_or_default();
         let emu_created: HashMap<String, Timestamp> = workloads
             .iter()
@@ -913,10 +912,14 @@ impl Bench<'_> {
         round.latency.bind_to_create_ms = Percentiles::of(to_create);
         round.latency.provider_running_to_pod_running_ms = Percentiles::of(to_running);
         round.latency.created_at_mismatches = mismatches;
-        round.latency.vk_seen_to_create_ms =
-            Percentiles::of(vk_create_field(&vk_log, "since_seen_ms"));
+        round.latency.vk_seen_to_create_ms = Percentiles::of(
+            create_lines
+                .iter()
+                .filter_map(|c| c.since_seen_ms)
+                .collect(),
+        );
         round.latency.provider_create_call_ms =
-            Percentiles::of(vk_create_field(&vk_log, "provider_ms"));
+            Percentiles::of(create_lines.iter().filter_map(|c| c.provider_ms).collect());
         round.latency.vk_list_to_status_ms =
             Percentiles::of_histogram(histogram(&vk1_end, "gpu_vk_pod_status_latency_seconds"));
 

@@ -102,6 +102,9 @@ pub struct Throughput {
     pub delete_errors: usize,
 }
 
+/// Selects one latency figure of a round.
+type PickLatency = fn(&Latency) -> &Percentiles;
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {
     /// Bind (create answered with nodeName set, or first seen bound) -> the VK's provider
@@ -378,42 +381,27 @@ impl Report {
         row(&mut s, "delete -> gone + provider empty (s)", &|r| {
             fmt_opt(r.throughput.all_deleted_s, "")
         });
-        row(&mut s, "bind -> provider create p50/p90/p99 (ms)", &|r| {
-            let p = &r.latency.bind_to_create_ms;
-            format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
-        });
-        row(
-            &mut s,
-            "VK's own: first seen -> create p50/p90/p99 (ms)",
-            &|r| {
-                let p = &r.latency.vk_seen_to_create_ms;
+        let latencies: [(&str, PickLatency); 5] = [
+            ("bind -> provider create", |l| &l.bind_to_create_ms),
+            ("VK's own: first seen -> create", |l| {
+                &l.vk_seen_to_create_ms
+            }),
+            ("of which the provider create call", |l| {
+                &l.provider_create_call_ms
+            }),
+            ("provider Running -> pod Running", |l| {
+                &l.provider_running_to_pod_running_ms
+            }),
+            ("VK's own: list -> status write", |l| {
+                &l.vk_list_to_status_ms
+            }),
+        ];
+        for (name, pick) in latencies {
+            row(&mut s, &format!("{name} p50/p90/p99 (ms)"), &|r| {
+                let p = pick(&r.latency);
                 format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
-            },
-        );
-        row(
-            &mut s,
-            "of which the provider create call p50/p90/p99 (ms)",
-            &|r| {
-                let p = &r.latency.provider_create_call_ms;
-                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
-            },
-        );
-        row(
-            &mut s,
-            "provider Running -> pod Running p50/p90/p99 (ms)",
-            &|r| {
-                let p = &r.latency.provider_running_to_pod_running_ms;
-                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
-            },
-        );
-        row(
-            &mut s,
-            "VK's own: list -> status write p50/p90/p99 (ms)",
-            &|r| {
-                let p = &r.latency.vk_list_to_status_ms;
-                format!("{:.0} / {:.0} / {:.0}", p.p50, p.p90, p.p99)
-            },
-        );
+            });
+        }
         row(&mut s, "restart: reconciled after SIGKILL (s)", &|r| {
             fmt_opt(r.restart.reconciled_s, "")
         });

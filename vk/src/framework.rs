@@ -161,22 +161,25 @@ impl Framework {
 
     /// Every pod of this node, decoded from the store (for the kubelet API; not a hot path).
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        let stored: Vec<Arc<StoredPod>> = read(&self.pods).values().cloned().collect();
-        stored
+        self.stored(&|_| true)
             .iter()
             .filter_map(|p| p.pod())
             .map(Arc::new)
             .collect()
     }
 
-    /// Decodes, one at a time, the pods whose UID passes `want` and hands each to `f`.
-    pub fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
-        let stored: Vec<Arc<StoredPod>> = read(&self.pods)
+    /// The stored pods whose UID passes `want` (a snapshot: the lock is not held after).
+    fn stored(&self, want: &dyn Fn(&str) -> bool) -> Vec<Arc<StoredPod>> {
+        read(&self.pods)
             .values()
             .filter(|p| want(&p.uid))
             .cloned()
-            .collect();
-        for p in stored {
+            .collect()
+    }
+
+    /// Decodes, one at a time, the pods whose UID passes `want` and hands each to `f`.
+    pub fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
+        for p in self.stored(want) {
             if let Some(pod) = p.pod() {
                 f(&pod);
             }
