@@ -29,7 +29,6 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
@@ -42,12 +41,9 @@ use kube::Client;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::framework::Framework;
+use crate::pods::PodController;
 use crate::provider::{DynProvider, Observed, ProviderError};
 pub use tls::TlsConfig;
-
-/// Timeout of a provider call made while answering a request (before any byte is streamed).
-const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Errors while starting the kubelet API server.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +62,7 @@ pub enum Error {
     Tls(#[from] tls::Error),
 }
 
-/// What the API needs from the running VK; [`Framework`] is the real one, tests bring their own.
+/// What the API needs from the running VK; [`PodController`] is the real one, tests bring their own.
 pub trait Host: Send + Sync + 'static {
     /// A pod bound to this node.
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
@@ -85,18 +81,18 @@ pub trait Host: Send + Sync + 'static {
     fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)>;
 }
 
-impl Host for Framework {
+impl Host for PodController {
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        Framework::pod(self, namespace, name)
+        PodController::pod(self, namespace, name)
     }
     fn pods(&self) -> Vec<Arc<Pod>> {
-        Framework::pods(self)
+        PodController::pods(self)
     }
     fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
-        Framework::visit_pods(self, want, f)
+        PodController::visit_pods(self, want, f)
     }
     fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)> {
-        Framework::workload_of(self, uid)
+        PodController::workload_of(self, uid)
     }
 }
 
@@ -126,7 +122,11 @@ impl Server {
 
 /// Binds `internal_ip:kubelet_port`, sets up TLS and client authentication, and serves the API
 /// in the background until the process ends or [`Server::abort`].
-pub async fn start(fw: Arc<Framework>, cfg: Arc<Config>, client: Client) -> Result<Server, Error> {
+pub async fn start(
+    fw: Arc<PodController>,
+    cfg: Arc<Config>,
+    client: Client,
+) -> Result<Server, Error> {
     let ip = cfg
         .internal_ip
         .parse::<std::net::IpAddr>()

@@ -1,21 +1,21 @@
 //! GPU-offload virtual kubelet: one Kubernetes node that runs its pods on external providers.
 //!
-//! Where things live: [`node`] registers the Node; [`framework`] watches pods, observes
-//! providers, reconciles and writes pod status (through the pure [`translate`]); [`dispatch`]
-//! picks providers; [`spec`] and [`env`] read what a pod asks for; [`provider`] is the
-//! adapter contract and [`providers`] the adapters; [`registry`] builds them from [`config`].
+//! Where things live: [`node`] registers the Node; [`pods`] is the pod pipeline (watch, queue,
+//! the pure `decide`, create/restart/delete, provider observation, garbage collection, status
+//! writes, start-up); [`provider`] is the adapter contract (and the call layer every provider
+//! sits behind) and [`providers`] the adapters and their registry; [`kubelet_api`] serves
+//! logs, exec and stats; [`config`] and [`telemetry`] are what their names say.
+//! `docs/architecture.md` draws the data flow and what may import what.
 
 pub mod config;
-pub mod dispatch;
-pub mod env;
-pub mod events;
-pub mod framework;
 pub mod kubelet_api;
 pub mod naming;
 pub mod node;
+pub mod pods;
 pub mod provider;
 pub mod providers;
 pub mod registry;
-pub mod spec;
 pub mod telemetry;
-pub mod translate;
+
+#[cfg(test)]
+pub(crate) mod test_support;

@@ -9,9 +9,9 @@ use clap::{Parser, Subcommand};
 use tracing::info;
 
 use vk::config::Config;
-use vk::framework::Framework;
 use vk::naming::Owner;
 use vk::node::NodeManager;
+use vk::pods::PodController;
 use vk::telemetry::{self, Metrics};
 
 #[derive(Parser)]
@@ -94,7 +94,7 @@ async fn run(path: PathBuf, internal_ip: Option<String>) -> anyhow::Result<()> {
 
     let names = providers.iter().map(|p| p.name().to_owned()).collect();
     let node = Arc::new(NodeManager::new(client.clone(), cfg.clone(), names));
-    let fw = Framework::new(client.clone(), cfg.clone(), providers, metrics.clone());
+    let fw = PodController::new(client.clone(), cfg.clone(), providers, metrics.clone());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -108,7 +108,7 @@ impl NodeManager {
             ("memory".to_owned(), Quantity(c.memory.clone())),
             ("pods".to_owned(), Quantity(c.pods.clone())),
             (
-                crate::spec::GPU_RESOURCE.to_owned(),
+                crate::pods::spec::GPU_RESOURCE.to_owned(),
                 Quantity(c.gpus.clone()),
             ),
             ("ephemeral-storage".to_owned(), Quantity("100Ti".into())),

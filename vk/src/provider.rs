@@ -2,7 +2,9 @@
 //!
 //! An adapter only knows how to talk to its backend (create, delete, list, and optionally logs,
 //! exec and metrics). Everything else (reconciliation, garbage collection, status translation, events,
-//! retries, naming) lives once in the framework (`crate::framework`).
+//! retries, naming) lives once in the pod pipeline (`crate::pods`).
+
+pub mod layer;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -39,7 +39,7 @@ pub struct Metrics {
     pub status_writes: Counter,
     pub pod_deletes: Counter,
     pub gc_deletes: Counter,
-    /// Events dropped because the API server fell behind (see `crate::events`).
+    /// Events dropped because the API server fell behind (see `crate::pods::events`).
     pub events_dropped: Counter,
     pub queue_depth: Gauge,
     /// Seconds from start until everything known at start-up was reconciled once; 0 before.

@@ -34,8 +34,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tracing::debug;
 
-use super::{ApiError, AppState, PROVIDER_TIMEOUT, find_container, workload};
-use crate::provider::{ExecRequest, ProviderError, WorkloadState};
+use super::{ApiError, AppState, find_container, workload};
+use crate::provider::{ExecRequest, WorkloadState};
 
 /// The answer to a SPDY upgrade: the transport is out of scope, say what works instead.
 pub const SPDY_UNSUPPORTED: &str = "SPDY is not supported by this kubelet; use a \
@@ -389,16 +389,11 @@ async fn serve(
             stdin: opts.stdin,
             tty: opts.tty,
         };
-        match tokio::time::timeout(PROVIDER_TIMEOUT, provider.exec(&observed.provider_id, req))
+        // The provider call layer bounds starting the command by its timeout.
+        provider
+            .exec(&observed.provider_id, req)
             .await
-        {
-            Ok(Ok(session)) => Ok(session),
-            Ok(Err(e)) => Err(ApiError::from_provider(&name, &e)),
-            Err(_) => Err(ApiError::from_provider(
-                &name,
-                &ProviderError::transient("starting the command timed out"),
-            )),
-        }
+            .map_err(|e| ApiError::from_provider(&name, &e))
     }
     .await;
     let ws = ws.protocols(WEBSOCKET_PROTOCOLS.iter().copied());

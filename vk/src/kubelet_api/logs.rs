@@ -24,8 +24,8 @@ use futures::Stream;
 use jiff::{SignedDuration, Timestamp};
 use tracing::debug;
 
-use super::{ApiError, AppState, PROVIDER_TIMEOUT, find_container, workload};
-use crate::provider::{LogOptions, LogStream, ProviderError};
+use super::{ApiError, AppState, find_container, workload};
+use crate::provider::{LogOptions, LogStream};
 
 /// Parses the kubelet's log query into [`LogOptions`]; `now` anchors `sinceSeconds`.
 pub fn parse_query(pairs: &[(String, String)], now: Timestamp) -> Result<LogOptions, ApiError> {
@@ -152,20 +152,10 @@ async fn serve(
     let p = find_container(s.host.as_ref(), namespace, pod, container)?;
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
     let name = provider.name().to_owned();
-    let stream = match tokio::time::timeout(
-        PROVIDER_TIMEOUT,
-        provider.logs(&observed.provider_id, &opts),
-    )
-    .await
-    {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return Err(ApiError::from_provider(&name, &e)),
-        Err(_) => {
-            return Err(ApiError::from_provider(
-                &name,
-                &ProviderError::transient("log request timed out"),
-            ));
-        }
+    // The provider call layer bounds opening the stream by its timeout.
+    let stream = match provider.logs(&observed.provider_id, &opts).await {
+        Ok(stream) => stream,
+        Err(e) => return Err(ApiError::from_provider(&name, &e)),
     };
     debug!(namespace, pod, container, provider = %name, follow = opts.follow, "streaming logs");
     let body = Body::from_stream(Limited::new(stream, opts.limit_bytes, name));
@@ -230,6 +220,7 @@ impl Stream for Limited {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::ProviderError;
     use futures::StreamExt;
 
     fn q(s: &str) -> Vec<(String, String)> {

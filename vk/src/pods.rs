@@ -1,0 +1,273 @@
+//! The pod pipeline under every provider: it takes the pods bound to this node to workloads on
+//! providers and their states back to the pods.
+//!
+//! ```text
+//! scheduler binds pod -> watch (spec.nodeName) -> store -> queue (keyed by pod UID)
+//!   -> reconcile: decide(pod, observed, memory, now) -> Step
+//!        Create       -> create: dispatch candidates, resolve env, provider.create, failover
+//!        Report       -> status: translate, write the status subresource only on change
+//!        Restart      -> restart: record the termination, delete the workload, back off
+//!        FinishDeletion / DeleteOrphanedWorkloads / StopWorkload -> delete
+//!        Lost / Fail  -> status (Failed, with a reason and an Event)
+//! provider lists (observe: one list per provider per interval) -> cache -> enqueue changed pods
+//! gc: workloads owned by this node with no live pod -> delete (after a grace window)
+//! startup: pod store synced + every provider listed once -> reconcile everything once
+//! ```
+//!
+//! Where to look: what a pod should become is [`decide`] (pure, no I/O); how each step is
+//! carried out is the file named for it; what happens on restart is [`startup`]; where a pod's
+//! status gets written is [`status`]. Stateless by construction: everything here is re-derived
+//! at start from the pods bound to this node and one list of every provider; the process-local
+//! [`memory`] only holds what the pipeline did moments ago, to judge lists that raced with it.
+
+pub mod create;
+pub mod decide;
+pub mod delete;
+pub mod dispatch;
+pub mod env;
+pub mod events;
+pub mod gc;
+pub mod memory;
+pub mod observe;
+pub mod queue;
+pub mod reconcile;
+pub mod restart;
+pub mod spec;
+pub mod startup;
+pub mod status;
+pub mod store;
+pub mod translate;
+pub mod watch;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use tokio::sync::watch as signal;
+use tracing::info;
+
+use crate::config::Config;
+use crate::naming::Owner;
+use crate::provider::layer;
+use crate::provider::{DynProvider, Observed, ProviderError};
+use crate::telemetry::{Metrics, PodLabels};
+use events::Events;
+use memory::Recent;
+pub use queue::Queue;
+pub use store::StoredPod;
+
+/// Errors of one reconcile; all are retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to write pod status")]
+    WriteStatus(#[source] kube::Error),
+    #[error("failed to delete pod")]
+    DeletePod(#[source] kube::Error),
+    #[error("failed to resolve environment")]
+    ResolveEnv(#[source] env::Error),
+    #[error("call to provider {provider} failed")]
+    Provider {
+        provider: String,
+        #[source]
+        source: ProviderError,
+    },
+    #[error("waiting for provider {0} to list a workload created moments ago")]
+    NotListed(String),
+}
+
+/// What the pipeline knows about one provider.
+struct ProviderSlot {
+    provider: Arc<dyn DynProvider>,
+    /// Our workloads at this provider by pod UID, from the last list plus local changes.
+    cache: RwLock<HashMap<String, Observed>>,
+    /// Start time of the last successful list.
+    listed_at: RwLock<Option<Instant>>,
+}
+
+/// The shared state of the pod pipeline of a running VK.
+pub struct PodController {
+    client: Client,
+    cfg: Arc<Config>,
+    owner: Owner,
+    slots: Vec<ProviderSlot>,
+    /// What [`decide`] needs to know of the providers (names and capabilities).
+    offers: Vec<dispatch::Offer>,
+    pods: RwLock<HashMap<String, Arc<StoredPod>>>,
+    pods_synced: AtomicBool,
+    /// UIDs of pods seen deleted whose workloads may still need deleting.
+    gone: RwLock<HashSet<String>>,
+    ready: signal::Sender<bool>,
+    recent: RwLock<Recent>,
+    queue: Queue,
+    events: Events,
+    pub metrics: Metrics,
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PodController {
+    /// Builds the pipeline over `providers`; every provider call goes through the
+    /// [`layer`] (timeout, metrics, tracing).
+    pub fn new(
+        client: Client,
+        cfg: Arc<Config>,
+        providers: Vec<Arc<dyn DynProvider>>,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
+        let events = Events::new(
+            client.clone(),
+            "gpu-vk",
+            &cfg.node_name,
+            metrics.events_dropped.clone(),
+        );
+        let slots: Vec<ProviderSlot> = providers
+            .into_iter()
+            .map(|p| ProviderSlot {
+                provider: layer::layer(p, metrics.clone(), layer::DEFAULT_TIMEOUT),
+                cache: RwLock::default(),
+                listed_at: RwLock::default(),
+            })
+            .collect();
+        let offers = slots
+            .iter()
+            .map(|s| dispatch::Offer {
+                name: s.provider.name().to_owned(),
+                capabilities: s.provider.capabilities(),
+            })
+            .collect();
+        Arc::new(Self {
+            client,
+            cfg,
+            owner,
+            slots,
+            offers,
+            pods: RwLock::default(),
+            pods_synced: AtomicBool::new(false),
+            gone: RwLock::default(),
+            ready: signal::channel(false).0,
+            recent: RwLock::default(),
+            queue: Queue::new(),
+            events,
+            metrics,
+        })
+    }
+
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// The providers, each behind the call layer.
+    pub fn providers(&self) -> impl Iterator<Item = &Arc<dyn DynProvider>> {
+        self.slots.iter().map(|s| &s.provider)
+    }
+
+    /// A pod of this node by namespace and name.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let found = read(&self.pods)
+            .values()
+            .find(|p| &*p.namespace == namespace && &*p.name == name)
+            .cloned();
+        found.and_then(|p| p.pod()).map(Arc::new)
+    }
+
+    /// Every pod of this node, decoded from the store (for the kubelet API; not a hot path).
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.stored(&|_| true)
+            .iter()
+            .filter_map(|p| p.pod())
+            .map(Arc::new)
+            .collect()
+    }
+
+    /// The stored pods whose UID passes `want` (a snapshot: the lock is not held after).
+    fn stored(&self, want: &dyn Fn(&str) -> bool) -> Vec<Arc<StoredPod>> {
+        read(&self.pods)
+            .values()
+            .filter(|p| want(&p.uid))
+            .cloned()
+            .collect()
+    }
+
+    /// Decodes, one at a time, the pods whose UID passes `want` and hands each to `f`.
+    pub fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
+        for p in self.stored(want) {
+            if let Some(pod) = p.pod() {
+                f(&pod);
+            }
+        }
+    }
+
+    /// The provider and workload serving a pod, if any.
+    pub fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)> {
+        self.find(uid)
+            .map(|(i, o)| (self.slots[i].provider.clone(), o))
+    }
+
+    /// The provider index and observed workload of a pod, if any provider holds one.
+    fn find(&self, uid: &str) -> Option<(usize, Observed)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| read(&s.cache).get(uid).map(|o| (i, o.clone())))
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.slots.iter().position(|s| s.provider.name() == name)
+    }
+
+    fn provider_name(&self, i: usize) -> &str {
+        self.slots[i].provider.name()
+    }
+
+    /// True once the pod store is synced and every provider was listed once.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Runs the watcher, the provider observers, the workers and the garbage collector until
+    /// `shutdown` resolves.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        tasks.spawn(self.clone().watch_pods());
+        for i in 0..self.slots.len() {
+            tasks.spawn(self.clone().observe(i));
+        }
+        tasks.spawn(self.clone().start_when_ready());
+        tasks.spawn(self.clone().collect_garbage());
+        tasks.spawn(self.clone().export_gauges());
+        shutdown.await;
+        info!("shutting down reconciliation");
+        self.queue.shutdown();
+        tasks.abort_all();
+    }
+
+    /// Pods by provider and phase, and the queue depth, for the metrics.
+    async fn export_gauges(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let mut counts: HashMap<(String, String), i64> = HashMap::new();
+            for p in read(&self.pods).values() {
+                let provider = p.assigned.as_deref().unwrap_or_default().to_owned();
+                let phase = p.phase.as_deref().unwrap_or("Pending").to_owned();
+                *counts.entry((provider, phase)).or_default() += 1;
+            }
+            self.metrics.pods.clear();
+            for ((provider, phase), n) in counts {
+                self.metrics
+                    .pods
+                    .get_or_create(&PodLabels { provider, phase })
+                    .set(n);
+            }
+            self.metrics.queue_depth.set(self.queue.len() as i64);
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! What a pod should become next: one pure function from (pod, observed workload, memory,
+//! now) to a [`Step`], with no I/O, so the restart policy, "vanished vs not listed yet" and
+//! failover are tested without a cluster. `reconcile` carries the step out.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::dispatch::{self, Offer};
+use super::memory::{Listed, Memory};
+use super::restart;
+use super::spec::{self, ANN_ASSIGNED, Request};
+use super::translate::reason;
+use crate::config::Timings;
+use crate::naming::Owner;
+use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
+
+/// The workload a provider lists for the pod.
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a> {
+    /// Index of the provider in the configuration.
+    pub provider: usize,
+    pub observed: &'a Observed,
+}
+
+/// What to do for one pod.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing until something changes.
+    Idle,
+    /// The pod is gone from the API: delete the workloads it left.
+    DeleteOrphanedWorkloads,
+    /// The pod is being deleted: its workloads go first, then the pod object.
+    FinishDeletion,
+    /// The pod ended but its workload still holds resources: stop it. Workloads that exited
+    /// are kept (their logs stay readable) until the pod is deleted.
+    StopWorkload { provider: usize },
+    /// The pod can never run as specified.
+    Fail {
+        reason: &'static str,
+        message: String,
+    },
+    /// Report the workload's state on the pod.
+    Report { provider: usize },
+    /// The workload ended and the restart policy wants the container back: record how it
+    /// ended, delete the workload, create it again after `delay`.
+    Restart {
+        provider: usize,
+        restarts: i32,
+        delay: Duration,
+        last: Box<ContainerStateTerminated>,
+    },
+    /// The pod had a workload and its provider's list, trusted, no longer shows it.
+    Lost { provider: String },
+    /// Look again after this long (a list to come, a restart back-off to expire).
+    Wait(Duration),
+    /// Create the workload, trying these providers in this order.
+    Create {
+        request: Box<Request>,
+        candidates: Vec<usize>,
+    },
+}
+
+/// The configuration `decide` works with.
+pub struct Rules<'a> {
+    pub owner: &'a Owner,
+    pub offers: &'a [Offer],
+    pub timings: &'a Timings,
+}
+
+/// The next step for a pod (`None`: not in the store any more), given the workload a provider
+/// lists for it, the pipeline's memory and the time.
+pub fn decide(
+    rules: &Rules<'_>,
+    pod: Option<&Pod>,
+    found: Option<Found<'_>>,
+    memory: &Memory,
+    now: Timestamp,
+) -> Step {
+    let Some(pod) = pod else {
+        // A workload whose pod this process never saw is left to the garbage collector and
+        // its grace window.
+        return if memory.gone {
+            Step::DeleteOrphanedWorkloads
+        } else {
+            Step::Idle
+        };
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Step::FinishDeletion;
+    }
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    if phase == "Succeeded" || phase == "Failed" {
+        return match found {
+            Some(f)
+                if !matches!(
+                    f.observed.state,
+                    WorkloadState::Succeeded | WorkloadState::Failed { .. }
+                ) =>
+            {
+                Step::StopWorkload {
+                    provider: f.provider,
+                }
+            }
+            _ => Step::Idle,
+        };
+    }
+    let request = match spec::request(pod) {
+        Ok(r) => r,
+        Err(e) => return fail(reason::INVALID_SPEC, e.0),
+    };
+    if let Some(f) = found {
+        return observed(rules, pod, f, now);
+    }
+    // No workload anywhere. Was one created before (a container id on the pod)?
+    let had_workload = current_container(pod)
+        .and_then(|c| c.container_id.as_deref())
+        .is_some_and(|s| !s.is_empty());
+    if had_workload {
+        // Only trust absence from a list that began after our own create.
+        return match memory.listed {
+            None | Some(Listed::SinceCreate) => Step::Lost {
+                provider: assigned(pod).unwrap_or_default().to_owned(),
+            },
+            Some(Listed::NotSinceCreate | Listed::Never) => {
+                Step::Wait(rules.timings.poll_interval())
+            }
+        };
+    }
+    if let Some(wait) = restart::backoff_remaining(pod, rules.timings, now) {
+        return Step::Wait(wait);
+    }
+    let candidates = match dispatch::candidates(rules.offers, &request, assigned(pod)) {
+        Ok(c) => c,
+        Err(e) => {
+            let r = match e {
+                dispatch::Error::UnknownProvider(_) => reason::UNKNOWN_PROVIDER,
+                dispatch::Error::NoMatch(_) => reason::INVALID_SPEC,
+            };
+            return fail(r, e.to_string());
+        }
+    };
+    let uid = pod.uid().unwrap_or_default();
+    if rules.owner.workload_id(&uid).is_none() {
+        return fail(
+            reason::INVALID_SPEC,
+            format!("pod UID {uid:?} is not a UUID"),
+        );
+    }
+    Step::Create {
+        request: Box::new(request),
+        candidates,
+    }
+}
+
+/// The pod has a workload: report it, or restart it when it ended and the policy says so.
+fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step {
+    let obs = f.observed;
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let restart = match &obs.state {
+        WorkloadState::Succeeded => policy == "Always",
+        // Evicted means someone killed it on purpose: the pod fails, as after a kubelet
+        // eviction, and its controller replaces it.
+        WorkloadState::Failed { reason: r, .. } => {
+            policy != "Never" && *r != FailureReason::Evicted
+        }
+        _ => false,
+    };
+    if !restart {
+        return Step::Report {
+            provider: f.provider,
+        };
+    }
+    let restarts = restart_count(pod) + 1;
+    let (exit_code, why) = match &obs.state {
+        WorkloadState::Failed { exit_code, reason } => (*exit_code, reason.as_str()),
+        _ => (0, "Completed"),
+    };
+    let provider = rules
+        .offers
+        .get(f.provider)
+        .map(|o| o.name.as_str())
+        .unwrap_or_default();
+    let last = ContainerStateTerminated {
+        exit_code,
+        reason: Some(why.to_owned()),
+        started_at: obs.started_at.map(Time),
+        finished_at: Some(Time(obs.finished_at.unwrap_or(now))),
+        container_id: Some(format!("{provider}://{}", obs.id)),
+        message: obs.message.clone(),
+        signal: None,
+    };
+    Step::Restart {
+        provider: f.provider,
+        restarts,
+        delay: restart::delay(rules.timings, restarts - 1),
+        last: Box::new(last),
+    }
+}
+
+fn fail(reason: &'static str, message: String) -> Step {
+    Step::Fail { reason, message }
+}
+
+/// The provider the VK recorded on the pod.
+pub fn assigned(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(ANN_ASSIGNED)
+        .map(String::as_str)
+}
+
+/// The status of the pod's (one) container.
+pub fn current_container(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.first()
+}
+
+/// Container restarts recorded on the pod.
+pub fn restart_count(pod: &Pod) -> i32 {
+    current_container(pod).map(|c| c.restart_count).unwrap_or(0)
+}
+
+/// What a failed create attempt on one candidate means for the pod.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AfterCreateError {
+    /// The provider has no room: try the next candidate.
+    NextCandidate,
+    /// The provider says the pod can never run as it is.
+    Fail {
+        reason: &'static str,
+        message: String,
+    },
+    /// Try the same provider again: after `Some(delay)` (the provider's Retry-After), or
+    /// with the queue's back-off.
+    Retry(Option<Duration>),
+}
+
+/// Failover: how a provider's create error is acted on.
+pub fn after_create_error(provider: &str, e: &ProviderError) -> AfterCreateError {
+    match e {
+        ProviderError::Capacity { .. } => AfterCreateError::NextCandidate,
+        ProviderError::Invalid { message } => AfterCreateError::Fail {
+            reason: reason::INVALID_SPEC,
+            message: format!("provider {provider} rejected the pod: {message}"),
+        },
+        ProviderError::Transient {
+            retry_after: Some(d),
+            ..
+        } => AfterCreateError::Retry(Some(*d)),
+        _ => AfterCreateError::Retry(None),
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod failover_tests {
+    use super::*;
+
+    #[test]
+    fn create_errors_fail_over_on_capacity_only() {
+        let capacity = ProviderError::Capacity {
+            message: "no RTX4090".into(),
+        };
+        assert_eq!(
+            after_create_error("vast", &capacity),
+            AfterCreateError::NextCandidate
+        );
+        let invalid = ProviderError::Invalid {
+            message: "image too large".into(),
+        };
+        assert_eq!(
+            after_create_error("vast", &invalid),
+            AfterCreateError::Fail {
+                reason: "InvalidSpec",
+                message: "provider vast rejected the pod: image too large".into()
+            }
+        );
+        let limited = ProviderError::Transient {
+            message: "429".into(),
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            after_create_error("vast", &limited),
+            AfterCreateError::Retry(Some(Duration::from_secs(7)))
+        );
+        for e in [
+            ProviderError::transient("503"),
+            ProviderError::Auth {
+                message: "expired".into(),
+            },
+            ProviderError::NotFound,
+        ] {
+            assert_eq!(
+                after_create_error("vast", &e),
+                AfterCreateError::Retry(None),
+                "{e:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,482 @@
+//! Unit tests of [`super::decide`]: every restart policy, loss and failover case, and one
+//! snapshot of the whole decision table.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::*;
+use crate::config::Timings;
+use crate::pods::memory::{Listed, Memory};
+use crate::pods::spec::{ANN_GPU_TYPE, ANN_PROVIDER};
+use crate::provider::{Capabilities, FailureReason, WorkloadState};
+use crate::test_support::{PodBuilder, observed, owner, ts};
+
+const NOW: &str = "2026-11-29T10:00:05Z";
+
+fn offers() -> Vec<Offer> {
+    let offer = |name: &str, types: &[&str], max: u32| Offer {
+        name: name.into(),
+        capabilities: Capabilities {
+            gpu_types: types.iter().map(|s| s.to_string()).collect(),
+            max_gpus_per_workload: max,
+            ..Default::default()
+        },
+    };
+    vec![
+        offer("runpod", &["A100-80GB", "H100"], 8),
+        offer("vast", &["RTX4090"], 4),
+        offer("slurm", &[], 2),
+    ]
+}
+
+fn timings() -> Timings {
+    Timings {
+        poll_interval_ms: 2000,
+        restart_backoff_ms: 10_000,
+        restart_backoff_max_ms: 300_000,
+        ..Timings::default()
+    }
+}
+
+/// Decides with the test offers and timings at [`NOW`].
+fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) -> Step {
+    let owner = owner();
+    let offers = offers();
+    let timings = timings();
+    let rules = Rules {
+        owner: &owner,
+        offers: &offers,
+        timings: &timings,
+    };
+    let found = found.map(|(provider, observed)| Found { provider, observed });
+    decide(&rules, pod, found, &memory, ts(NOW))
+}
+
+fn failed(exit_code: i32, reason: FailureReason) -> Observed {
+    let mut o = observed(WorkloadState::Failed { exit_code, reason });
+    o.finished_at = Some(ts("2026-11-29T10:00:04Z"));
+    o
+}
+
+fn fresh() -> Memory {
+    Memory::fresh()
+}
+
+// ----------------------------------------------------------------------------------------
+// Pods that are gone, going or done
+
+#[test]
+fn a_pod_seen_deleted_has_its_workloads_deleted_and_an_unknown_one_is_left_to_gc() {
+    let gone = Memory {
+        gone: true,
+        listed: None,
+    };
+    assert_eq!(step(None, None, gone), Step::DeleteOrphanedWorkloads);
+    // Never seen by this process: the garbage collector's grace window decides.
+    assert_eq!(step(None, None, fresh()), Step::Idle);
+}
+
+#[test]
+fn a_deleting_pod_finishes_deletion_whatever_its_workload_does() {
+    let pod = PodBuilder::new().running("runpod").deleting().build();
+    let run = observed(WorkloadState::Running);
+    assert_eq!(
+        step(Some(&pod), Some((0, &run)), fresh()),
+        Step::FinishDeletion
+    );
+    assert_eq!(step(Some(&pod), None, fresh()), Step::FinishDeletion);
+}
+
+#[test]
+fn a_finished_pod_stops_a_workload_still_holding_resources_but_keeps_exited_ones() {
+    let done = PodBuilder::new()
+        .assigned("runpod")
+        .phase("Succeeded")
+        .build();
+    let run = observed(WorkloadState::Running);
+    assert_eq!(
+        step(Some(&done), Some((0, &run)), fresh()),
+        Step::StopWorkload { provider: 0 }
+    );
+    let preempted = observed(WorkloadState::Preempted);
+    let failed_pod = PodBuilder::new().assigned("vast").phase("Failed").build();
+    assert_eq!(
+        step(Some(&failed_pod), Some((1, &preempted)), fresh()),
+        Step::StopWorkload { provider: 1 }
+    );
+    let exited = observed(WorkloadState::Succeeded);
+    assert_eq!(step(Some(&done), Some((0, &exited)), fresh()), Step::Idle);
+    let crashed = failed(3, FailureReason::Error);
+    assert_eq!(
+        step(Some(&failed_pod), Some((1, &crashed)), fresh()),
+        Step::Idle
+    );
+    assert_eq!(step(Some(&done), None, fresh()), Step::Idle);
+}
+
+#[test]
+fn an_invalid_spec_fails_the_pod_even_with_a_workload() {
+    let pod = PodBuilder::new()
+        .spec(|s| {
+            let second = s.containers[0].clone();
+            s.containers.push(second);
+        })
+        .build();
+    let Step::Fail { reason, message } = step(Some(&pod), None, fresh()) else {
+        panic!("expected Fail");
+    };
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("container"), "{message}");
+}
+
+// ----------------------------------------------------------------------------------------
+// Restart policy
+
+/// The step for a pod with `policy` whose workload on runpod is in `state`.
+fn with_policy(policy: Option<&str>, state: &Observed) -> Step {
+    let mut b = PodBuilder::new().running("runpod");
+    if let Some(p) = policy {
+        b = b.restart_policy(p);
+    }
+    step(Some(&b.build()), Some((0, state)), fresh())
+}
+
+fn is_restart(s: &Step) -> bool {
+    matches!(s, Step::Restart { .. })
+}
+
+#[test]
+fn restart_policy_always_restarts_on_success_and_failure() {
+    assert!(is_restart(&with_policy(
+        None,
+        &observed(WorkloadState::Succeeded)
+    )));
+    assert!(is_restart(&with_policy(
+        Some("Always"),
+        &failed(1, FailureReason::Error)
+    )));
+    assert!(is_restart(&with_policy(
+        Some("Always"),
+        &failed(137, FailureReason::OomKilled)
+    )));
+}
+
+#[test]
+fn restart_policy_on_failure_restarts_failures_only() {
+    let s = with_policy(Some("OnFailure"), &observed(WorkloadState::Succeeded));
+    assert_eq!(s, Step::Report { provider: 0 });
+    assert!(is_restart(&with_policy(
+        Some("OnFailure"),
+        &failed(2, FailureReason::Error)
+    )));
+}
+
+#[test]
+fn restart_policy_never_reports_the_end_as_it_is() {
+    for o in [
+        observed(WorkloadState::Succeeded),
+        failed(1, FailureReason::Error),
+        failed(137, FailureReason::OomKilled),
+    ] {
+        assert_eq!(
+            with_policy(Some("Never"), &o),
+            Step::Report { provider: 0 },
+            "{:?}",
+            o.state
+        );
+    }
+}
+
+#[test]
+fn an_evicted_workload_is_never_restarted_in_place() {
+    for policy in ["Always", "OnFailure", "Never"] {
+        assert_eq!(
+            with_policy(Some(policy), &failed(143, FailureReason::Evicted)),
+            Step::Report { provider: 0 },
+            "{policy}"
+        );
+    }
+}
+
+#[test]
+fn preempted_lost_and_live_workloads_are_reported() {
+    for state in [
+        WorkloadState::Preempted,
+        WorkloadState::Lost,
+        WorkloadState::Running,
+        WorkloadState::Starting,
+        WorkloadState::Queued { reason: None },
+        WorkloadState::Unknown {
+            raw: "WEIRD".into(),
+        },
+    ] {
+        assert_eq!(
+            with_policy(Some("Always"), &observed(state.clone())),
+            Step::Report { provider: 0 },
+            "{state:?}"
+        );
+    }
+}
+
+#[test]
+fn a_restart_records_how_the_container_ended_and_backs_off_exponentially() {
+    let pod = PodBuilder::new()
+        .crash_looping("runpod", 3, "2026-11-29T09:00:00Z")
+        .build();
+    let mut o = failed(7, FailureReason::Error);
+    o.message = Some("segfault".into());
+    let Step::Restart {
+        provider,
+        restarts,
+        delay,
+        last,
+    } = step(Some(&pod), Some((0, &o)), fresh())
+    else {
+        panic!("expected Restart");
+    };
+    assert_eq!(provider, 0);
+    assert_eq!(restarts, 4);
+    // Fourth restart: 10 s doubled three times.
+    assert_eq!(delay, Duration::from_secs(80));
+    assert_eq!(last.exit_code, 7);
+    assert_eq!(last.reason.as_deref(), Some("Error"));
+    assert_eq!(last.message.as_deref(), Some("segfault"));
+    assert_eq!(
+        last.container_id,
+        Some(format!("runpod://{}", crate::test_support::workload_id()))
+    );
+    assert_eq!(
+        last.finished_at.map(|t| t.0),
+        Some(ts("2026-11-29T10:00:04Z"))
+    );
+}
+
+#[test]
+fn a_success_without_a_finish_time_ends_now_with_exit_code_zero() {
+    let Step::Restart { last, .. } = with_policy(None, &observed(WorkloadState::Succeeded)) else {
+        panic!("expected Restart");
+    };
+    assert_eq!(last.exit_code, 0);
+    assert_eq!(last.reason.as_deref(), Some("Completed"));
+    assert_eq!(last.finished_at.map(|t| t.0), Some(ts(NOW)));
+}
+
+#[test]
+fn a_pod_waiting_out_its_back_off_waits_then_is_created_again() {
+    // Second restart ended at 10:00:00; 20 s back-off; now is 10:00:05.
+    let pod = PodBuilder::new()
+        .crash_looping("runpod", 2, "2026-11-29T10:00:00Z")
+        .build();
+    assert_eq!(
+        step(Some(&pod), None, fresh()),
+        Step::Wait(Duration::from_secs(15))
+    );
+    let due = PodBuilder::new()
+        .crash_looping("runpod", 2, "2026-11-29T09:59:00Z")
+        .build();
+    assert!(matches!(
+        step(Some(&due), None, fresh()),
+        Step::Create { candidates, .. } if candidates == vec![0, 1, 2]
+    ));
+}
+
+// ----------------------------------------------------------------------------------------
+// Vanished vs not listed yet
+
+#[test]
+fn a_workload_absent_from_a_list_begun_after_our_create_is_lost() {
+    let pod = PodBuilder::new().running("vast").build();
+    let memory = Memory {
+        gone: false,
+        listed: Some(Listed::SinceCreate),
+    };
+    assert_eq!(
+        step(Some(&pod), None, memory),
+        Step::Lost {
+            provider: "vast".into()
+        }
+    );
+}
+
+#[test]
+fn a_workload_created_after_the_last_list_began_is_not_lost_yet() {
+    let pod = PodBuilder::new().running("vast").build();
+    for listed in [Listed::NotSinceCreate, Listed::Never] {
+        let memory = Memory {
+            gone: false,
+            listed: Some(listed),
+        };
+        assert_eq!(
+            step(Some(&pod), None, memory),
+            Step::Wait(Duration::from_secs(2)),
+            "{listed:?}"
+        );
+    }
+}
+
+#[test]
+fn a_pod_whose_recorded_provider_is_no_longer_configured_is_lost() {
+    let pod = PodBuilder::new().running("gone-provider").build();
+    let memory = Memory {
+        gone: false,
+        listed: None,
+    };
+    assert_eq!(
+        step(Some(&pod), None, memory),
+        Step::Lost {
+            provider: "gone-provider".into()
+        }
+    );
+}
+
+// ----------------------------------------------------------------------------------------
+// Dispatch and failover
+
+#[test]
+fn a_new_pod_is_created_with_candidates_that_fit_in_configuration_order() {
+    let pod = PodBuilder::new().gpus("1").build();
+    assert!(matches!(
+        step(Some(&pod), None, fresh()),
+        Step::Create { candidates, .. } if candidates == vec![0, 1, 2]
+    ));
+    let h100 = PodBuilder::new()
+        .gpus("1")
+        .annotation(ANN_GPU_TYPE, "H100")
+        .build();
+    assert!(matches!(
+        step(Some(&h100), None, fresh()),
+        Step::Create { candidates, .. } if candidates == vec![0, 2]
+    ));
+}
+
+#[test]
+fn the_provider_recorded_on_the_pod_is_tried_first() {
+    let pod = PodBuilder::new().gpus("1").assigned("slurm").build();
+    assert!(matches!(
+        step(Some(&pod), None, fresh()),
+        Step::Create { candidates, .. } if candidates == vec![2, 0, 1]
+    ));
+}
+
+#[test]
+fn a_pin_to_an_unknown_provider_or_an_unservable_request_fails_with_a_reason() {
+    let unknown = PodBuilder::new()
+        .gpus("1")
+        .annotation(ANN_PROVIDER, "lambda")
+        .build();
+    assert!(matches!(
+        step(Some(&unknown), None, fresh()),
+        Step::Fail { reason: "UnknownProvider", message } if message.contains("lambda")
+    ));
+    let too_big = PodBuilder::new()
+        .gpus("16")
+        .annotation(ANN_GPU_TYPE, "RTX4090")
+        .build();
+    assert!(matches!(
+        step(Some(&too_big), None, fresh()),
+        Step::Fail { reason: "InvalidSpec", message } if message.contains("16 x RTX4090")
+    ));
+}
+
+#[test]
+fn a_pod_uid_that_is_not_a_uuid_fails_instead_of_creating_an_unaddressable_workload() {
+    let pod = PodBuilder::new().uid("not-a-uuid").build();
+    assert!(matches!(
+        step(Some(&pod), None, fresh()),
+        Step::Fail { reason: "InvalidSpec", message } if message.contains("not a UUID")
+    ));
+}
+
+// ----------------------------------------------------------------------------------------
+// The whole table at a glance
+
+#[test]
+fn decision_table() {
+    let mut out = String::new();
+    let running = PodBuilder::new().running("runpod");
+    let cases: Vec<(&str, Option<Pod>, Option<Observed>, Memory)> = vec![
+        (
+            "new pod",
+            Some(PodBuilder::new().gpus("1").build()),
+            None,
+            fresh(),
+        ),
+        (
+            "running, listed running",
+            Some(running.build()),
+            Some(observed(WorkloadState::Running)),
+            fresh(),
+        ),
+        (
+            "running, vanished",
+            Some(PodBuilder::new().running("runpod").build()),
+            None,
+            fresh(),
+        ),
+        (
+            "running, not listed since create",
+            Some(PodBuilder::new().running("runpod").build()),
+            None,
+            Memory {
+                gone: false,
+                listed: Some(Listed::NotSinceCreate),
+            },
+        ),
+        (
+            "Never, exit 1",
+            Some(
+                PodBuilder::new()
+                    .running("runpod")
+                    .restart_policy("Never")
+                    .build(),
+            ),
+            Some(failed(1, FailureReason::Error)),
+            fresh(),
+        ),
+        (
+            "Always, exit 1",
+            Some(PodBuilder::new().running("runpod").build()),
+            Some(failed(1, FailureReason::Error)),
+            fresh(),
+        ),
+        (
+            "deleting",
+            Some(PodBuilder::new().running("runpod").deleting().build()),
+            Some(observed(WorkloadState::Running)),
+            fresh(),
+        ),
+        (
+            "gone from the API",
+            None,
+            Some(observed(WorkloadState::Running)),
+            Memory {
+                gone: true,
+                listed: None,
+            },
+        ),
+    ];
+    for (name, pod, obs, memory) in &cases {
+        let s = step(pod.as_ref(), obs.as_ref().map(|o| (0, o)), *memory);
+        let s = match s {
+            Step::Create {
+                candidates,
+                request,
+            } => format!(
+                "Create {{ candidates: {candidates:?}, gpus: {:?} }}",
+                request.gpu.map(|g| g.count)
+            ),
+            Step::Restart {
+                provider,
+                restarts,
+                delay,
+                last,
+            } => format!(
+                "Restart {{ provider: {provider}, restarts: {restarts}, delay: {delay:?}, exit: {} }}",
+                last.exit_code
+            ),
+            other => format!("{other:?}"),
+        };
+        let _ = writeln!(out, "{name:<34} -> {s}");
+    }
+    insta::assert_snapshot!(out);
+}

@@ -1,0 +1,438 @@
+//! Resolves a container's environment the way the kubelet does: literal values, ConfigMap and
+//! Secret keys (`valueFrom` and `envFrom`, honouring `optional`), and the downward API.
+//!
+//! A missing mandatory source keeps the pod Pending with `CreateContainerConfigError` (the
+//! kubelet's behaviour) until it appears. Values are never logged.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::{Api, Client};
+
+use crate::provider::EnvVar;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A mandatory ConfigMap, Secret or key is missing; the message names it (never a value).
+    #[error("{0}")]
+    Missing(String),
+    /// The source exists but cannot be used (for example an unsupported fieldRef).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("failed to read {kind} {name}: {source}")]
+    Api {
+        kind: &'static str,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+/// Reads ConfigMaps and Secrets; a trait so resolution can be unit-tested without a cluster.
+pub trait Source {
+    fn config_map(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, Error>> + Send;
+    fn secret(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<BTreeMap<String, String>>, Error>> + Send;
+}
+
+/// The real source: the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeSource(pub Client);
+
+impl Source for KubeSource {
+    async fn config_map(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let api: Api<ConfigMap> = Api::namespaced(self.0.clone(), ns);
+        let cm = api.get_opt(name).await.map_err(|source| Error::Api {
+            kind: "ConfigMap",
+            name: name.to_owned(),
+            source,
+        })?;
+        Ok(cm.map(|cm| {
+            let mut data = cm.data.unwrap_or_default();
+            for (k, v) in cm.binary_data.unwrap_or_default() {
+                data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+            }
+            data
+        }))
+    }
+
+    async fn secret(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let api: Api<Secret> = Api::namespaced(self.0.clone(), ns);
+        let s = api.get_opt(name).await.map_err(|source| Error::Api {
+            kind: "Secret",
+            name: name.to_owned(),
+            source,
+        })?;
+        Ok(s.map(|s| {
+            let mut data: BTreeMap<String, String> = s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .collect();
+            data.extend(s.string_data.unwrap_or_default());
+            data
+        }))
+    }
+}
+
+/// Resolves the env of the pod's first (only) container.
+pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Vec<EnvVar>, Error> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
+        return Ok(vec![]);
+    };
+    let mut out: Vec<EnvVar> = Vec::new();
+    let set = |name: String, value: String, out: &mut Vec<EnvVar>| {
+        if let Some(e) = out.iter_mut().find(|e| e.name == name) {
+            e.value = value;
+        } else {
+            out.push(EnvVar { name, value });
+        }
+    };
+
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        if let Some(r) = &from.config_map_ref {
+            match src.config_map(&ns, &r.name).await? {
+                Some(data) => data
+                    .into_iter()
+                    .for_each(|(k, v)| set(format!("{prefix}{k}"), v, &mut out)),
+                None if r.optional == Some(true) => {}
+                None => return Err(Error::Missing(format!("configmap {:?} not found", r.name))),
+            }
+        }
+        if let Some(r) = &from.secret_ref {
+            match src.secret(&ns, &r.name).await? {
+                Some(data) => data
+                    .into_iter()
+                    .for_each(|(k, v)| set(format!("{prefix}{k}"), v, &mut out)),
+                None if r.optional == Some(true) => {}
+                None => return Err(Error::Missing(format!("secret {:?} not found", r.name))),
+            }
+        }
+    }
+
+    for e in c.env.iter().flatten() {
+        if let Some(v) = &e.value {
+            set(e.name.clone(), expand(v, &out), &mut out);
+            continue;
+        }
+        let Some(vf) = &e.value_from else {
+            set(e.name.clone(), String::new(), &mut out);
+            continue;
+        };
+        if let Some(r) = &vf.config_map_key_ref {
+            let optional = r.optional == Some(true);
+            match src.config_map(&ns, &r.name).await? {
+                Some(data) => match data.get(&r.key) {
+                    Some(v) => set(e.name.clone(), v.clone(), &mut out),
+                    None if optional => {}
+                    None => {
+                        return Err(Error::Missing(format!(
+                            "couldn't find key {} in ConfigMap {}/{}",
+                            r.key, ns, r.name
+                        )));
+                    }
+                },
+                None if optional => {}
+                None => return Err(Error::Missing(format!("configmap {:?} not found", r.name))),
+            }
+        } else if let Some(r) = &vf.secret_key_ref {
+            let optional = r.optional == Some(true);
+            match src.secret(&ns, &r.name).await? {
+                Some(data) => match data.get(&r.key) {
+                    Some(v) => set(e.name.clone(), v.clone(), &mut out),
+                    None if optional => {}
+                    None => {
+                        return Err(Error::Missing(format!(
+                            "couldn't find key {} in Secret {}/{}",
+                            r.key, ns, r.name
+                        )));
+                    }
+                },
+                None if optional => {}
+                None => return Err(Error::Missing(format!("secret {:?} not found", r.name))),
+            }
+        } else if let Some(f) = &vf.field_ref {
+            let v = field(pod, &f.field_path, node_ip).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "env {}: unsupported fieldRef {:?}",
+                    e.name, f.field_path
+                ))
+            })?;
+            set(e.name.clone(), v, &mut out);
+        } else if let Some(r) = &vf.resource_field_ref {
+            let v = resource_field(c, &r.resource).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "env {}: unsupported resourceFieldRef {:?}",
+                    e.name, r.resource
+                ))
+            })?;
+            set(e.name.clone(), v, &mut out);
+        } else {
+            return Err(Error::Invalid(format!(
+                "env {}: unsupported valueFrom",
+                e.name
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// `$(VAR)` expansion against variables defined earlier, as the kubelet does; `$$` escapes.
+fn expand(v: &str, defined: &[EnvVar]) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut rest = v;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if let Some(t) = tail.strip_prefix("$$") {
+            out.push('$');
+            rest = t;
+        } else if let Some(t) = tail.strip_prefix("$(") {
+            match t.find(')') {
+                Some(end) => {
+                    let name = &t[..end];
+                    match defined.iter().find(|e| e.name == name) {
+                        Some(e) => out.push_str(&e.value),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &t[end + 1..];
+                }
+                None => {
+                    out.push_str(tail);
+                    rest = "";
+                }
+            }
+        } else {
+            out.push('$');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn field(pod: &Pod, path: &str, node_ip: &str) -> Option<String> {
+    let m = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let lookup = |map: &Option<BTreeMap<String, String>>, key: &str| {
+        map.as_ref().and_then(|m| m.get(key).cloned())
+    };
+    Some(match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.hostIP" => node_ip.to_owned(),
+        "status.podIP" => pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_default(),
+        p => {
+            if let Some(k) = p
+                .strip_prefix("metadata.labels['")
+                .and_then(|k| k.strip_suffix("']"))
+            {
+                lookup(&m.labels, k).unwrap_or_default()
+            } else if let Some(k) = p
+                .strip_prefix("metadata.annotations['")
+                .and_then(|k| k.strip_suffix("']"))
+            {
+                lookup(&m.annotations, k).unwrap_or_default()
+            } else {
+                return None;
+            }
+        }
+    })
+}
+
+fn resource_field(c: &k8s_openapi::api::core::v1::Container, resource: &str) -> Option<String> {
+    let (kind, name) = resource.split_once('.')?;
+    let res = c.resources.as_ref()?;
+    let map = match kind {
+        "limits" => res.limits.as_ref(),
+        "requests" => res.requests.as_ref(),
+        _ => None,
+    }?;
+    let q = map.get(name)?.0.clone();
+    Some(match name {
+        "cpu" => crate::pods::spec::parse_cpu(&q)
+            .ok()?
+            .div_ceil(1000)
+            .to_string(),
+        "memory" => crate::pods::spec::parse_memory(&q).ok()?.to_string(),
+        _ => q,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::PodBuilder;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapKeySelector, EnvFromSource, EnvVar as KEnv, EnvVarSource, ObjectFieldSelector,
+        SecretEnvSource, SecretKeySelector,
+    };
+
+    struct Fake;
+    impl Source for Fake {
+        async fn config_map(
+            &self,
+            _: &str,
+            name: &str,
+        ) -> Result<Option<BTreeMap<String, String>>, Error> {
+            Ok((name == "cfg").then(|| [("mode".to_owned(), "fast".to_owned())].into()))
+        }
+        async fn secret(
+            &self,
+            _: &str,
+            name: &str,
+        ) -> Result<Option<BTreeMap<String, String>>, Error> {
+            Ok((name == "creds").then(|| [("token".to_owned(), "s3cr3t".to_owned())].into()))
+        }
+    }
+
+    fn pod(env: Vec<KEnv>, env_from: Vec<EnvFromSource>) -> Pod {
+        PodBuilder::new()
+            .name("ns", "p")
+            .container_name("c")
+            .env(env)
+            .env_from(env_from)
+            .build()
+    }
+
+    fn cm_ref(name: &str, key: &str, optional: bool) -> KEnv {
+        KEnv {
+            name: format!("CM_{key}"),
+            value_from: Some(EnvVarSource {
+                config_map_key_ref: Some(ConfigMapKeySelector {
+                    name: name.into(),
+                    key: key.into(),
+                    optional: Some(optional),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn resolves_literals_refs_downward_and_expansion() {
+        let env = vec![
+            KEnv {
+                name: "A".into(),
+                value: Some("1".into()),
+                ..Default::default()
+            },
+            KEnv {
+                name: "B".into(),
+                value: Some("$(A)-$$(A)-$(NOPE)".into()),
+                ..Default::default()
+            },
+            cm_ref("cfg", "mode", false),
+            KEnv {
+                name: "TOKEN".into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: "creds".into(),
+                        key: "token".into(),
+                        optional: None,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            KEnv {
+                name: "POD".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".into(),
+                        api_version: None,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        let from = vec![EnvFromSource {
+            prefix: Some("S_".into()),
+            secret_ref: Some(SecretEnvSource {
+                name: "creds".into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }];
+        let got = resolve(&pod(env, from), &Fake, "10.0.0.1").await.unwrap();
+        let map: BTreeMap<_, _> = got
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(map["A"], "1");
+        assert_eq!(map["B"], "1-$(A)-$(NOPE)");
+        assert_eq!(map["CM_mode"], "fast");
+        assert_eq!(map["TOKEN"], "s3cr3t");
+        assert_eq!(map["S_token"], "s3cr3t");
+        assert_eq!(map["POD"], "p");
+        assert!(
+            !format!("{got:?}").contains("s3cr3t"),
+            "env Debug must not show values"
+        );
+    }
+
+    #[tokio::test]
+    async fn optional_missing_is_skipped_mandatory_missing_is_an_error() {
+        let got = resolve(
+            &pod(
+                vec![cm_ref("nope", "k", true), cm_ref("cfg", "absent", true)],
+                vec![],
+            ),
+            &Fake,
+            "",
+        )
+        .await
+        .unwrap();
+        assert!(got.is_empty());
+        let err = resolve(
+            &pod(vec![cm_ref("cfg", "absent", false)], vec![]),
+            &Fake,
+            "",
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::Missing(ref m) if m.contains("absent")),
+            "{err}"
+        );
+        let err = resolve(&pod(vec![cm_ref("nope", "k", false)], vec![]), &Fake, "")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Missing(ref m) if m.contains("nope")),
+            "{err}"
+        );
+    }
+}

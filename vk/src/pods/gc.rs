@@ -1,0 +1,60 @@
+//! Garbage collection: workloads owned by this node (cluster id + node name) whose pod no
+//! longer exists are deleted, only once the pod store is synced and after the workload stayed
+//! orphaned for the grace window, so a pod created a moment ago is never collected.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::info;
+
+use super::{PodController, read, write};
+
+impl PodController {
+    /// Runs the collector every poll interval once the pipeline is ready.
+    pub(super) async fn collect_garbage(self: Arc<Self>) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|r| *r).await;
+        let grace = self.cfg.timings.gc_grace();
+        loop {
+            let mut victims = Vec::new();
+            {
+                let pods = read(&self.pods);
+                let mut recent = write(&self.recent);
+                let mut still = HashSet::new();
+                for (i, slot) in self.slots.iter().enumerate() {
+                    let name = slot.provider.name();
+                    for (uid, obs) in read(&slot.cache).iter() {
+                        let live = pods
+                            .get(uid)
+                            .is_some_and(|p| p.assigned_to_or_unassigned(name));
+                        if live {
+                            continue;
+                        }
+                        let key = (i, obs.id.clone());
+                        still.insert(key.clone());
+                        let first = *recent.orphans.entry(key).or_insert_with(Instant::now);
+                        if first.elapsed() >= grace && !obs.provider_id.is_empty() {
+                            victims.push((i, uid.clone(), obs.provider_id.clone(), obs.id.clone()));
+                        }
+                    }
+                }
+                recent.orphans.retain(|k, _| still.contains(k));
+            }
+            for (i, uid, provider_id, id) in victims {
+                // Re-check: a pod may have appeared since the snapshot.
+                if read(&self.pods)
+                    .get(&uid)
+                    .is_some_and(|p| p.assigned_to_or_unassigned(self.provider_name(i)))
+                {
+                    continue;
+                }
+                info!(provider = self.provider_name(i), workload = %id, provider_id, "collecting orphaned workload");
+                if self.delete_one(i, &uid, &provider_id, None).await.is_ok() {
+                    self.metrics.gc_deletes.inc();
+                }
+            }
+            tokio::time::sleep(self.cfg.timings.poll_interval()).await;
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Provider observation: one list per provider per interval (never one call per pod), folded
+//! into the per-provider cache; pods whose workload changed are enqueued.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::warn;
+
+use super::{PodController, queue, read, write};
+use crate::provider::{Observed, ProviderError};
+
+impl PodController {
+    /// Lists provider `i` every poll interval, backing off while it fails.
+    pub(super) async fn observe(self: Arc<Self>, i: usize) {
+        let interval = self.cfg.timings.poll_interval();
+        let mut failures = 0u32;
+        loop {
+            let started = Instant::now();
+            let slot = &self.slots[i];
+            match slot.provider.list().await {
+                Ok(list) => {
+                    failures = 0;
+                    self.apply_list(i, started, list);
+                    tokio::time::sleep(interval.saturating_sub(started.elapsed())).await;
+                }
+                Err(e) => {
+                    let wait = match &e {
+                        ProviderError::Transient {
+                            retry_after: Some(d),
+                            ..
+                        } => *d,
+                        _ => queue::backoff(failures).max(interval),
+                    };
+                    failures = failures.saturating_add(1);
+                    warn!(provider = slot.provider.name(), error = %e, retry_in_ms = wait.as_millis() as u64, "provider list failed");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// Folds one list result (of a list begun at `started`) into the cache and enqueues the
+    /// pods whose workload changed or disappeared.
+    pub(super) fn apply_list(&self, i: usize, started: Instant, list: Vec<Observed>) {
+        let slot = &self.slots[i];
+        let mut changed = Vec::new();
+        {
+            let recent = read(&self.recent);
+            let mut cache = write(&slot.cache);
+            let mut seen = HashSet::new();
+            for obs in list {
+                if !self.owner.owns(&obs.id) {
+                    continue;
+                }
+                let uid = obs.id.pod_uid().to_owned();
+                // A delete we issued after this list began wins over the list.
+                if recent
+                    .deleted
+                    .get(&(i, uid.clone()))
+                    .is_some_and(|t| *t > started)
+                {
+                    continue;
+                }
+                seen.insert(uid.clone());
+                match cache.get(&uid) {
+                    Some(old) if same_state(old, &obs) => {
+                        cache.insert(uid, obs);
+                    }
+                    _ => {
+                        cache.insert(uid.clone(), obs);
+                        changed.push(uid);
+                    }
+                }
+            }
+            let gone: Vec<String> = cache
+                .keys()
+                .filter(|uid| !seen.contains(*uid))
+                // A workload created after this list began is not missing, just not listed yet.
+                .filter(|uid| {
+                    recent
+                        .created
+                        .get(&(i, (*uid).clone()))
+                        .is_none_or(|t| *t <= started)
+                })
+                .cloned()
+                .collect();
+            for uid in gone {
+                cache.remove(&uid);
+                changed.push(uid);
+            }
+        }
+        {
+            let mut recent = write(&self.recent);
+            recent.deleted.retain(|(p, _), t| *p != i || *t > started);
+            recent.created.retain(|(p, _), t| *p != i || *t > started);
+        }
+        *write(&slot.listed_at) = Some(started);
+        if !changed.is_empty() {
+            let now = Instant::now();
+            let mut recent = write(&self.recent);
+            for uid in &changed {
+                recent.changed.entry(uid.clone()).or_insert(now);
+            }
+        }
+        for uid in changed {
+            self.queue.add(&uid);
+        }
+    }
+}
+
+/// Observed states equal apart from usage figures (which change every poll and only feed
+/// metrics).
+fn same_state(a: &Observed, b: &Observed) -> bool {
+    a.state == b.state
+        && a.message == b.message
+        && a.ip == b.ip
+        && a.started_at == b.started_at
+        && a.finished_at == b.finished_at
+        && a.provider_restarts == b.provider_restarts
+        && a.provider_id == b.provider_id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::WorkloadState;
+    use crate::test_support::observed;
+
+    #[test]
+    fn usage_alone_is_no_change_but_state_restarts_and_ids_are() {
+        let a = observed(WorkloadState::Running);
+        let mut b = a.clone();
+        b.usage = Some(crate::provider::Usage {
+            cpu_usage_nanos: 5,
+            cpu_millis: 1,
+            memory_bytes: 7,
+            timestamp: crate::test_support::ts("2026-11-29T10:00:09Z"),
+        });
+        assert!(same_state(&a, &b));
+        let mut c = a.clone();
+        c.provider_restarts = 1;
+        assert!(!same_state(&a, &c));
+        let mut d = a.clone();
+        d.provider_id = "other".into();
+        assert!(!same_state(&a, &d));
+        assert!(!same_state(&a, &observed(WorkloadState::Succeeded)));
+    }
+}

@@ -1,0 +1,206 @@
+//! One reconcile of one pod: gather what is known (the stored pod, the provider's workload,
+//! the pipeline's memory), ask [`super::decide`] for the step, carry it out, and tell the
+//! queue when to look again.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tracing::warn;
+
+use super::decide::{self, Found, Rules, Step};
+use super::events::EventType;
+use super::memory::Memory;
+use super::translate::{Situation, reason};
+use super::{Error, PodController, read, write};
+use crate::telemetry::ResultLabels;
+
+/// When the queue should bring the pod back, in the spirit of kube-runtime's `Action`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Action(Option<Duration>);
+
+impl Action {
+    /// Look again after `d` even if nothing changes.
+    pub fn requeue(d: Duration) -> Self {
+        Self(Some(d))
+    }
+
+    /// Look again only when the pod or its workload changes.
+    pub fn await_change() -> Self {
+        Self(None)
+    }
+
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.0
+    }
+}
+
+impl PodController {
+    /// Reconciles one pod and hands the outcome to the queue and the metrics.
+    pub(super) async fn reconcile_logged(&self, uid: &str) {
+        self.metrics.queue_depth.set(self.queue.len() as i64);
+        let result = self.reconcile(uid).await;
+        let label = if result.is_ok() { "ok" } else { "error" };
+        self.metrics
+            .reconciles
+            .get_or_create(&ResultLabels {
+                result: label.into(),
+            })
+            .inc();
+        match result {
+            Ok(action) => {
+                self.queue.forget(uid);
+                if let Some(d) = action.requeue_after() {
+                    self.queue.add_after(uid, d);
+                }
+            }
+            Err(e) => {
+                let d = self.queue.retry(uid);
+                warn!(uid, error = %chain(&e), retry_in_ms = d.as_millis() as u64, "reconcile failed");
+            }
+        }
+    }
+
+    /// Brings one pod and its workload together.
+    pub(super) async fn reconcile(&self, uid: &str) -> Result<Action, Error> {
+        let stored = read(&self.pods).get(uid).cloned();
+        let list_changed = write(&self.recent).changed.remove(uid);
+        let seen = stored.as_ref().map(|s| s.seen);
+        let pod = match stored {
+            Some(s) => match s.pod() {
+                Some(p) => Some(p),
+                None => return Ok(Action::await_change()),
+            },
+            None => None,
+        };
+        let found = self.find(uid);
+        let memory = Memory {
+            gone: read(&self.gone).contains(uid),
+            listed: pod
+                .as_ref()
+                .and_then(|p| decide::assigned(p))
+                .and_then(|a| self.index(a))
+                .map(|i| {
+                    let listed_at = *read(&self.slots[i].listed_at);
+                    read(&self.recent).listed(i, uid, listed_at)
+                }),
+        };
+        let rules = Rules {
+            owner: &self.owner,
+            offers: &self.offers,
+            timings: &self.cfg.timings,
+        };
+        let step = decide::decide(
+            &rules,
+            pod.as_ref(),
+            found.as_ref().map(|(i, o)| Found {
+                provider: *i,
+                observed: o,
+            }),
+            &memory,
+            Timestamp::now(),
+        );
+        let Some(pod) = pod else {
+            if step == Step::DeleteOrphanedWorkloads {
+                self.delete_workloads(uid, None).await?;
+                if self.find(uid).is_none() {
+                    write(&self.gone).remove(uid);
+                }
+            }
+            return Ok(Action::await_change());
+        };
+        match step {
+            Step::Idle | Step::DeleteOrphanedWorkloads => Ok(Action::await_change()),
+            Step::FinishDeletion => {
+                self.finish_deletion(&pod, uid).await?;
+                Ok(Action::await_change())
+            }
+            Step::StopWorkload { provider } => {
+                if let Some((_, obs)) = &found {
+                    self.delete_one(provider, uid, &obs.provider_id, Some(&pod))
+                        .await?;
+                }
+                Ok(Action::await_change())
+            }
+            Step::Fail { reason, message } => {
+                self.fail(&pod, reason, &message).await?;
+                Ok(Action::await_change())
+            }
+            Step::Report { provider } => {
+                let Some((_, obs)) = &found else {
+                    return Ok(Action::await_change());
+                };
+                self.report(&pod, provider, obs).await?;
+                if let Some(t) = list_changed {
+                    self.metrics
+                        .status_latency
+                        .observe(t.elapsed().as_secs_f64());
+                }
+                Ok(Action::await_change())
+            }
+            Step::Restart {
+                provider,
+                restarts,
+                delay,
+                last,
+            } => {
+                let Some((_, obs)) = &found else {
+                    return Ok(Action::await_change());
+                };
+                self.restart(&pod, provider, &obs.provider_id, restarts, delay, *last)
+                    .await?;
+                if let Some(t) = list_changed {
+                    self.metrics
+                        .status_latency
+                        .observe(t.elapsed().as_secs_f64());
+                }
+                Ok(Action::requeue(delay))
+            }
+            Step::Lost { provider } => {
+                let msg = format!("workload vanished at provider {provider}");
+                self.event(
+                    &pod,
+                    EventType::Warning,
+                    reason::PROVIDER_LOST,
+                    "Observe",
+                    &msg,
+                );
+                let lost = Situation::Failed {
+                    reason: reason::PROVIDER_LOST,
+                    message: msg,
+                };
+                self.write_status(&pod, &lost, &provider).await?;
+                Ok(Action::await_change())
+            }
+            Step::Wait(d) => Ok(Action::requeue(d)),
+            Step::Create {
+                request,
+                candidates,
+            } => {
+                self.create(
+                    &pod,
+                    &request,
+                    &candidates,
+                    seen.unwrap_or_else(std::time::Instant::now),
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// An error and its sources, for one log line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+#[allow(dead_code)]
+fn _assert_send(pc: std::sync::Arc<PodController>) -> impl Send {
+    async move { pc.reconcile("x").await }
+}

@@ -1,0 +1,371 @@
+//! Reads what a pod asks for: validates fields the VK cannot honour, parses the `gpu-vk.io/*`
+//! annotations and resources, and builds the provider-neutral [`Workload`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::provider::{GpuRequest, Workload};
+
+/// Annotation prefix for everything the VK reads or writes on pods.
+pub const PREFIX: &str = "gpu-vk.io/";
+/// Pins the pod to one configured provider.
+pub const ANN_PROVIDER: &str = "gpu-vk.io/provider";
+/// Written by the VK: the provider chosen for this pod, so the choice survives restarts.
+pub const ANN_ASSIGNED: &str = "gpu-vk.io/assigned-provider";
+/// GPU type wanted (e.g. `A100-80GB`); any type when absent.
+pub const ANN_GPU_TYPE: &str = "gpu-vk.io/gpu-type";
+/// The resource name of GPUs.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// Enrichment annotations passed to the adapter as options (`gpu-vk.io/<key>` -> `<key>`),
+/// with a validator each.
+/// Checks an option value.
+type Validator = fn(&str) -> bool;
+
+const OPTIONS: &[(&str, Validator)] = &[
+    ("cloud", |v| !v.is_empty()),
+    ("region", |v| !v.is_empty()),
+    ("bid-price", |v| {
+        v.parse::<f64>().is_ok_and(|p| p.is_finite() && p > 0.0)
+    }),
+    ("interruptible", |v| v == "true" || v == "false"),
+    ("max-price-per-hour", |v| {
+        v.parse::<f64>().is_ok_and(|p| p.is_finite() && p > 0.0)
+    }),
+    ("partition", |v| !v.is_empty()),
+    ("account", |v| !v.is_empty()),
+    ("qos", |v| !v.is_empty()),
+    ("time-limit", |v| v.parse::<u32>().is_ok_and(|m| m > 0)),
+    ("disk-gb", |v| v.parse::<u32>().is_ok_and(|g| g > 0)),
+];
+
+/// Why a pod cannot be run as it is. The message is shown to the user on the pod.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(pub String);
+
+/// What the pod asks for, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub pinned_provider: Option<String>,
+    pub gpu: Option<GpuRequest>,
+    pub cpu_millis: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub options: BTreeMap<String, String>,
+}
+
+/// Validates the pod and extracts its request.
+pub fn request(pod: &Pod) -> Result<Request, SpecError> {
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| SpecError("pod has no spec".into()))?;
+    if spec.containers.len() != 1 {
+        return Err(SpecError(format!(
+            "pods with {} containers are not supported: a provider runs exactly one container",
+            spec.containers.len()
+        )));
+    }
+    if spec.init_containers.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(SpecError(
+            "init containers are not supported by GPU providers".into(),
+        ));
+    }
+    if spec.host_network == Some(true) || spec.host_pid == Some(true) || spec.host_ipc == Some(true)
+    {
+        return Err(SpecError(
+            "hostNetwork, hostPID and hostIPC are not supported".into(),
+        ));
+    }
+    for v in spec.volumes.iter().flatten() {
+        let supported = v.projected.is_some() || v.empty_dir.is_some();
+        if !supported {
+            let kind = volume_kind(v);
+            return Err(SpecError(format!(
+                "volume {:?} of type {kind} is not supported: providers run outside the cluster \
+                 (use env from ConfigMaps/Secrets, or emptyDir scratch space)",
+                v.name
+            )));
+        }
+    }
+    let c = &spec.containers[0];
+    if c.security_context.as_ref().and_then(|s| s.privileged) == Some(true) {
+        return Err(SpecError(format!(
+            "container {:?}: privileged containers are not supported",
+            c.name
+        )));
+    }
+    if c.image.as_deref().unwrap_or_default().is_empty() {
+        return Err(SpecError(format!("container {:?} has no image", c.name)));
+    }
+
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let mut options = BTreeMap::new();
+    let mut pinned_provider = None;
+    let mut gpu_type = None;
+    for (k, v) in &annotations {
+        let Some(key) = k.strip_prefix(PREFIX) else {
+            continue;
+        };
+        match k.as_str() {
+            ANN_PROVIDER => {
+                if v.is_empty() {
+                    return Err(SpecError(format!("annotation {ANN_PROVIDER} is empty")));
+                }
+                pinned_provider = Some(v.clone());
+            }
+            ANN_ASSIGNED => {}
+            ANN_GPU_TYPE => {
+                if v.is_empty() || v.contains(char::is_whitespace) {
+                    return Err(SpecError(format!(
+                        "annotation {ANN_GPU_TYPE} has invalid value {v:?}"
+                    )));
+                }
+                gpu_type = Some(v.clone());
+            }
+            _ => match OPTIONS.iter().find(|(name, _)| *name == key) {
+                Some((_, valid)) if valid(v) => {
+                    // Adapters read options in snake_case (`bid-price` -> `bid_price`).
+                    options.insert(key.replace('-', "_"), v.clone());
+                }
+                Some(_) => {
+                    return Err(SpecError(format!("annotation {k} has invalid value {v:?}")));
+                }
+                None => {
+                    let known: Vec<_> = OPTIONS.iter().map(|(n, _)| *n).collect();
+                    return Err(SpecError(format!(
+                        "unknown annotation {k} (known: provider, gpu-type, {})",
+                        known.join(", ")
+                    )));
+                }
+            },
+        }
+    }
+
+    let res = c.resources.as_ref();
+    let get = |name: &str| {
+        res.and_then(|r| r.limits.as_ref().and_then(|l| l.get(name)))
+            .or_else(|| res.and_then(|r| r.requests.as_ref().and_then(|l| l.get(name))))
+            .map(|q| q.0.clone())
+    };
+    let gpu_count = match get(GPU_RESOURCE) {
+        Some(q) => Some(
+            q.parse::<u32>()
+                .map_err(|_| SpecError(format!("{GPU_RESOURCE} {q:?} is not a whole number")))?,
+        ),
+        None => None,
+    };
+    let gpu = match (gpu_count, gpu_type) {
+        (Some(0) | None, None) => None,
+        (Some(0) | None, Some(t)) => Some(GpuRequest {
+            gpu_type: Some(t),
+            count: 1,
+        }),
+        (Some(n), t) => Some(GpuRequest {
+            gpu_type: t,
+            count: n,
+        }),
+    };
+    let cpu_millis = get("cpu").map(|q| parse_cpu(&q)).transpose()?;
+    let memory_bytes = get("memory").map(|q| parse_memory(&q)).transpose()?;
+    Ok(Request {
+        pinned_provider,
+        gpu,
+        cpu_millis,
+        memory_bytes,
+        options,
+    })
+}
+
+fn volume_kind(v: &k8s_openapi::api::core::v1::Volume) -> &'static str {
+    let json = serde_json::to_value(v).unwrap_or_default();
+    const KINDS: &[&str] = &[
+        "hostPath",
+        "persistentVolumeClaim",
+        "configMap",
+        "secret",
+        "downwardAPI",
+        "nfs",
+        "csi",
+        "ephemeral",
+        "image",
+        "iscsi",
+        "emptyDir",
+    ];
+    KINDS
+        .iter()
+        .copied()
+        .find(|k| json.get(*k).is_some())
+        .unwrap_or("unknown")
+}
+
+/// Parses a CPU quantity (`500m`, `2`, `1.5`) into millicores.
+pub fn parse_cpu(q: &str) -> Result<u64, SpecError> {
+    let bad = || SpecError(format!("cpu quantity {q:?} is not valid"));
+    if let Some(m) = q.strip_suffix('m') {
+        return m.parse::<u64>().map_err(|_| bad());
+    }
+    let v: f64 = q.parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    Ok((v * 1000.0).round() as u64)
+}
+
+/// Parses a memory quantity (`512Mi`, `1Gi`, `1G`, `1000`) into bytes.
+pub fn parse_memory(q: &str) -> Result<u64, SpecError> {
+    let bad = || SpecError(format!("memory quantity {q:?} is not valid"));
+    const UNITS: &[(&str, f64)] = &[
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("Ti", 1099511627776.0),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+    ];
+    let (num, mult) = UNITS
+        .iter()
+        .find_map(|(u, m)| q.strip_suffix(u).map(|n| (n, *m)))
+        .unwrap_or((q, 1.0));
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    Ok((v * mult).round() as u64)
+}
+
+/// Builds the neutral workload from a validated request and already resolved env.
+pub fn workload(
+    pod: &Pod,
+    req: &Request,
+    id: crate::naming::WorkloadId,
+    env: Vec<crate::provider::EnvVar>,
+) -> Workload {
+    let c: Container = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first().cloned())
+        .unwrap_or_default();
+    Workload {
+        id,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        pod_name: pod.metadata.name.clone().unwrap_or_default(),
+        container_name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        working_dir: c.working_dir.clone(),
+        env,
+        gpu: req.gpu.clone(),
+        cpu_millis: req.cpu_millis,
+        memory_bytes: req.memory_bytes,
+        ports: c
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| u16::try_from(p.container_port).ok())
+            .collect(),
+        options: req.options.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::PodBuilder;
+    use k8s_openapi::api::core::v1::Volume;
+
+    fn pod_with(ann: &[(&str, &str)], gpus: Option<&str>) -> Pod {
+        let mut b = PodBuilder::new()
+            .container_name("main")
+            .image("busybox")
+            .limit("cpu", "1500m")
+            .limit("memory", "2Gi");
+        if let Some(g) = gpus {
+            b = b.gpus(g);
+        }
+        for (k, v) in ann {
+            b = b.annotation(k, v);
+        }
+        b.build()
+    }
+
+    #[test]
+    fn reads_gpus_resources_and_options() {
+        let r = request(&pod_with(
+            &[
+                (ANN_PROVIDER, "runpod"),
+                (ANN_GPU_TYPE, "A100-80GB"),
+                ("gpu-vk.io/bid-price", "0.45"),
+                ("other.io/x", "y"),
+            ],
+            Some("2"),
+        ))
+        .unwrap();
+        assert_eq!(r.pinned_provider.as_deref(), Some("runpod"));
+        assert_eq!(
+            r.gpu,
+            Some(GpuRequest {
+                gpu_type: Some("A100-80GB".into()),
+                count: 2
+            })
+        );
+        assert_eq!(r.cpu_millis, Some(1500));
+        assert_eq!(r.memory_bytes, Some(2 * 1024 * 1024 * 1024));
+        assert_eq!(r.options.get("bid_price").map(String::as_str), Some("0.45"));
+    }
+
+    #[test]
+    fn rejects_bad_annotations_with_the_key_in_the_message() {
+        for (ann, needle) in [
+            (("gpu-vk.io/bid-price", "cheap"), "bid-price"),
+            (("gpu-vk.io/interruptible", "yes"), "interruptible"),
+            (
+                ("gpu-vk.io/colour", "blue"),
+                "unknown annotation gpu-vk.io/colour",
+            ),
+            ((ANN_PROVIDER, ""), "empty"),
+            ((ANN_GPU_TYPE, "A 100"), "gpu-type"),
+        ] {
+            let err = request(&pod_with(&[ann], Some("1"))).unwrap_err();
+            assert!(err.0.contains(needle), "{err}");
+        }
+        assert!(request(&pod_with(&[], Some("half"))).is_err());
+    }
+
+    #[test]
+    fn rejects_unsupported_fields() {
+        let mut p = pod_with(&[], Some("1"));
+        p.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "data".into(),
+            host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: "/data".into(),
+                type_: None,
+            }),
+            ..Default::default()
+        }]);
+        assert!(request(&p).unwrap_err().0.contains("hostPath"));
+        let mut p = pod_with(&[], Some("1"));
+        p.spec.as_mut().unwrap().host_network = Some(true);
+        assert!(request(&p).is_err());
+        let mut p = pod_with(&[], Some("1"));
+        let c2 = p.spec.as_ref().unwrap().containers[0].clone();
+        p.spec.as_mut().unwrap().containers.push(c2);
+        assert!(request(&p).unwrap_err().0.contains("2 containers"));
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_cpu("250m").unwrap(), 250);
+        assert_eq!(parse_cpu("2").unwrap(), 2000);
+        assert_eq!(parse_cpu("0.5").unwrap(), 500);
+        assert!(parse_cpu("lots").is_err());
+        assert_eq!(parse_memory("512Mi").unwrap(), 512 * 1024 * 1024);
+        assert_eq!(parse_memory("1G").unwrap(), 1_000_000_000);
+        assert_eq!(parse_memory("1000").unwrap(), 1000);
+        assert!(parse_memory("1Xi").is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! Where a pod's status gets written: the translated status (from the pure
+//! [`super::translate`]) goes through the status subresource, only when it changed; failures
+//! also become Events on the pod.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use tracing::{debug, warn};
+
+use super::decide::{assigned, restart_count};
+use super::events::EventType;
+use super::spec::ANN_ASSIGNED;
+use super::translate::{self, Situation, reason};
+use super::{Error, PodController, StoredPod, write};
+use crate::provider::{Observed, WorkloadState};
+
+impl PodController {
+    /// Reports the workload's state on the pod, with an Event when it ended badly.
+    pub(super) async fn report(&self, pod: &Pod, i: usize, obs: &Observed) -> Result<(), Error> {
+        let name = self.provider_name(i).to_owned();
+        match &obs.state {
+            WorkloadState::Preempted => {
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    reason::PREEMPTED,
+                    "Observe",
+                    &format!("workload preempted at provider {name}"),
+                );
+            }
+            WorkloadState::Lost => {
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    reason::PROVIDER_LOST,
+                    "Observe",
+                    &format!("provider {name} lost the workload"),
+                );
+            }
+            WorkloadState::Failed {
+                exit_code,
+                reason: r,
+            } => {
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    r.as_str(),
+                    "Observe",
+                    &format!("workload failed with exit code {exit_code} at provider {name}"),
+                );
+            }
+            _ => {}
+        }
+        // A workload adopted after a restart between its create and the first status write
+        // gets its provider recorded by this status write.
+        self.write_status(pod, &Situation::Observed(obs), &name)
+            .await
+    }
+
+    /// Fails the pod for good with `reason` (an Event the first time).
+    pub(super) async fn fail(&self, pod: &Pod, reason: &str, message: &str) -> Result<(), Error> {
+        let already = pod.status.as_ref().is_some_and(|s| {
+            s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some(reason)
+        });
+        if !already {
+            warn!(
+                namespace = pod.namespace().unwrap_or_default(),
+                pod = pod.name_any(),
+                reason,
+                message,
+                "pod cannot run"
+            );
+            self.event(pod, EventType::Warning, reason, "Admit", message);
+        }
+        let provider = assigned(pod).unwrap_or_default().to_owned();
+        self.write_status(
+            pod,
+            &Situation::Failed {
+                reason,
+                message: message.to_owned(),
+            },
+            &provider,
+        )
+        .await
+    }
+
+    pub(super) async fn write_status(
+        &self,
+        pod: &Pod,
+        s: &Situation<'_>,
+        provider: &str,
+    ) -> Result<(), Error> {
+        self.write_status_with_restarts(pod, s, provider, restart_count(pod))
+            .await
+    }
+
+    /// Writes the translated status through the status subresource, only when it changed.
+    pub(super) async fn write_status_with_restarts(
+        &self,
+        pod: &Pod,
+        s: &Situation<'_>,
+        provider: &str,
+        restarts: i32,
+    ) -> Result<(), Error> {
+        let provider_restarts = match s {
+            Situation::Observed(o) => o.provider_restarts as i32,
+            _ => 0,
+        };
+        let cx = translate::Context {
+            provider,
+            host_ip: &self.cfg.internal_ip,
+            restart_count: restarts.max(provider_restarts),
+            now: Timestamp::now(),
+        };
+        let status = translate::pod_status(pod, s, &cx);
+        // The chosen provider rides on the status write (the pods/status subresource accepts
+        // annotations), so creating a workload costs no extra API request before or after.
+        let annotate = !provider.is_empty() && assigned(pod) != Some(provider);
+        if !annotate && !translate::status_changed(pod.status.as_ref(), &status) {
+            return Ok(());
+        }
+        let mut value = serde_json::to_value(&status).unwrap_or_default();
+        // Merge patch: fields we dropped must be nulled explicitly, lists are replaced.
+        if let (Some(obj), Ok(serde_json::Value::Object(old))) = (
+            value.as_object_mut(),
+            serde_json::to_value(pod.status.clone().unwrap_or_default()),
+        ) {
+            for k in old.keys() {
+                obj.entry(k.clone()).or_insert(serde_json::Value::Null);
+            }
+        }
+        let mut metadata = serde_json::json!({ "uid": pod.metadata.uid });
+        if annotate {
+            metadata["annotations"] = serde_json::json!({ ANN_ASSIGNED: provider });
+        }
+        let patch = serde_json::json!({ "metadata": metadata, "status": value });
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        match api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(updated) => {
+                self.metrics.status_writes.inc();
+                debug!(
+                    namespace = pod.namespace().unwrap_or_default(),
+                    pod = pod.name_any(),
+                    uid = pod.metadata.uid.as_deref().unwrap_or_default(),
+                    phase = status.phase.as_deref().unwrap_or_default(),
+                    "wrote pod status"
+                );
+                // Keep our store current so the next reconcile compares against what we wrote.
+                if let Some(uid) = updated.metadata.uid.clone() {
+                    let updated = StoredPod::new(updated);
+                    let mut pods = write(&self.pods);
+                    if let Some(old) = pods
+                        .get(&uid)
+                        .filter(|p| p.resource_version <= updated.resource_version)
+                    {
+                        let updated = updated.seen_since(Some(old));
+                        pods.insert(uid, Arc::new(updated));
+                    }
+                }
+                Ok(())
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(Error::WriteStatus(e)),
+        }
+    }
+
+    /// Publishes an Event on the pod (in the background; see [`super::events`]).
+    pub(super) fn event(
+        &self,
+        pod: &Pod,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            ..Default::default()
+        };
+        self.events.publish(&reference, type_, reason, action, note);
+    }
+}
