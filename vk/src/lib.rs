@@ -3,7 +3,8 @@
 //! Where things live: [`node`] registers the Node; [`framework`] watches pods, observes
 //! providers, reconciles and writes pod status (through the pure [`translate`]); [`dispatch`]
 //! picks providers; [`spec`] and [`env`] read what a pod asks for; [`provider`] is the
-//! adapter contract and [`providers`] the adapters; [`registry`] builds them from [`config`].
+//! adapter contract and [`providers`] the adapters, which [`providers::registry`] builds from
+//! [`config`].
 
 pub mod config;
 pub mod dispatch;
@@ -15,7 +16,6 @@ pub mod naming;
 pub mod node;
 pub mod provider;
 pub mod providers;
-pub mod registry;
 pub mod spec;
 pub mod telemetry;
 pub mod translate;
