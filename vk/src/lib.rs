@@ -3,8 +3,8 @@
 //! Where things live: [`node`] registers the Node; [`pods`] is the pod pipeline (watch, queue,
 //! the pure `decide`, create/restart/delete, provider observation, garbage collection, status
 //! writes, start-up); [`provider`] is the adapter contract (and the call layer every provider
-//! sits behind) and [`providers`] the adapters and their registry; [`kubelet_api`] serves
-//! logs, exec and stats; [`config`] and [`telemetry`] are what their names say.
+//! sits behind) and [`providers`] the adapters, which [`providers::registry`] builds from
+//! [`config`]; [`kubelet_api`] serves logs, exec and stats; [`telemetry`] is metrics and logs.
 //! `docs/architecture.md` draws the data flow and what may import what.
 
 pub mod config;
@@ -14,7 +14,6 @@ pub mod node;
 pub mod pods;
 pub mod provider;
 pub mod providers;
-pub mod registry;
 pub mod telemetry;
 
 #[cfg(test)]

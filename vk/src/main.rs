@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
             Command::CheckConfig { config } => {
                 let cfg = Config::load(&config)?;
                 let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
-                let providers = vk::registry::build(&cfg.providers, &owner)?;
+                let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
                 println!(
                     "config OK: node {} with providers {}",
                     cfg.node_name,
@@ -80,7 +80,7 @@ async fn run(path: PathBuf, internal_ip: Option<String>) -> anyhow::Result<()> {
     }
     let cfg = Arc::new(cfg);
     let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
-    let providers = vk::registry::build(&cfg.providers, &owner)?;
+    let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
     let client = kube::Client::try_default()
         .await
         .context("failed to build a Kubernetes client")?;

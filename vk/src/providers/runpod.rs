@@ -57,7 +57,9 @@ use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use super::rest::{self, Api, InitError, RawResponse, lenient};
+use super::http::{self, Bearer, Client, InitError, RawResponse};
+use super::options::{Options, shell_join};
+use super::rest::{self, lenient};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{
     Capabilities, FailureReason, Observed, Provider, ProviderError, Usage, Workload, WorkloadState,
@@ -159,10 +161,7 @@ impl Default for RunPodConfig {
 impl RunPodConfig {
     /// Parses the provider's `settings` value; an absent (null) value means all defaults.
     pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
-        if settings.is_null() {
-            return Ok(Self::default());
-        }
-        serde_yaml::from_value(settings.clone())
+        super::registry::decode_settings(settings)
     }
 
     /// Sets the API key resolved by the caller.
@@ -194,7 +193,7 @@ pub struct RunPod {
     name: String,
     cfg: RunPodConfig,
     owner: Owner,
-    api: Api,
+    api: Client<Bearer>,
 }
 
 impl RunPod {
@@ -207,7 +206,8 @@ impl RunPod {
             });
         }
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
-        let api = Api::new(&name, &cfg.base_url, &cfg.api_key, timeout)?;
+        let auth = Bearer::new(&name, &cfg.api_key)?;
+        let api = Client::new(&name, &cfg.base_url, auth, timeout)?;
         Ok(Self {
             name,
             cfg,
@@ -242,20 +242,18 @@ impl RunPod {
             .cloned()
             .unwrap_or_else(|| neutral.clone());
 
-        let cloud = match w.options.get("cloud") {
-            Some(raw) => raw.parse::<Cloud>().map_err(invalid)?,
-            None => self.cfg.cloud,
-        };
-        let data_center_ids =
-            rest::list_option(&w.options, &["data_center_ids", "data_center", "region"])
-                .unwrap_or_else(|| self.cfg.data_center_ids.clone());
-        let disk = match rest::positive_option(&w.options, "disk_gb")? {
+        let options = Options::of(w);
+        let cloud = options.parsed::<Cloud>("cloud")?.unwrap_or(self.cfg.cloud);
+        let data_center_ids = options
+            .list(&["data_center_ids", "data_center", "region"])
+            .unwrap_or_else(|| self.cfg.data_center_ids.clone());
+        let disk = match options.positive("disk_gb")? {
             Some(gb) => gb.ceil() as u32,
             None => self.cfg.container_disk_gb,
         };
         let per_gpu = |total: f64| Some((total / f64::from(gpu.count)).ceil().max(1.0) as u32);
         let words = w.command.iter().chain(&w.args).map(String::as_str);
-        let args = (!w.command.is_empty() || !w.args.is_empty()).then(|| rest::shell_join(words));
+        let args = (!w.command.is_empty() || !w.args.is_empty()).then(|| shell_join(words));
 
         Ok(CreatePodRequest {
             name: w.id.as_str().to_owned(),
@@ -316,22 +314,12 @@ impl RunPod {
             }
             None => resp.text_snippet(),
         };
-        let detail = if detail.is_empty() {
-            resp.status
-                .canonical_reason()
-                .unwrap_or("no detail")
-                .to_owned()
-        } else {
-            detail
-        };
-        let message = self.api.redact(&rest::truncate(&format!(
-            "RunPod HTTP {}: {detail}",
-            resp.status.as_u16()
-        )));
+        let detail = resp.detail_or_reason(detail);
+        let message = resp.message("RunPod", &detail);
         if resp.status.as_u16() == 400 && is_capacity_detail(&detail) {
             return ProviderError::Capacity { message };
         }
-        rest::classify_status(resp.status, resp.retry_after, message)
+        http::classify_status(resp.status, resp.retry_after, message)
     }
 }
 
@@ -370,14 +358,7 @@ impl Provider for RunPod {
     }
 
     async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
-        if !self.owner.owns(&w.id) {
-            return Err(ProviderError::Invalid {
-                message: format!(
-                    "workload {} does not carry this VK's ownership marker",
-                    w.id
-                ),
-            });
-        }
+        super::ensure_owned(&self.owner, w)?;
         let body = self.create_request(w)?;
         // No lookup by name first: the framework only creates when no list begun after its
         // previous attempt showed this workload (see `Provider::create`).

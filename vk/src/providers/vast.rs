@@ -71,7 +71,9 @@ use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use tracing::{debug, info, warn};
 
-use super::rest::{self, Api, InitError, NumOrString, RawResponse, lenient};
+use super::http::{self, Bearer, Client, InitError, RawResponse};
+use super::options::{Options, shell_join};
+use super::rest::{self, NumOrString, lenient};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{
     Capabilities, FailureReason, LogOptions, LogStream, Observed, Provider, ProviderError,
@@ -207,10 +209,7 @@ impl Default for VastConfig {
 impl VastConfig {
     /// Parses the provider's `settings` value; an absent (null) value means all defaults.
     pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
-        if settings.is_null() {
-            return Ok(Self::default());
-        }
-        serde_yaml::from_value(settings.clone())
+        super::registry::decode_settings(settings)
     }
 
     /// Sets the API key resolved by the caller.
@@ -247,7 +246,7 @@ pub struct Vast {
     name: String,
     cfg: VastConfig,
     owner: Owner,
-    api: Api,
+    api: Client<Bearer>,
     claims: Claims,
 }
 
@@ -382,7 +381,8 @@ impl Vast {
             return Err(bad("maxOffersTried and searchLimit must be positive"));
         }
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
-        let api = Api::new(&name, &cfg.base_url, &cfg.api_key, timeout)?;
+        let auth = Bearer::new(&name, &cfg.api_key)?;
+        let api = Client::new(&name, &cfg.base_url, auth, timeout)?;
         Ok(Self {
             name,
             cfg,
@@ -415,10 +415,13 @@ impl Vast {
                     .cloned()
                     .unwrap_or_else(|| t.clone())
             });
-        let interruptible =
-            rest::bool_option(&w.options, "interruptible")?.unwrap_or(self.cfg.interruptible);
-        let bid_price = rest::positive_option(&w.options, "bid_price")?;
-        let max_price = rest::positive_option(&w.options, "max_price_per_hour")?
+        let options = Options::of(w);
+        let interruptible = options
+            .bool("interruptible")?
+            .unwrap_or(self.cfg.interruptible);
+        let bid_price = options.positive("bid_price")?;
+        let max_price = options
+            .positive("max_price_per_hour")?
             .or(self.cfg.max_price_per_hour);
         if let (Some(bid), Some(max)) = (bid_price, max_price)
             && interruptible
@@ -428,8 +431,9 @@ impl Vast {
                 "bid_price {bid} is above the maximum of {max} $/h"
             )));
         }
-        let disk = rest::positive_option(&w.options, "disk_gb")?.unwrap_or(self.cfg.disk_gb);
-        let geolocation = rest::list_option(&w.options, &["region", "geolocation"])
+        let disk = options.positive("disk_gb")?.unwrap_or(self.cfg.disk_gb);
+        let geolocation = options
+            .list(&["region", "geolocation"])
             .map(|v| {
                 v.into_iter()
                     .map(|s| s.to_ascii_uppercase())
@@ -463,8 +467,7 @@ impl Vast {
             disk,
             runtype: "args",
             target_state: "running",
-            args_str: (!w.command.is_empty() || !w.args.is_empty())
-                .then(|| rest::shell_join(words)),
+            args_str: (!w.command.is_empty() || !w.args.is_empty()).then(|| shell_join(words)),
             env,
             price: None,
         };
@@ -568,18 +571,8 @@ impl Vast {
                     .or_else(|| b.error.clone())
             })
             .unwrap_or_else(|| resp.text_snippet());
-        let text = if text.is_empty() {
-            resp.status
-                .canonical_reason()
-                .unwrap_or("no detail")
-                .to_owned()
-        } else {
-            text
-        };
-        let message = self.api.redact(&rest::truncate(&format!(
-            "Vast HTTP {}: {text}",
-            resp.status.as_u16()
-        )));
+        let text = resp.detail_or_reason(text);
+        let message = resp.message("Vast", &text);
         let lower = text.to_ascii_lowercase();
         if code == "auth_error"
             || lower.contains("invalid user key")
@@ -607,7 +600,7 @@ impl Vast {
                 _ => ProviderError::Invalid { message },
             };
         }
-        rest::classify_status(resp.status, resp.retry_after, message)
+        http::classify_status(resp.status, resp.retry_after, message)
     }
 
     fn instance_id(provider_id: &str) -> Result<u64, ProviderError> {
@@ -821,14 +814,7 @@ impl Provider for Vast {
     }
 
     async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
-        if !self.owner.owns(&w.id) {
-            return Err(ProviderError::Invalid {
-                message: format!(
-                    "workload {} does not carry this VK's ownership marker",
-                    w.id
-                ),
-            });
-        }
+        super::ensure_owned(&self.owner, w)?;
         let mut plan = self.plan(w)?;
 
         let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
@@ -919,7 +905,7 @@ fn observe(provider: &str, inst: Instance) -> Option<Observed> {
     let message = inst
         .status_msg
         .clone()
-        .map(|m| rest::truncate(m.trim()))
+        .map(|m| http::truncate(m.trim()))
         .filter(|m| !m.is_empty());
     Some(Observed {
         id,

@@ -9,8 +9,8 @@
 
 use serde::Deserialize;
 
-use super::super::rest::shell_join;
 use crate::provider::{EnvVar, ProviderError, Workload};
+use crate::providers::options::{quote, shell_join};
 
 /// How the image is run on the compute node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -158,15 +158,6 @@ pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderEr
     out.push_str(&line);
     out.push('\n');
     Ok(out)
-}
-
-/// One single-quoted shell word (`''` for the empty string).
-pub fn quote(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('\'');
-    out.push_str(&value.replace('\'', r"'\''"));
-    out.push('\'');
-    out
 }
 
 /// Variables bash itself maintains, marks read-only, or reads to change its own behaviour:

@@ -1,13 +1,83 @@
-//! The JWT the adapter presents to slurmrestd: from a token file, re-read whenever the file
-//! changes (so a renewed token is picked up without restarting the VK), or a fixed key given
-//! through the provider's `apiKeyEnv` / `apiKeyFile`. Tokens never appear in messages.
+//! How the adapter authenticates to slurmrestd ([`SlurmAuth`], the [`Auth`] of its HTTP
+//! client): headers `X-SLURM-USER-NAME` and `X-SLURM-USER-TOKEN`, the JWT from a token file,
+//! re-read whenever the file changes (so a renewed token is picked up without restarting the
+//! VK), or a fixed key given through the provider's `apiKeyEnv` / `apiKeyFile`. Tokens never
+//! appear in messages.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
 use crate::provider::ProviderError;
+use crate::providers::http::{Auth, Credentials, Secret};
+
+const USER_NAME: HeaderName = HeaderName::from_static("x-slurm-user-name");
+const USER_TOKEN: HeaderName = HeaderName::from_static("x-slurm-user-token");
+
+/// The Slurm user and the source of its token.
+#[derive(Debug)]
+pub(crate) struct SlurmAuth {
+    user: String,
+    token: TokenSource,
+}
+
+impl SlurmAuth {
+    pub fn new(user: impl Into<String>, token: TokenSource) -> Self {
+        Self {
+            user: user.into(),
+            token,
+        }
+    }
+
+    /// Adds to an authentication failure why it probably happened: the `token` the request
+    /// carried has expired, or where it comes from.
+    pub fn hint(&self, message: String, token: &Secret) -> String {
+        let now = jiff::Timestamp::now().as_second();
+        match jwt_expiry(token.expose()) {
+            Some(exp) if exp <= now => {
+                let at = jiff::Timestamp::from_second(exp)
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|_| exp.to_string());
+                format!(
+                    "{message}; the token from {} expired at {at} (mint one with `scontrol token \
+                     username={} lifespan=...`)",
+                    self.token.describe(),
+                    self.user
+                )
+            }
+            _ => format!(
+                "{message}; check the token from {} and user {:?}",
+                self.token.describe(),
+                self.user
+            ),
+        }
+    }
+}
+
+impl Auth for SlurmAuth {
+    fn credentials(&self) -> Result<Credentials, ProviderError> {
+        let secret = Secret::new(self.token.current()?);
+        let user = HeaderValue::from_str(&self.user).map_err(|_| ProviderError::Auth {
+            message: format!(
+                "Slurm user name {:?} is not a valid header value",
+                self.user
+            ),
+        })?;
+        let token = secret.header("").ok_or_else(|| ProviderError::Auth {
+            message: format!(
+                "the Slurm token from {} contains characters a header cannot carry",
+                self.token.describe()
+            ),
+        })?;
+        let mut headers = HeaderMap::new();
+        headers.insert(USER_NAME, user);
+        headers.insert(USER_TOKEN, token);
+        Ok(Credentials { headers, secret })
+    }
+}
 
 /// Where the token comes from.
 pub(crate) enum TokenSource {
@@ -146,6 +216,18 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(matches!(src.current(), Err(ProviderError::Auth { .. })));
         assert!(!format!("{src:?}").contains("other"));
+    }
+
+    #[test]
+    fn headers_carry_the_user_and_a_sensitive_token() {
+        let auth = SlurmAuth::new("vkslurm", TokenSource::Fixed("jwt-secret".into()));
+        let creds = auth.credentials().unwrap();
+        assert_eq!(creds.headers[&USER_NAME], "vkslurm");
+        assert!(creds.headers[&USER_TOKEN].is_sensitive());
+        assert_eq!(creds.secret.expose(), "jwt-secret");
+        assert!(!format!("{auth:?} {creds:?}").contains("jwt-secret"));
+        let bad = SlurmAuth::new("vk\nslurm", TokenSource::Fixed("jwt".into()));
+        assert!(matches!(bad.credentials(), Err(ProviderError::Auth { .. })));
     }
 
     #[test]

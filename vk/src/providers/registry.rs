@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use crate::config::{self, ProviderConfig};
 use crate::naming::Owner;
 use crate::provider::DynProvider;
-use crate::providers::{rest::InitError, runpod, slurm, vast};
+use crate::providers::{http::InitError, runpod, slurm, vast};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -32,12 +32,19 @@ pub fn build(
     providers.iter().map(|p| build_one(p, owner)).collect()
 }
 
-fn settings<T: DeserializeOwned>(p: &ProviderConfig) -> Result<T, Error> {
-    let value = match &p.settings {
+/// Decodes a provider's `settings`; an absent (null) value means all defaults.
+pub fn decode_settings<T: DeserializeOwned>(
+    settings: &serde_yaml::Value,
+) -> Result<T, serde_yaml::Error> {
+    let value = match settings {
         serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
         v => v.clone(),
     };
-    serde_yaml::from_value(value).map_err(|e| Error::Settings {
+    serde_yaml::from_value(value)
+}
+
+fn settings<T: DeserializeOwned>(p: &ProviderConfig) -> Result<T, Error> {
+    decode_settings(&p.settings).map_err(|e| Error::Settings {
         name: p.name.clone(),
         message: e.to_string(),
     })

@@ -1,0 +1,425 @@
+//! The one HTTP client of the provider adapters (RunPod, Vast.ai, slurmrestd), with pluggable
+//! authentication ([`auth`]): base URL checks, requests and fully read answers, the
+//! classification of HTTP outcomes into [`ProviderError`], `Retry-After` parsing, and bounded,
+//! redacted messages.
+//!
+//! Secrets: credentials only ever go into (sensitive) headers of requests to the configured
+//! base URL. They are never formatted into a message: every message built from a request or its
+//! answer is passed through the [`Secret`] that request carried ([`RawResponse::redact`]), in
+//! case a backend ever echoes it back. Response bodies are never logged (listings carry the
+//! workloads' environment, which may hold secrets).
+
+pub mod auth;
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{ACCEPT, HeaderMap, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+
+use crate::provider::ProviderError;
+pub(crate) use auth::{Auth, Bearer, Credentials, Secret};
+
+/// Longest provider message copied into an error.
+const MAX_MESSAGE_CHARS: usize = 400;
+/// A `Retry-After` longer than this is clamped: a provider asking for hours is treated as
+/// "back off for a while" and the framework's own backoff takes over.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an adapter could not be constructed.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error("provider {provider}: the API key is empty")]
+    MissingApiKey { provider: String },
+    #[error("provider {provider}: invalid base URL {url:?}: {reason}")]
+    InvalidBaseUrl {
+        provider: String,
+        url: String,
+        reason: String,
+    },
+    #[error("provider {provider}: invalid setting: {reason}")]
+    InvalidSetting { provider: String, reason: String },
+    #[error(
+        "provider {provider}: no rustls crypto provider is installed in this process \
+         (install the ring provider before constructing adapters)"
+    )]
+    NoCryptoProvider { provider: String },
+    #[error("provider {provider}: failed to build the HTTP client")]
+    BuildClient {
+        provider: String,
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// A provider's HTTP answer, fully read, with the secret its request carried.
+#[derive(Debug)]
+pub(crate) struct RawResponse {
+    pub status: StatusCode,
+    pub retry_after: Option<Duration>,
+    pub body: Bytes,
+    secret: Secret,
+}
+
+impl RawResponse {
+    pub fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+
+    /// Decodes a success body; a body that is not the expected JSON is a transient fault (a
+    /// proxy answering HTML, a truncated reply), never a panic.
+    pub fn json<T: DeserializeOwned>(&self, what: &str) -> Result<T, ProviderError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            ProviderError::transient(self.redact(&format!(
+                "malformed {what} response (HTTP {}): {e}",
+                self.status.as_u16()
+            )))
+        })
+    }
+
+    /// The body as text for messages, when it is not JSON (for example an HTML error page).
+    pub fn text_snippet(&self) -> String {
+        truncate(String::from_utf8_lossy(&self.body).trim())
+    }
+
+    /// `detail`, or the status's reason phrase when the provider said nothing.
+    pub fn detail_or_reason(&self, detail: String) -> String {
+        if detail.is_empty() {
+            self.status
+                .canonical_reason()
+                .unwrap_or("no detail")
+                .to_owned()
+        } else {
+            detail
+        }
+    }
+
+    /// `<service> HTTP <status>: <detail>`, bounded and redacted: the message of an error.
+    pub fn message(&self, service: &str, detail: &str) -> String {
+        self.redact(&truncate(&format!(
+            "{service} HTTP {}: {detail}",
+            self.status.as_u16()
+        )))
+    }
+
+    /// Removes the request's secret from a message.
+    pub fn redact(&self, message: &str) -> String {
+        self.secret.redact(message)
+    }
+
+    /// The secret the request carried (to explain an authentication failure, never to show).
+    pub fn secret(&self) -> &Secret {
+        &self.secret
+    }
+}
+
+/// A client of one provider's API: its base URL, a connection pool and the authentication.
+pub(crate) struct Client<A> {
+    http: reqwest::Client,
+    base: Url,
+    auth: A,
+    /// Put before the request in transport error messages (`slurmrestd GET ... timed out`).
+    peer: Option<&'static str>,
+}
+
+impl<A: fmt::Debug> fmt::Debug for Client<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base.as_str())
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl<A: Auth> Client<A> {
+    /// Checks `base_url` (plain http(s), no query or credentials) and builds the client. The
+    /// process must have installed a rustls crypto provider.
+    pub fn new(
+        provider: &str,
+        base_url: &str,
+        auth: A,
+        timeout: Duration,
+    ) -> Result<Self, InitError> {
+        let invalid = |reason: String| InitError::InvalidBaseUrl {
+            provider: provider.to_owned(),
+            url: base_url.to_owned(),
+            reason,
+        };
+        let mut base = Url::parse(base_url).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(invalid("scheme must be http or https".into()));
+        }
+        if base.cannot_be_a_base() || base.query().is_some() || !base.username().is_empty() {
+            return Err(invalid(
+                "must be a plain http(s) URL without query or credentials".into(),
+            ));
+        }
+        // Normalise: no trailing slash, so segments are appended predictably.
+        let trimmed = base.path().trim_end_matches('/').to_owned();
+        base.set_path(&trimmed);
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(InitError::NoCryptoProvider {
+                provider: provider.to_owned(),
+            });
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(timeout)
+            .user_agent(concat!("gpu-vk/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|source| InitError::BuildClient {
+                provider: provider.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            http,
+            base,
+            auth,
+            peer: None,
+        })
+    }
+
+    /// The authentication, for adapter-specific explanations of its failures.
+    pub fn auth(&self) -> &A {
+        &self.auth
+    }
+
+    /// Names the peer in transport error messages (`slurmrestd`).
+    pub fn with_peer(mut self, peer: &'static str) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// `base` + the percent-encoded `segments`, with an optional trailing slash.
+    pub fn url(&self, segments: &[&str], trailing_slash: bool) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty();
+            path.extend(segments);
+            if trailing_slash {
+                path.push("");
+            }
+        }
+        url
+    }
+
+    /// Sends one authenticated request and reads the whole answer. Credentials that cannot be
+    /// had are [`ProviderError::Auth`]; connection failures, timeouts and unreadable bodies are
+    /// [`ProviderError::Transient`].
+    pub async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&serde_json::Value>,
+    ) -> Result<RawResponse, ProviderError> {
+        let Credentials { headers, secret } = self.auth.credentials()?;
+        let what = self.describe(&method, &url);
+        let mut req = self
+            .http
+            .request(method, url)
+            .headers(headers)
+            .header(ACCEPT, "application/json");
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        read(req, &what, secret).await
+    }
+
+    /// Fetches a URL the provider handed out (for example a pre-signed log download), without
+    /// the credentials: it may point to another host. Messages are still redacted.
+    pub async fn fetch_unauthenticated(&self, url: Url) -> Result<RawResponse, ProviderError> {
+        let secret = self
+            .auth
+            .credentials()
+            .map(|c| c.secret)
+            .unwrap_or_default();
+        let what = self.describe(&Method::GET, &url);
+        read(self.http.get(url), &what, secret).await
+    }
+
+    fn describe(&self, method: &Method, url: &Url) -> String {
+        match self.peer {
+            Some(peer) => format!("{peer} {method} {}", url.path()),
+            None => format!("{method} {}", url.path()),
+        }
+    }
+}
+
+/// Sends a built request and reads the whole answer.
+async fn read(
+    req: reqwest::RequestBuilder,
+    what: &str,
+    secret: Secret,
+) -> Result<RawResponse, ProviderError> {
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| transport_error(what, &e, &secret))?;
+    let status = resp.status();
+    let retry_after = parse_retry_after(resp.headers());
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| transport_error(what, &e, &secret))?;
+    Ok(RawResponse {
+        status,
+        retry_after,
+        body,
+        secret,
+    })
+}
+
+/// A request that got no (complete) answer: transient, with the causes, redacted.
+fn transport_error(what: &str, err: &reqwest::Error, secret: &Secret) -> ProviderError {
+    let kind = if err.is_timeout() {
+        "timed out"
+    } else if err.is_connect() {
+        "connection failed"
+    } else {
+        "failed"
+    };
+    let mut detail = String::new();
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(err);
+    while let Some(s) = source {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        source = s.source();
+    }
+    ProviderError::transient(secret.redact(&truncate(&format!("{what} {kind}{detail}"))))
+}
+
+/// Parses `Retry-After`: delay-seconds or an HTTP date (RFC 9110 section 10.2.3).
+pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+    }
+    if let Ok(secs) = value.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(
+                secs.min(MAX_RETRY_AFTER.as_secs_f64()),
+            ));
+        }
+        return None;
+    }
+    static PARSER: jiff::fmt::rfc2822::DateTimeParser = jiff::fmt::rfc2822::DateTimeParser::new();
+    let at = PARSER.parse_timestamp(value).ok()?;
+    let wait = at.duration_since(jiff::Timestamp::now());
+    let secs = wait.as_secs_f64();
+    Some(if secs <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(secs).min(MAX_RETRY_AFTER)
+    })
+}
+
+/// The generic mapping of an unsuccessful HTTP status; adapters refine it with what the body
+/// says (capacity wording, provider error codes) before falling back to this.
+pub(crate) fn classify_status(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    message: String,
+) -> ProviderError {
+    match status.as_u16() {
+        401 | 403 => ProviderError::Auth { message },
+        // Payment required: this account cannot pay here now; another provider may serve.
+        402 => ProviderError::Capacity { message },
+        404 | 410 => ProviderError::NotFound,
+        408 | 425 | 429 => ProviderError::Transient {
+            message,
+            retry_after,
+        },
+        400..=499 => ProviderError::Invalid { message },
+        _ => ProviderError::Transient {
+            message,
+            retry_after,
+        },
+    }
+}
+
+/// Cuts a provider message to a bounded length (on a character boundary).
+pub(crate) fn truncate(s: &str) -> String {
+    match s.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        assert_eq!(
+            parse_retry_after(&headers("12")),
+            Some(Duration::from_secs(12))
+        );
+        assert_eq!(parse_retry_after(&headers(" 0 ")), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after(&headers("999999")), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            parse_retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")),
+            Some(Duration::ZERO)
+        );
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120);
+        let date = jiff::fmt::rfc2822::DateTimePrinter::new()
+            .timestamp_to_rfc9110_string(&later)
+            .unwrap();
+        let got = parse_retry_after(&headers(&date)).unwrap();
+        assert!(
+            got > Duration::from_secs(100) && got <= Duration::from_secs(120),
+            "{got:?}"
+        );
+        assert_eq!(parse_retry_after(&headers("soon")), None);
+        assert_eq!(parse_retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn status_classes() {
+        let c = |s: u16| classify_status(StatusCode::from_u16(s).unwrap(), None, "m".into());
+        assert!(matches!(c(401), ProviderError::Auth { .. }));
+        assert!(matches!(c(403), ProviderError::Auth { .. }));
+        assert!(matches!(c(402), ProviderError::Capacity { .. }));
+        assert_eq!(c(404), ProviderError::NotFound);
+        assert!(matches!(c(409), ProviderError::Invalid { .. }));
+        assert!(matches!(c(422), ProviderError::Invalid { .. }));
+        assert!(matches!(c(429), ProviderError::Transient { .. }));
+        assert!(matches!(c(503), ProviderError::Transient { .. }));
+    }
+
+    #[test]
+    fn truncate_is_char_safe() {
+        let long = "é".repeat(MAX_MESSAGE_CHARS + 5);
+        let t = truncate(&long);
+        assert!(t.ends_with("..."));
+        assert_eq!(t.chars().count(), MAX_MESSAGE_CHARS + 3);
+    }
+
+    #[test]
+    fn messages_are_bounded_and_redacted() {
+        let resp = RawResponse {
+            status: StatusCode::BAD_GATEWAY,
+            retry_after: None,
+            body: Bytes::from_static(b"  echo of key-12345  "),
+            secret: Secret::new("key-12345"),
+        };
+        let detail = resp.detail_or_reason(resp.text_snippet());
+        assert_eq!(
+            resp.message("Svc", &detail),
+            "Svc HTTP 502: echo of <redacted>"
+        );
+        assert_eq!(resp.detail_or_reason(String::new()), "Bad Gateway");
+        let long = resp.message("Svc", &"x".repeat(2 * MAX_MESSAGE_CHARS));
+        assert_eq!(long.chars().count(), MAX_MESSAGE_CHARS + 3);
+    }
+}
