@@ -52,6 +52,9 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
+use x509_parser::asn1_rs::{FromDer, Tag};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::x509::AttributeTypeAndValue;
 
 use super::auth::User;
 
@@ -502,46 +505,27 @@ impl Connected<IncomingStream<'_, TlsListener>> for Peer {
     }
 }
 
-// ---- X.509 subject ---------------------------------------------------------------------------
-// Only what the identity needs: the subject's CN and O values. The certificate was verified by
-// rustls before this runs; the reader still treats it as untrusted bytes (no panics, no
-// unbounded work).
+// ---- X.509 --------------------------------------------------------------------------------
+// Only what the identity and the renewal need: the subject's CN and O values, and the validity.
+// The certificate was verified by rustls before `subject` runs; x509-parser still treats it as
+// untrusted bytes (errors, not panics).
 
-/// One DER element: (tag, contents, rest).
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
+/// A DER certificate, or `None` when it does not parse.
+fn parse(cert: &[u8]) -> Option<X509Certificate<'_>> {
+    X509Certificate::from_der(cert).ok().map(|(_, c)| c)
 }
 
-const SEQUENCE: u8 = 0x30;
-const SET: u8 = 0x31;
-const OID: u8 = 0x06;
-const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
-const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
-
-fn directory_string(tag: u8, v: &[u8]) -> Option<String> {
-    match tag {
-        // UTF8String, PrintableString, IA5String, TeletexString
-        0x0c | 0x13 | 0x16 | 0x14 => Some(String::from_utf8_lossy(v).into_owned()),
-        // BMPString
-        0x1e => {
-            let units: Vec<u16> = v
+/// A directory string as text: UTF8String, PrintableString, IA5String and TeletexString
+/// (invalid UTF-8 replaced), BMPString (UTF-16); other types are no name.
+fn directory_string(atv: &AttributeTypeAndValue<'_>) -> Option<String> {
+    let value = atv.attr_value();
+    match value.tag() {
+        Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::TeletexString => {
+            Some(String::from_utf8_lossy(value.data).into_owned())
+        }
+        Tag::BmpString => {
+            let units: Vec<u16> = value
+                .data
                 .chunks_exact(2)
                 .map(|c| u16::from_be_bytes([c[0], c[1]]))
                 .collect();
@@ -551,94 +535,28 @@ fn directory_string(tag: u8, v: &[u8]) -> Option<String> {
     }
 }
 
-/// The `n`-th field of a certificate's TBSCertificate after the optional version: 0 serial,
-/// 1 signature algorithm, 2 issuer, 3 validity, 4 subject.
-fn tbs_field(cert: &[u8], n: usize) -> Option<(u8, &[u8])> {
-    let (tag, cert, _) = tlv(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (tag, tbs, _) = tlv(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let mut rest = tbs;
-    if let Some((0xa0, _, r)) = tlv(rest) {
-        rest = r;
-    }
-    for _ in 0..n {
-        rest = tlv(rest)?.2;
-    }
-    let (tag, value, _) = tlv(rest)?;
-    Some((tag, value))
-}
-
 /// `notBefore` and `notAfter` of a DER certificate.
 pub fn validity(cert: &[u8]) -> Option<(jiff::Timestamp, jiff::Timestamp)> {
-    let (tag, v) = tbs_field(cert, 3)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (t1, before, rest) = tlv(v)?;
-    let (t2, after, _) = tlv(rest)?;
-    Some((der_time(t1, before)?, der_time(t2, after)?))
+    let cert = parse(cert)?;
+    let v = cert.validity();
+    let at = |t: &x509_parser::time::ASN1Time| jiff::Timestamp::from_second(t.timestamp()).ok();
+    Some((at(&v.not_before)?, at(&v.not_after)?))
 }
 
-/// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
-fn der_time(tag: u8, v: &[u8]) -> Option<jiff::Timestamp> {
-    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
-    let digits = |r: std::ops::Range<usize>| s.get(r)?.parse::<i16>().ok();
-    let (year, rest) = match tag {
-        0x17 if s.len() == 12 => {
-            let yy = digits(0..2)?;
-            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
-        }
-        0x18 if s.len() == 14 => (digits(0..4)?, 4),
-        _ => return None,
-    };
-    let n = |i: usize| digits(rest + 2 * i..rest + 2 * i + 2).and_then(|v| i8::try_from(v).ok());
-    let dt = jiff::civil::DateTime::new(year, n(0)?, n(1)?, n(2)?, n(3)?, n(4)?, 0).ok()?;
-    dt.to_zoned(jiff::tz::TimeZone::UTC)
-        .ok()
-        .map(|z| z.timestamp())
-}
-
-/// The subject's common name and organizations of a DER certificate.
+/// The subject's common name (the last one when there are several; empty when none) and
+/// organizations of a DER certificate.
 pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
-    let (tag, mut name) = tbs_field(cert, 4)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let mut cn = String::new();
-    let mut orgs = Vec::new();
-    while !name.is_empty() {
-        let (tag, mut set, r) = tlv(name)?;
-        name = r;
-        if tag != SET {
-            return None;
-        }
-        while !set.is_empty() {
-            let (tag, atv, r) = tlv(set)?;
-            set = r;
-            if tag != SEQUENCE {
-                return None;
-            }
-            let (tag, oid, r) = tlv(atv)?;
-            if tag != OID {
-                return None;
-            }
-            let (vtag, value, _) = tlv(r)?;
-            if oid == OID_CN {
-                if let Some(s) = directory_string(vtag, value) {
-                    cn = s;
-                }
-            } else if oid == OID_O
-                && let Some(s) = directory_string(vtag, value)
-            {
-                orgs.push(s);
-            }
-        }
-    }
+    let cert = parse(cert)?;
+    let name = cert.subject();
+    let cn = name
+        .iter_common_name()
+        .filter_map(directory_string)
+        .last()
+        .unwrap_or_default();
+    let orgs = name
+        .iter_organization()
+        .filter_map(directory_string)
+        .collect();
     Some((cn, orgs))
 }
 
@@ -646,26 +564,34 @@ pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
 mod tests {
     use super::*;
 
-    fn cert_with(cn: Option<&str>, org: Option<&str>) -> Vec<u8> {
+    /// A self-signed certificate whose subject holds `names` in this order.
+    fn cert_with(names: &[(rcgen::DnType, rcgen::DnValue)]) -> Vec<u8> {
         let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
         p.distinguished_name = rcgen::DistinguishedName::new();
-        if let Some(o) = org {
-            p.distinguished_name
-                .push(rcgen::DnType::OrganizationName, o);
-        }
-        if let Some(cn) = cn {
-            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        for (ty, value) in names {
+            p.distinguished_name.push(ty.clone(), value.clone());
         }
         let key = rcgen::KeyPair::generate().unwrap();
         p.self_signed(&key).unwrap().der().to_vec()
     }
 
+    fn cn(v: &str) -> (rcgen::DnType, rcgen::DnValue) {
+        (
+            rcgen::DnType::CommonName,
+            rcgen::DnValue::Utf8String(v.into()),
+        )
+    }
+
+    fn org(v: &str) -> (rcgen::DnType, rcgen::DnValue) {
+        (
+            rcgen::DnType::OrganizationName,
+            rcgen::DnValue::Utf8String(v.into()),
+        )
+    }
+
     #[test]
     fn reads_cn_and_organizations() {
-        let der = cert_with(
-            Some("kube-apiserver-kubelet-client"),
-            Some("system:masters"),
-        );
+        let der = cert_with(&[org("system:masters"), cn("kube-apiserver-kubelet-client")]);
         assert_eq!(
             subject(&der),
             Some((
@@ -674,54 +600,80 @@ mod tests {
             ))
         );
         assert_eq!(
-            subject(&cert_with(Some("bob"), None)),
+            subject(&cert_with(&[cn("bob")])),
             Some(("bob".into(), vec![]))
         );
         assert_eq!(
-            subject(&cert_with(None, Some("g"))),
+            subject(&cert_with(&[org("g")])),
             Some((String::new(), vec!["g".into()]))
         );
     }
 
     #[test]
-    fn reads_validity() {
-        let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
-        p.not_before = rcgen::date_time_ymd(2026, 5, 1);
-        p.not_after = rcgen::date_time_ymd(2051, 1, 2);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let der = p.self_signed(&key).unwrap().der().to_vec();
+    fn reads_several_organizations_in_order_and_every_string_type() {
+        let der = cert_with(&[
+            org("system:nodes"),
+            (
+                rcgen::DnType::OrganizationName,
+                rcgen::DnValue::PrintableString("team-a".try_into().unwrap()),
+            ),
+            (
+                rcgen::DnType::OrganizationalUnitName,
+                rcgen::DnValue::Utf8String("not-a-group".into()),
+            ),
+            (
+                rcgen::DnType::OrganizationName,
+                rcgen::DnValue::BmpString("gr\u{fc}n".try_into().unwrap()),
+            ),
+            (
+                rcgen::DnType::CommonName,
+                rcgen::DnValue::Ia5String("system:node:vk".try_into().unwrap()),
+            ),
+        ]);
         assert_eq!(
-            validity(&der),
+            subject(&der),
             Some((
-                "2026-05-01T00:00:00Z".parse().unwrap(),
-                "2051-01-02T00:00:00Z".parse().unwrap()
+                "system:node:vk".to_owned(),
+                vec![
+                    "system:nodes".to_owned(),
+                    "team-a".to_owned(),
+                    "gr\u{fc}n".to_owned()
+                ]
             ))
         );
-        assert_eq!(
-            der_time(0x17, b"491231235959Z"),
-            "2049-12-31T23:59:59Z".parse().ok()
-        );
-        assert_eq!(
-            der_time(0x17, b"991231235959Z"),
-            "1999-12-31T23:59:59Z".parse().ok()
-        );
-        assert_eq!(
-            der_time(0x18, b"20991231235959Z"),
-            "2099-12-31T23:59:59Z".parse().ok()
-        );
-        assert_eq!(der_time(0x18, b"2099123123595Z"), None);
-        assert_eq!(der_time(0x17, b"991331235959Z"), None);
+    }
+
+    #[test]
+    fn reads_validity() {
+        // UTCTime before 2050, GeneralizedTime from 2050 on.
+        for (from, to) in [("1999-12-31", "2026-05-01"), ("2026-05-01", "2051-01-02")] {
+            let date = |s: &str| s.parse::<jiff::civil::Date>().unwrap();
+            let ymd = |d: jiff::civil::Date| {
+                rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8)
+            };
+            let at =
+                |d: jiff::civil::Date| d.to_zoned(jiff::tz::TimeZone::UTC).unwrap().timestamp();
+            let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
+            p.not_before = ymd(date(from));
+            p.not_after = ymd(date(to));
+            let key = rcgen::KeyPair::generate().unwrap();
+            let der = p.self_signed(&key).unwrap().der().to_vec();
+            assert_eq!(validity(&der), Some((at(date(from)), at(date(to)))));
+        }
     }
 
     #[test]
     fn garbage_is_no_identity() {
-        let der = cert_with(Some("bob"), None);
+        let der = cert_with(&[cn("bob")]);
         for cut in [0, 1, 2, 10, der.len() / 2, der.len() - 1] {
-            // Truncations never panic; most are rejected outright.
-            let _ = subject(&der[..cut]);
+            assert_eq!(subject(&der[..cut]), None, "cut at {cut}");
+            assert_eq!(validity(&der[..cut]), None, "cut at {cut}");
         }
         assert_eq!(subject(b"\x30\x84\xff\xff\xff\xff"), None);
         assert_eq!(subject(&[]), None);
+        assert_eq!(subject(b"-----BEGIN CERTIFICATE-----"), None);
+        // A well-formed DER SEQUENCE that is no certificate.
+        assert_eq!(subject(&[0x30, 0x03, 0x02, 0x01, 0x05]), None);
     }
 
     #[test]
