@@ -62,10 +62,9 @@ pub struct Config {
     #[serde(default = "default_workers")]
     pub workers: usize,
     pub providers: Vec<ProviderConfig>,
-    /// Kubelet API serving certificate and client certificate authentication
-    /// (see `crate::kubelet_api::tls`).
+    /// Kubelet API serving certificate and client certificate authentication.
     #[serde(default)]
-    pub tls: crate::kubelet_api::TlsConfig,
+    pub tls: TlsConfig,
     /// Lets requests without credentials reach the kubelet API as `system:anonymous` (still
     /// authorized by SubjectAccessReview). Off by default: they get 401.
     #[serde(default)]
@@ -165,6 +164,45 @@ pub struct ProviderConfig {
     /// Extra node labels contributed by this provider.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// The `tls` block of the config file: the kubelet API's serving certificate and client
+/// certificate authentication (see `crate::kubelet_api::tls`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsConfig {
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    #[serde(default = "yes")]
+    pub client_ca_from_cluster: bool,
+    /// Request the serving certificate from the cluster (`kubernetes.io/kubelet-serving` CSR).
+    #[serde(default)]
+    pub csr: bool,
+    /// Approve our own serving CSR (needs `approve` on `signers/kubernetes.io/kubelet-serving`);
+    /// otherwise an administrator or an approver controller must approve it.
+    #[serde(default)]
+    pub csr_auto_approve: bool,
+    /// Requested certificate lifetime (the signer may cap it).
+    #[serde(default)]
+    pub csr_expiration_seconds: Option<i32>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+            client_ca_from_cluster: true,
+            csr: false,
+            csr_auto_approve: false,
+            csr_expiration_seconds: None,
+        }
+    }
 }
 
 /// A credential resolved from the environment or a file; `Debug` never shows it.

@@ -44,7 +44,6 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::framework::Framework;
 use crate::provider::{DynProvider, Observed, ProviderError};
-pub use tls::TlsConfig;
 
 /// Timeout of a provider call made while answering a request (before any byte is streamed).
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);

@@ -31,7 +31,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
-use super::tls::{ServingCert, TlsConfig, validity};
+use super::tls::{ServingCert, validity};
+use crate::config::TlsConfig;
 
 pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// How long one request may wait for approval and signing.

@@ -46,7 +46,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use serde::Deserialize;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
@@ -57,54 +56,13 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::AttributeTypeAndValue;
 
 use super::auth::User;
+use crate::config::TlsConfig;
 
 const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TLS handshakes in progress at once; further connections wait in the kernel's backlog.
 const MAX_HANDSHAKES: usize = 256;
 const CLUSTER_CA_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The `tls` block of the config file.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TlsConfig {
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-    #[serde(default = "yes")]
-    pub client_ca_from_cluster: bool,
-    /// Request the serving certificate from the cluster (`kubernetes.io/kubelet-serving` CSR).
-    #[serde(default)]
-    pub csr: bool,
-    /// Approve our own serving CSR (needs `approve` on `signers/kubernetes.io/kubelet-serving`);
-    /// otherwise an administrator or an approver controller must approve it.
-    #[serde(default)]
-    pub csr_auto_approve: bool,
-    /// Requested certificate lifetime (the signer may cap it).
-    #[serde(default)]
-    pub csr_expiration_seconds: Option<i32>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Default for TlsConfig {
-    fn default() -> Self {
-        Self {
-            cert_file: None,
-            key_file: None,
-            client_ca_file: None,
-            client_ca_from_cluster: true,
-            csr: false,
-            csr_auto_approve: false,
-            csr_expiration_seconds: None,
-        }
-    }
-}
 
 /// Errors setting up TLS.
 #[derive(Debug, thiserror::Error)]
