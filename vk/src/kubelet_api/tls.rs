@@ -567,27 +567,65 @@ mod tests {
         );
     }
 
+    /// A DER element: `tag` around `content`.
+    fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        match u8::try_from(content.len()) {
+            Ok(n) if n < 0x80 => out.push(n),
+            _ => {
+                let len = content.len().to_be_bytes();
+                let skip = len.iter().take_while(|b| **b == 0).count();
+                out.push(0x80 | (len.len() - skip) as u8);
+                out.extend_from_slice(&len[skip..]);
+            }
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// `cert` with its subject replaced by a Name of one attribute per RDN, in order:
+    /// (attribute OID, string tag, value). The signature no longer matches, which `subject`
+    /// does not look at (rustls verified the chain before). rcgen keeps one value per
+    /// attribute type, hence the splicing.
+    fn with_subject(cert: &[u8], atvs: &[(&[u8], u8, &[u8])]) -> Vec<u8> {
+        let rdns: Vec<u8> = atvs
+            .iter()
+            .flat_map(|(oid, tag, value)| {
+                let atv = [der(0x06, oid), der(*tag, value)].concat();
+                der(0x31, &der(0x30, &atv))
+            })
+            .collect();
+        let subject = der(0x30, &rdns);
+        let (_, parsed) = X509Certificate::from_der(cert).unwrap();
+        let tbs = parsed.tbs_certificate.as_ref();
+        let old = parsed.subject().as_raw();
+        // The issuer comes first and is the same name in a self-signed certificate.
+        let at = tbs.windows(old.len()).rposition(|w| w == old).unwrap();
+        let header = |d: &[u8]| 2 + if d[1] < 0x80 { 0 } else { usize::from(d[1] & 0x7f) };
+        let tbs_content = [&tbs[header(tbs)..at], &subject, &tbs[at + old.len()..]].concat();
+        let rest = &cert[header(cert) + tbs.len()..];
+        der(0x30, &[der(0x30, &tbs_content), rest.to_vec()].concat())
+    }
+
     #[test]
     fn reads_several_organizations_in_order_and_every_string_type() {
-        let der = cert_with(&[
-            org("system:nodes"),
-            (
-                rcgen::DnType::OrganizationName,
-                rcgen::DnValue::PrintableString("team-a".try_into().unwrap()),
-            ),
-            (
-                rcgen::DnType::OrganizationalUnitName,
-                rcgen::DnValue::Utf8String("not-a-group".into()),
-            ),
-            (
-                rcgen::DnType::OrganizationName,
-                rcgen::DnValue::BmpString("gr\u{fc}n".try_into().unwrap()),
-            ),
-            (
-                rcgen::DnType::CommonName,
-                rcgen::DnValue::Ia5String("system:node:vk".try_into().unwrap()),
-            ),
-        ]);
+        const CN: &[u8] = &[0x55, 0x04, 0x03];
+        const O: &[u8] = &[0x55, 0x04, 0x0a];
+        const OU: &[u8] = &[0x55, 0x04, 0x0b];
+        let bmp: Vec<u8> = "gr\u{fc}n".encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let der = with_subject(
+            &cert_with(&[cn("placeholder")]),
+            &[
+                (O, 0x0c, b"system:nodes"),
+                (CN, 0x0c, b"first"),
+                (O, 0x13, b"team-a"),
+                (OU, 0x0c, b"not-a-group"),
+                (O, 0x1e, &bmp),
+                (O, 0x14, b"teletex"),
+                (O, 0x04, b"an OCTET STRING is no name"),
+                (CN, 0x16, b"system:node:vk"),
+            ],
+        );
         assert_eq!(
             subject(&der),
             Some((
@@ -595,7 +633,8 @@ mod tests {
                 vec![
                     "system:nodes".to_owned(),
                     "team-a".to_owned(),
-                    "gr\u{fc}n".to_owned()
+                    "gr\u{fc}n".to_owned(),
+                    "teletex".to_owned()
                 ]
             ))
         );
