@@ -12,24 +12,27 @@ use serde::Deserialize;
 /// Errors while loading or validating configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("failed to read config file {path}: {source}")]
+    #[error("failed to read config file {path}")]
     Read {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
-    #[error("failed to parse config file {path}: {source}")]
+    #[error("failed to parse config file {path}")]
     Parse {
         path: PathBuf,
+        #[source]
         source: serde_yaml::Error,
     },
     #[error("invalid config: {0}")]
     Invalid(String),
     #[error("provider {provider}: credential environment variable {var} is not set")]
     MissingEnv { provider: String, var: String },
-    #[error("provider {provider}: failed to read credential file {path}: {source}")]
-    CredentialFile {
+    #[error("provider {provider}: failed to read credential file {path}")]
+    ReadCredentialFile {
         provider: String,
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
 }
@@ -150,7 +153,7 @@ impl Timings {
 pub struct ProviderConfig {
     /// Name used in annotations, labels and metrics (`gpu-vk.io/provider: <name>`).
     pub name: String,
-    /// Which adapter: `runpod`, `vast`.
+    /// Which adapter: `runpod`, `vast` or `slurm`.
     pub kind: String,
     /// Environment variable holding the API key.
     #[serde(default)]
@@ -238,7 +241,7 @@ impl ProviderConfig {
         if let Some(path) = &self.api_key_file {
             return std::fs::read_to_string(path)
                 .map(|s| Secret(s.trim_end().to_owned()))
-                .map_err(|source| Error::CredentialFile {
+                .map_err(|source| Error::ReadCredentialFile {
                     provider: self.name.clone(),
                     path: path.clone(),
                     source,

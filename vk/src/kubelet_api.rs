@@ -51,18 +51,20 @@ const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Errors while starting the kubelet API server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid kubelet API address {addr}: {source}")]
-    Address {
+    #[error("failed to parse the kubelet API address {addr}")]
+    ParseAddress {
         addr: String,
+        #[source]
         source: std::net::AddrParseError,
     },
-    #[error("failed to bind the kubelet API on {addr}: {source}")]
+    #[error("failed to bind the kubelet API on {addr}")]
     Bind {
         addr: SocketAddr,
+        #[source]
         source: std::io::Error,
     },
-    #[error("failed to set up TLS: {0}")]
-    Tls(#[from] tls::Error),
+    #[error("failed to set up TLS")]
+    SetUpTls(#[from] tls::Error),
 }
 
 /// What the API needs from the running VK; [`Framework`] is the real one, tests bring their own.
@@ -129,7 +131,7 @@ pub async fn start(fw: Arc<Framework>, cfg: Arc<Config>, client: Client) -> Resu
     let ip = cfg
         .internal_ip
         .parse::<std::net::IpAddr>()
-        .map_err(|source| Error::Address {
+        .map_err(|source| Error::ParseAddress {
             addr: cfg.internal_ip.clone(),
             source,
         })?;

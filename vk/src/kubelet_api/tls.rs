@@ -57,6 +57,7 @@ use x509_parser::x509::AttributeTypeAndValue;
 
 use super::auth::User;
 use crate::config::TlsConfig;
+use crate::telemetry::ErrorChain;
 
 const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,42 +72,47 @@ pub enum Error {
     Incomplete,
     #[error("tls: csr and certFile/keyFile exclude each other")]
     CsrWithFiles,
-    #[error("failed to read certificate file {path}: {source}")]
+    #[error("failed to read certificate file {path}")]
     ReadCert {
         path: PathBuf,
+        #[source]
         source: rustls::pki_types::pem::Error,
     },
     #[error("no certificate in {path}")]
     NoCert { path: PathBuf },
-    #[error("failed to read private key file {path}: {source}")]
+    #[error("failed to read private key file {path}")]
     ReadKey {
         path: PathBuf,
+        #[source]
         source: rustls::pki_types::pem::Error,
     },
-    #[error("unusable private key in {path}: {source}")]
-    Key {
+    #[error("failed to load the private key in {path}")]
+    LoadKey {
         path: PathBuf,
+        #[source]
         source: rustls::Error,
     },
-    #[error("certificate {cert} does not match private key {key}: {source}")]
-    Mismatch {
+    #[error("failed to match certificate {cert} with private key {key}")]
+    MatchKey {
         cert: PathBuf,
         key: PathBuf,
+        #[source]
         source: rustls::Error,
     },
-    #[error("failed to read client CA file {path}: {source}")]
+    #[error("failed to read client CA file {path}")]
     ReadClientCa {
         path: PathBuf,
+        #[source]
         source: rustls::pki_types::pem::Error,
     },
     #[error("no usable CA certificate in client CA file {path}")]
     NoClientCa { path: PathBuf },
-    #[error("failed to generate a self-signed serving certificate: {0}")]
-    SelfSigned(#[from] rcgen::Error),
-    #[error("failed to build the TLS configuration: {0}")]
-    Config(#[source] rustls::Error),
-    #[error("failed to build the client certificate verifier: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("failed to generate a self-signed serving certificate")]
+    GenerateSelfSigned(#[from] rcgen::Error),
+    #[error("failed to build the TLS configuration")]
+    BuildConfig(#[source] rustls::Error),
+    #[error("failed to build the client certificate verifier")]
+    BuildVerifier(#[from] rustls::server::VerifierBuilderError),
 }
 
 /// The serving certificate, swapped in place when its files change.
@@ -192,7 +198,9 @@ impl ServingCert {
                         info!(cert = %cert.display(), "reloaded the kubelet API serving certificate");
                     }
                     // Half-written rotation: keep serving the old pair, retry next tick.
-                    Err(e) => warn!(error = %e, "serving certificate changed but does not load"),
+                    Err(e) => {
+                        warn!(error = %ErrorChain(&e), "serving certificate changed but does not load")
+                    }
                 }
             }
         });
@@ -236,12 +244,12 @@ fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, Error> {
         source,
     })?;
     let signing =
-        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|source| Error::Key {
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|source| Error::LoadKey {
             path: key.to_owned(),
             source,
         })?;
     let ck = CertifiedKey::new(chain, signing);
-    ck.keys_match().map_err(|source| Error::Mismatch {
+    ck.keys_match().map_err(|source| Error::MatchKey {
         cert: cert.to_owned(),
         key: key.to_owned(),
         source,
@@ -276,7 +284,8 @@ pub fn self_signed(node_name: &str, internal_ip: &str) -> Result<CertifiedKey, E
     let key = rcgen::KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     let der = PrivateKeyDer::Pkcs8(key.serialize_der().into());
-    let signing = rustls::crypto::ring::sign::any_supported_type(&der).map_err(Error::Config)?;
+    let signing =
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(Error::BuildConfig)?;
     Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }
 
@@ -354,7 +363,7 @@ pub fn server_config(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(Error::Config)?;
+        .map_err(Error::BuildConfig)?;
     let builder = match roots {
         Some(roots) => builder.with_client_cert_verifier(
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -601,7 +610,13 @@ mod tests {
         let old = parsed.subject().as_raw();
         // The issuer comes first and is the same name in a self-signed certificate.
         let at = tbs.windows(old.len()).rposition(|w| w == old).unwrap();
-        let header = |d: &[u8]| 2 + if d[1] < 0x80 { 0 } else { usize::from(d[1] & 0x7f) };
+        let header = |d: &[u8]| {
+            2 + if d[1] < 0x80 {
+                0
+            } else {
+                usize::from(d[1] & 0x7f)
+            }
+        };
         let tbs_content = [&tbs[header(tbs)..at], &subject, &tbs[at + old.len()..]].concat();
         let rest = &cert[header(cert) + tbs.len()..];
         der(0x30, &[der(0x30, &tbs_content), rest.to_vec()].concat())
@@ -612,7 +627,10 @@ mod tests {
         const CN: &[u8] = &[0x55, 0x04, 0x03];
         const O: &[u8] = &[0x55, 0x04, 0x0a];
         const OU: &[u8] = &[0x55, 0x04, 0x0b];
-        let bmp: Vec<u8> = "gr\u{fc}n".encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let bmp: Vec<u8> = "gr\u{fc}n"
+            .encode_utf16()
+            .flat_map(u16::to_be_bytes)
+            .collect();
         let der = with_subject(
             &cert_with(&[cn("placeholder")]),
             &[
@@ -719,7 +737,7 @@ mod tests {
         load_pair(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
         assert!(matches!(
             load_pair(&dir.join("tls.crt"), &dir.join("other.key")),
-            Err(Error::Mismatch { .. })
+            Err(Error::MatchKey { .. })
         ));
         assert!(matches!(
             load_pair(&dir.join("missing.crt"), &dir.join("tls.key")),
