@@ -18,6 +18,8 @@ export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
 export SLURM_ENV_FILE ?= $(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-vk)/slurm/env
 
 CARGO ?= cargo
+# The shell scripts under scripts/, found by their shebang (most have no .sh extension).
+SHELL_SCRIPTS = $(shell find scripts -type f -exec awk 'FNR == 1 { if ($$0 ~ /^\#!.*[\/ ](ba|da)?sh( |$$)/) print FILENAME; nextfile }' {} + | sort)
 
 .PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo demo-stop bench slurm-up slurm-down
 
@@ -30,9 +32,11 @@ deps: ## install what the build and the testbed need (apt packages, rust compone
 build: ## cargo build of every crate and target
 	$(CARGO) build --workspace --all-targets
 
-lint: ## rustfmt check and clippy with warnings as errors
+lint: ## rustfmt check, clippy with warnings as errors, shellcheck of the scripts
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@command -v shellcheck >/dev/null || { echo "shellcheck is not installed (make deps installs it)" >&2; exit 1; }
+	shellcheck -x $(SHELL_SCRIPTS)
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -25,7 +25,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use cluster::{ApiCounts, Bind, Tracker};
+use cluster::{ApiCounts, Bind, PodTimes, Tracker};
 use procs::{Children, CpuSnapshot, Machine, round3};
 use report::{Percentiles, Report, Round};
 
@@ -631,17 +631,42 @@ impl Bench<'_> {
         out
     }
 
+    /// How long the round waits for all pods to be Running, and for all to be gone.
+    fn wait_limit(&self) -> Duration {
+        Duration::from_secs(60) + Duration::from_millis(25 * self.n as u64)
+    }
+
+    fn poll(&self) -> Duration {
+        Duration::from_millis(self.args.poll_ms)
+    }
+
+    /// One round: start, create, wait for Running, measure, restart, delete, tear down.
     async fn round(&self) -> anyhow::Result<Round> {
-        let n = self.n;
-        let poll = Duration::from_millis(self.args.poll_ms);
-        let wait_limit = Duration::from_secs(60) + Duration::from_millis(25 * n as u64);
         let mut round = Round {
-            n,
+            n: self.n,
             rate_per_s: (self.rate > 0.0).then_some(self.rate),
             ..Default::default()
         };
+        let live = self.start().await?;
+        let created = self.create_pods(&live, &mut round).await?;
+        let running = self.wait_running(&live, &mut round, &created).await?;
+        let quiet = self.footprint_and_quiet_window(&live, &mut round).await?;
+        self.measure_latency(&live, &mut round, &running.times, &quiet.vk_metrics_end)
+            .await;
+        self.restart_after_sigkill(&live, &mut round).await?;
+        let deleted = self.delete_pods(&live, &mut round, &running.times).await?;
+        self.measure_apiserver_cost(&live, &mut round, &running, &deleted, quiet.status_writes)
+            .await;
+        self.tear_down(live, &mut round).await;
+        Ok(round)
+    }
+
+    /// Starts the emulators and the VK, waits for the node to be Ready, and creates the
+    /// round's namespace with a watch on its pods.
+    async fn start(&self) -> anyhow::Result<Live> {
         log(format!(
-            "=== N = {n}{}: starting emulators and the VK",
+            "=== N = {}{}: starting emulators and the VK",
+            self.n,
             if self.rate > 0.0 {
                 format!(" at {} pods/s (latency probe)", self.rate)
             } else {
@@ -687,17 +712,33 @@ impl Bench<'_> {
         let watch = tracker.watch(&self.client, &ns);
         // Let the watch's initial list finish before the clock starts.
         tokio::time::sleep(Duration::from_millis(500)).await;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        Ok(Live {
+            emu,
+            config,
+            metrics_port,
+            vk_log,
+            http,
+            ns,
+            pods,
+            tracker,
+            watch,
+        })
+    }
 
-        // ---- create ------------------------------------------------------------------------
-        let cpu0 = CpuSnapshot::take(&self.pids());
-        let api0 = ApiCounts::scrape(&self.client).await?;
-        let emu0 = emu.counters().await?;
+    /// Creates the round's pods (paced when the round has a rate), spread over the providers.
+    async fn create_pods(&self, live: &Live, round: &mut Round) -> anyhow::Result<Created> {
+        let n = self.n;
+        let before = Snapshots {
+            cpu: CpuSnapshot::take(&self.pids()),
+            api: ApiCounts::scrape(&self.client).await?,
+            emu: live.emu.counters().await?,
+        };
         log(format!(
-            "creating {n} pods in {ns} ({} in flight)",
-            self.args.concurrency
+            "creating {n} pods in {} ({} in flight)",
+            live.ns, self.args.concurrency
         ));
         let t_create = Instant::now();
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let vast_percent = self.args.vast_percent as usize;
         // Spread evenly: pod i goes to Vast when the running share crosses a whole pod.
         let names: Vec<(String, &'static str)> = (0..n)
@@ -711,12 +752,13 @@ impl Bench<'_> {
             })
             .collect();
         let bind = self.args.bind;
+        let node = self.args.node.clone();
         let create_attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let rate = self.rate;
         let errors =
             futures::stream::iter(names.into_iter().enumerate().map(|(i, (name, provider))| {
-                let pods = pods.clone();
-                let tracker = tracker.clone();
+                let pods = live.pods.clone();
+                let tracker = live.tracker.clone();
                 let node = node.clone();
                 let attempts = create_attempts.clone();
                 async move {
@@ -756,11 +798,29 @@ impl Bench<'_> {
             "create requests done in {:.1} s ({errors} errors); waiting for Running",
             round.throughput.create_requests_s
         ));
+        Ok(Created {
+            before,
+            errors,
+            attempts: create_attempts.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// Waits until every created pod is Running, sampling the VK's queue depth meanwhile, and
+    /// records the create phase's throughput, CPU and API and provider calls.
+    async fn wait_running(
+        &self,
+        live: &Live,
+        round: &mut Round,
+        created: &Created,
+    ) -> anyhow::Result<Running> {
+        let n = self.n;
+        let tracker = &live.tracker;
         // Samples the VK's queue depth while pods are coming in.
         let max_depth = Arc::new(Mutex::new(0.0f64));
         let sampler = {
             let max_depth = max_depth.clone();
-            let http = http.clone();
+            let http = live.http.clone();
+            let metrics_port = live.metrics_port;
             tokio::spawn(async move {
                 loop {
                     if let Ok(r) = http
@@ -778,9 +838,9 @@ impl Bench<'_> {
                 }
             })
         };
-        let expected = n - errors;
+        let expected = n - created.errors;
         let mut last_report = Instant::now();
-        let running_at = wait_until(wait_limit, Duration::from_millis(100), || {
+        let running_at = wait_until(self.wait_limit(), Duration::from_millis(100), || {
             let c = tracker.count(|t| t.running.is_some());
             if last_report.elapsed() > Duration::from_secs(10) {
                 log(format!("  {c}/{expected} Running"));
@@ -793,7 +853,9 @@ impl Bench<'_> {
         round.apiserver.vk_max_queue_depth = *max_depth.lock().unwrap_or_else(|e| e.into_inner());
         let cpu1 = CpuSnapshot::take(&self.pids());
         let api1 = ApiCounts::scrape(&self.client).await?;
-        round.apiserver.create_phase_mean_latency_ms = api0
+        let before = &created.before;
+        round.apiserver.create_phase_mean_latency_ms = before
+            .api
             .mean_latency_ms(&api1)
             .into_iter()
             .filter(|(k, _)| {
@@ -801,29 +863,26 @@ impl Bench<'_> {
                 res.starts_with("pods") || res.starts_with("events")
             })
             .collect();
-        let emu1 = emu.counters().await?;
-        round.cpu.insert("create".into(), cpu0.until(&cpu1));
-        round.provider_calls.create_phase = counter_delta(&emu0, &emu1, 1.0);
+        let emu1 = live.emu.counters().await?;
+        round.cpu.insert("create".into(), before.cpu.until(&cpu1));
+        round.provider_calls.create_phase = counter_delta(&before.emu, &emu1, 1.0);
         round.throughput.running = tracker.count(|t| t.running.is_some());
         if running_at.is_none() {
             round.notes.push(format!(
                 "timed out after {:.0} s with {}/{n} Running",
-                wait_limit.as_secs_f64(),
+                self.wait_limit().as_secs_f64(),
                 round.throughput.running
             ));
-            round
-                .notes
-                .extend(self.diagnose_not_running(&tracker, &pods, &emu).await);
+            round.notes.extend(
+                self.diagnose_not_running(tracker, &live.pods, &live.emu)
+                    .await,
+            );
         }
         let times = tracker.snapshot();
-        let bind_time = |t: &cluster::PodTimes| match bind {
-            Bind::NodeName => match (t.created, t.bound) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
-            Bind::Scheduler => t.bound,
-        };
-        let first_bind = times.values().filter_map(bind_time).min();
+        let first_bind = times
+            .values()
+            .filter_map(|t| bind_time(self.args.bind, t))
+            .min();
         let last_running = times.values().filter_map(|t| t.running).max();
         if let (Some(a), Some(b), Some(_)) = (first_bind, last_running, running_at) {
             round.throughput.all_running_s = Some(round3(ms_between(a, b) / 1000.0));
@@ -836,8 +895,20 @@ impl Bench<'_> {
                 .all_running_s
                 .map_or("—".into(), |s| format!("{s:.1}"))
         ));
+        Ok(Running {
+            times,
+            api_requests: before.api.until(&api1),
+            create_attempts: created.attempts,
+        })
+    }
 
-        // ---- footprint and quiet poll window ----------------------------------------------
+    /// The VK's memory and CPU with every pod Running, then three poll intervals in which
+    /// nothing changes: the provider calls per interval and any status writes.
+    async fn footprint_and_quiet_window(
+        &self,
+        live: &Live,
+        round: &mut Round,
+    ) -> anyhow::Result<QuietWindow> {
         if let Some(pid) = self.children().pid("vk") {
             if let Some((rss, hwm)) = procs::rss_mib(pid) {
                 round.footprint.vk_rss_mib = Some(round3(rss));
@@ -845,18 +916,19 @@ impl Bench<'_> {
             }
             round.footprint.vk_cpu_s_to_running = procs::cpu_seconds(pid).map(round3);
         }
+        let poll = self.poll();
         let vk1_metrics = self
-            .vk_metrics(&http, metrics_port)
+            .vk_metrics(&live.http, live.metrics_port)
             .await
             .unwrap_or_default();
-        let quiet0 = emu.counters().await?;
+        let quiet0 = live.emu.counters().await?;
         let tq = Instant::now();
         tokio::time::sleep(poll * 3).await;
-        let quiet1 = emu.counters().await?;
+        let quiet1 = live.emu.counters().await?;
         let intervals = tq.elapsed().as_secs_f64() / poll.as_secs_f64();
         round.provider_calls.per_interval = counter_delta(&quiet0, &quiet1, 1.0 / intervals);
         let vk1_end = self
-            .vk_metrics(&http, metrics_port)
+            .vk_metrics(&live.http, live.metrics_port)
             .await
             .unwrap_or_default();
         let vk1_writes = metric(&vk1_end, "gpu_vk_pod_status_writes_total", &[]);
@@ -866,14 +938,27 @@ impl Bench<'_> {
                 "{quiet_writes} status writes during the quiet window with nothing changing"
             ));
         }
+        Ok(QuietWindow {
+            status_writes: vk1_writes,
+            vk_metrics_end: vk1_end,
+        })
+    }
 
-        // ---- latency -----------------------------------------------------------------------
-        let create_lines = vk_creates(&vk_log);
+    /// Latencies from the VK's log, the emulators' workloads, the pod watch and the VK's
+    /// status latency histogram (`vk_metrics`).
+    async fn measure_latency(
+        &self,
+        live: &Live,
+        round: &mut Round,
+        times: &HashMap<String, PodTimes>,
+        vk_metrics: &str,
+    ) {
+        let create_lines = vk_creates(&live.vk_log);
         let mut creates: HashMap<String, Timestamp> = HashMap::new();
         for c in &create_lines {
             creates.entry(c.uid.clone()).or_insert(c.at);
         }
-        let workloads = emu.workloads().await.unwrap_or_default();
+        let workloads = live.emu.workloads().await.unwrap_or_default();
         let emu_created: HashMap<String, Timestamp> = workloads
             .iter()
             .filter_map(|w| {
@@ -893,7 +978,7 @@ impl Bench<'_> {
             let Some(created) = creates.get(uid) else {
                 continue;
             };
-            if let Some(b) = bind_time(t) {
+            if let Some(b) = bind_time(self.args.bind, t) {
                 to_create.push(ms_between(b, *created));
             }
             if let Some(e) = emu_created.get(uid) {
@@ -921,9 +1006,13 @@ impl Bench<'_> {
         round.latency.provider_create_call_ms =
             Percentiles::of(create_lines.iter().filter_map(|c| c.provider_ms).collect());
         round.latency.vk_list_to_status_ms =
-            Percentiles::of_histogram(histogram(&vk1_end, "gpu_vk_pod_status_latency_seconds"));
+            Percentiles::of_histogram(histogram(vk_metrics, "gpu_vk_pod_status_latency_seconds"));
+    }
 
-        // ---- restart recovery --------------------------------------------------------------
+    /// SIGKILLs the VK with every pod Running and starts it again: how long its start-up
+    /// reconcile takes and what it costs (provider creates, status writes, CPU).
+    async fn restart_after_sigkill(&self, live: &Live, round: &mut Round) -> anyhow::Result<()> {
+        let (http, metrics_port, emu) = (&live.http, live.metrics_port, &live.emu);
         log(format!(
             "restart: SIGKILL the VK with {} pods Running",
             round.throughput.running
@@ -935,9 +1024,9 @@ impl Bench<'_> {
         self.children().kill9("vk").await;
         let restart_log = self.logs.join(format!("vk-{}-restart.log", self.label));
         let _ = std::fs::remove_file(&restart_log);
-        self.spawn_vk(&config, &restart_log)?;
+        self.spawn_vk(&live.config, &restart_log)?;
         match self
-            .vk_reconciled(&http, metrics_port, Duration::from_secs(120))
+            .vk_reconciled(http, metrics_port, Duration::from_secs(120))
             .await
         {
             Some((at, own)) => {
@@ -949,15 +1038,17 @@ impl Bench<'_> {
                 .push("the restarted VK did not finish its start-up reconcile in 120 s".into()),
         }
         // Anything the restart would write shows up within a poll interval.
-        tokio::time::sleep(poll + Duration::from_millis(500)).await;
+        tokio::time::sleep(self.poll() + Duration::from_millis(500)).await;
         let vk2 = self
-            .vk_metrics(&http, metrics_port)
+            .vk_metrics(http, metrics_port)
             .await
             .unwrap_or_default();
         let emu_r1 = emu.counters().await?;
         let api_r1 = ApiCounts::scrape(&self.client).await?;
         let mut cpu_restart = cpu_r0.until(&CpuSnapshot::take(&self.pids()));
-        round.restart.pods = tracker.count(|t| t.running.is_some() && t.gone.is_none());
+        round.restart.pods = live
+            .tracker
+            .count(|t| t.running.is_some() && t.gone.is_none());
         round.restart.provider_creates = emu_r1
             .values()
             .zip(emu_r0.values())
@@ -989,18 +1080,29 @@ impl Bench<'_> {
             round.restart.provider_creates,
             round.restart.status_writes
         ));
+        Ok(())
+    }
 
-        // ---- delete ------------------------------------------------------------------------
+    /// Deletes every pod of the round and waits until the pods are gone from the API and the
+    /// providers hold no live workload.
+    async fn delete_pods(
+        &self,
+        live: &Live,
+        round: &mut Round,
+        times: &HashMap<String, PodTimes>,
+    ) -> anyhow::Result<Deleted> {
+        let (tracker, emu) = (&live.tracker, &live.emu);
+        let wait_limit = self.wait_limit();
         let vk2_cpu0 = self.children().pid("vk").and_then(procs::cpu_seconds);
         let cpu_d0 = CpuSnapshot::take(&self.pids());
         let api_d0 = ApiCounts::scrape(&self.client).await?;
-        log(format!("deleting {n} pods"));
+        log(format!("deleting {} pods", self.n));
         let t_delete = Instant::now();
         let ts_delete = Timestamp::now();
         let delete_attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let names: Vec<String> = times.keys().cloned().collect();
         let del_errors = futures::stream::iter(names.into_iter().map(|name| {
-            let pods = pods.clone();
+            let pods = live.pods.clone();
             let tracker = tracker.clone();
             let attempts = delete_attempts.clone();
             async move {
@@ -1086,21 +1188,35 @@ impl Bench<'_> {
                 .all_deleted_s
                 .map_or("—".into(), |s| format!("{s:.1}"))
         ));
+        Ok(Deleted {
+            attempts: delete_attempts.load(std::sync::atomic::Ordering::Relaxed),
+            api_requests: api_d0.until(&api_d1),
+        })
+    }
 
-        // ---- apiserver cost per pod lifecycle ----------------------------------------------
-        let mut breakdown = api0.until(&api1);
-        for (k, v) in api_d0.until(&api_d1) {
-            *breakdown.entry(k).or_insert(0.0) += v;
+    /// The API server's cost per pod lifecycle: pod and event requests of the create and
+    /// delete phases, less the bench's own, and the VK's status writes (`quiet_status_writes`
+    /// from before the restart, the rest counted by the restarted VK).
+    async fn measure_apiserver_cost(
+        &self,
+        live: &Live,
+        round: &mut Round,
+        running: &Running,
+        deleted: &Deleted,
+        quiet_status_writes: f64,
+    ) {
+        let n = self.n;
+        let mut breakdown = running.api_requests.clone();
+        for (k, v) in &deleted.api_requests {
+            *breakdown.entry(k.clone()).or_insert(0.0) += v;
         }
         let pods_and_events = cluster::sum_resources(&breakdown, &["pods", "events"]);
-        let bench_own = (create_attempts.load(std::sync::atomic::Ordering::Relaxed)
-            + delete_attempts.load(std::sync::atomic::Ordering::Relaxed))
-            as f64;
+        let bench_own = (running.create_attempts + deleted.attempts) as f64;
         let vk2_end = self
-            .vk_metrics(&http, metrics_port)
+            .vk_metrics(&live.http, live.metrics_port)
             .await
             .unwrap_or_default();
-        let writes = vk1_writes + metric(&vk2_end, "gpu_vk_pod_status_writes_total", &[]);
+        let writes = quiet_status_writes + metric(&vk2_end, "gpu_vk_pod_status_writes_total", &[]);
         let per = |x: f64| round3(x / n as f64);
         round.apiserver.pod_and_event_requests_per_pod = per(pods_and_events);
         round.apiserver.vk_requests_per_pod = per(pods_and_events - bench_own);
@@ -1112,19 +1228,22 @@ impl Bench<'_> {
                 res.starts_with("pods") || res.starts_with("events")
             })
             .collect();
+    }
 
-        // ---- tear down this round ----------------------------------------------------------
-        watch.abort();
+    /// Stops the watch, the VK and the emulators, removes the namespace, and judges the round
+    /// against its targets.
+    async fn tear_down(&self, live: Live, round: &mut Round) {
+        live.watch.abort();
         self.children().stop("vk", Duration::from_secs(10)).await;
         self.children()
             .stop("mock-providers", Duration::from_secs(5))
             .await;
-        cluster::remove_namespace(&self.client, &ns).await;
+        cluster::remove_namespace(&self.client, &live.ns).await;
         self.cleanup
             .namespaces
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|x| x != &ns);
+            .retain(|x| x != &live.ns);
         round.judge(self.args.poll_ms);
         for t in &round.targets {
             log(format!(
@@ -1139,6 +1258,74 @@ impl Bench<'_> {
                 }
             ));
         }
-        Ok(round)
+    }
+}
+
+/// What one round has running: the emulators, the VK (its config, metrics port and log), the
+/// namespace of its pods and the watch timing them.
+struct Live {
+    emu: Emulators,
+    config: PathBuf,
+    metrics_port: u16,
+    vk_log: PathBuf,
+    http: reqwest::Client,
+    ns: String,
+    pods: Api<Pod>,
+    tracker: Tracker,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+/// CPU, API server and provider counters at the start of a phase.
+struct Snapshots {
+    cpu: CpuSnapshot,
+    api: ApiCounts,
+    emu: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+/// The outcome of the create requests.
+struct Created {
+    /// Taken before the first create.
+    before: Snapshots,
+    /// Pods whose create failed for good.
+    errors: usize,
+    /// Create requests sent, retries included.
+    attempts: usize,
+}
+
+/// The create phase once the pods are Running (or the wait timed out).
+struct Running {
+    /// Each pod's times, as the watch saw them at the end of the phase.
+    times: HashMap<String, PodTimes>,
+    /// API server requests during the phase, by verb and resource.
+    api_requests: BTreeMap<String, f64>,
+    /// Create requests sent, retries included.
+    create_attempts: usize,
+}
+
+/// The quiet window after all pods are Running.
+struct QuietWindow {
+    /// The VK's status writes so far.
+    status_writes: f64,
+    /// The VK's metrics at the end of the window.
+    vk_metrics_end: String,
+}
+
+/// The delete phase.
+struct Deleted {
+    /// Delete requests sent, retries included.
+    attempts: usize,
+    /// API server requests during the phase, by verb and resource.
+    api_requests: BTreeMap<String, f64>,
+}
+
+/// When a pod was bound: with the scheduler, when the watch first saw it with `spec.nodeName`;
+/// created bound, the earlier of the create answer and that first sight.
+fn bind_time(bind: Bind, t: &PodTimes) -> Option<Timestamp> {
+    match bind {
+        Bind::NodeName => match (t.created, t.bound) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
+        Bind::Scheduler => t.bound,
     }
 }

@@ -87,7 +87,7 @@ fn nvml_inventory(price: f64) -> anyhow::Result<Vec<GpuStock>> {
         Ok(stock) => Ok(stock),
         Err(err) => {
             tracing::warn!(
-                error = %err,
+                error = format!("{:#}", anyhow::Error::new(err)),
                 "NVML is not available; falling back to the default inventory A100-80GB=8@1.89,RTX4090=16@0.69"
             );
             parse_gpus("A100-80GB=8@1.89,RTX4090=16@0.69").context("failed to parse default GPUs")

@@ -15,6 +15,7 @@ done
 unset _d
 export PATH
 
+# shellcheck disable=SC2034 # used by the scripts that source this file
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # Caches live outside the clone so fresh clones (CI) reuse them; keyed by version below.
 VK_CACHE="${VK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-vk}"

@@ -12,24 +12,27 @@ use serde::Deserialize;
 /// Errors while loading or validating configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("failed to read config file {path}: {source}")]
+    #[error("failed to read config file {path}")]
     Read {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
-    #[error("failed to parse config file {path}: {source}")]
+    #[error("failed to parse config file {path}")]
     Parse {
         path: PathBuf,
+        #[source]
         source: serde_yaml::Error,
     },
     #[error("invalid config: {0}")]
     Invalid(String),
     #[error("provider {provider}: credential environment variable {var} is not set")]
     MissingEnv { provider: String, var: String },
-    #[error("provider {provider}: failed to read credential file {path}: {source}")]
-    CredentialFile {
+    #[error("provider {provider}: failed to read credential file {path}")]
+    ReadCredentialFile {
         provider: String,
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
 }
@@ -62,10 +65,9 @@ pub struct Config {
     #[serde(default = "default_workers")]
     pub workers: usize,
     pub providers: Vec<ProviderConfig>,
-    /// Kubelet API serving certificate and client certificate authentication
-    /// (see `crate::kubelet_api::tls`).
+    /// Kubelet API serving certificate and client certificate authentication.
     #[serde(default)]
-    pub tls: crate::kubelet_api::TlsConfig,
+    pub tls: TlsConfig,
     /// Lets requests without credentials reach the kubelet API as `system:anonymous` (still
     /// authorized by SubjectAccessReview). Off by default: they get 401.
     #[serde(default)]
@@ -151,7 +153,7 @@ impl Timings {
 pub struct ProviderConfig {
     /// Name used in annotations, labels and metrics (`gpu-vk.io/provider: <name>`).
     pub name: String,
-    /// Which adapter: `runpod`, `vast`.
+    /// Which adapter: `runpod`, `vast` or `slurm`.
     pub kind: String,
     /// Environment variable holding the API key.
     #[serde(default)]
@@ -165,6 +167,45 @@ pub struct ProviderConfig {
     /// Extra node labels contributed by this provider.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// The `tls` block of the config file: the kubelet API's serving certificate and client
+/// certificate authentication (see `crate::kubelet_api::tls`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TlsConfig {
+    #[serde(default)]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
+    #[serde(default = "yes")]
+    pub client_ca_from_cluster: bool,
+    /// Request the serving certificate from the cluster (`kubernetes.io/kubelet-serving` CSR).
+    #[serde(default)]
+    pub csr: bool,
+    /// Approve our own serving CSR (needs `approve` on `signers/kubernetes.io/kubelet-serving`);
+    /// otherwise an administrator or an approver controller must approve it.
+    #[serde(default)]
+    pub csr_auto_approve: bool,
+    /// Requested certificate lifetime (the signer may cap it).
+    #[serde(default)]
+    pub csr_expiration_seconds: Option<i32>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+            client_ca_from_cluster: true,
+            csr: false,
+            csr_auto_approve: false,
+            csr_expiration_seconds: None,
+        }
+    }
 }
 
 /// A credential resolved from the environment or a file; `Debug` never shows it.
@@ -200,7 +241,7 @@ impl ProviderConfig {
         if let Some(path) = &self.api_key_file {
             return std::fs::read_to_string(path)
                 .map(|s| Secret(s.trim_end().to_owned()))
-                .map_err(|source| Error::CredentialFile {
+                .map_err(|source| Error::ReadCredentialFile {
                     provider: self.name.clone(),
                     path: path.clone(),
                     source,

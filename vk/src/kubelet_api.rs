@@ -43,23 +43,24 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::pods::PodController;
 use crate::provider::{DynProvider, Observed, ProviderError};
-pub use tls::TlsConfig;
 
 /// Errors while starting the kubelet API server.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid kubelet API address {addr}: {source}")]
-    Address {
+    #[error("failed to parse the kubelet API address {addr}")]
+    ParseAddress {
         addr: String,
+        #[source]
         source: std::net::AddrParseError,
     },
-    #[error("failed to bind the kubelet API on {addr}: {source}")]
+    #[error("failed to bind the kubelet API on {addr}")]
     Bind {
         addr: SocketAddr,
+        #[source]
         source: std::io::Error,
     },
-    #[error("failed to set up TLS: {0}")]
-    Tls(#[from] tls::Error),
+    #[error("failed to set up TLS")]
+    SetUpTls(#[from] tls::Error),
 }
 
 /// What the API needs from the running VK; [`PodController`] is the real one, tests bring their own.
@@ -130,7 +131,7 @@ pub async fn start(
     let ip = cfg
         .internal_ip
         .parse::<std::net::IpAddr>()
-        .map_err(|source| Error::Address {
+        .map_err(|source| Error::ParseAddress {
             addr: cfg.internal_ip.clone(),
             source,
         })?;

@@ -20,6 +20,7 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::telemetry::ErrorChain;
 
 /// Taint key keeping ordinary pods off the virtual node.
 pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
@@ -32,14 +33,25 @@ pub const DECLARED_FEATURES: &[&str] = &["ExtendWebSocketsToKubelet"];
 const LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
 
+/// Errors keeping the Node object and its lease up to date.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("failed to create node {0}: {1}")]
-    Create(String, #[source] kube::Error),
-    #[error("failed to write node status: {0}")]
-    Status(#[source] kube::Error),
-    #[error("failed to renew lease: {0}")]
-    Lease(#[source] kube::Error),
+    #[error("failed to read node {node}")]
+    Get {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to create node {node}")]
+    Create {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to write node status")]
+    WriteStatus(#[source] kube::Error),
+    #[error("failed to renew lease")]
+    RenewLease(#[source] kube::Error),
 }
 
 /// Manages the Node object of this VK.
@@ -200,8 +212,10 @@ impl NodeManager {
         let node = match api
             .get_opt(&self.cfg.node_name)
             .await
-            .map_err(|e| Error::Create(self.cfg.node_name.clone(), e))?
-        {
+            .map_err(|source| Error::Get {
+                node: self.cfg.node_name.clone(),
+                source,
+            })? {
             Some(n) => {
                 // Keep labels and taints as configured (server-side apply owns only our fields).
                 let pp = PatchParams::apply("gpu-vk").force();
@@ -219,7 +233,10 @@ impl NodeManager {
                 info!(node = %self.cfg.node_name, "registering node");
                 api.create(&PostParams::default(), &self.desired())
                     .await
-                    .map_err(|e| Error::Create(self.cfg.node_name.clone(), e))?
+                    .map_err(|source| Error::Create {
+                        node: self.cfg.node_name.clone(),
+                        source,
+                    })?
             }
         };
         self.post_status(true).await?;
@@ -235,7 +252,7 @@ impl NodeManager {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(Error::Status)?;
+            .map_err(Error::WriteStatus)?;
         Ok(())
     }
 
@@ -268,7 +285,7 @@ impl NodeManager {
         body["kind"] = "Lease".into();
         api.patch(name, &pp, &Patch::Apply(&body))
             .await
-            .map_err(Error::Lease)?;
+            .map_err(Error::RenewLease)?;
         Ok(())
     }
 
@@ -302,17 +319,19 @@ impl NodeManager {
                             last_status = Some(Instant::now());
                             info!(node = %self.cfg.node_name, "node registered and ready");
                         }
-                        Err(e) => warn!(error = %e, "node registration failed; retrying"),
+                        Err(e) => {
+                            warn!(error = %ErrorChain(&e), "node registration failed; retrying")
+                        }
                     }
                 }
                 if !uid.is_empty() {
                     if let Err(e) = self.renew_lease(&uid).await {
-                        warn!(error = %e, "lease renewal failed");
+                        warn!(error = %ErrorChain(&e), "lease renewal failed");
                     }
                     if last_status.is_none_or(|t| t.elapsed() >= status_every) {
                         match self.post_status(true).await {
                             Ok(()) => last_status = Some(Instant::now()),
-                            Err(e) => warn!(error = %e, "node status update failed"),
+                            Err(e) => warn!(error = %ErrorChain(&e), "node status update failed"),
                         }
                     }
                 }
@@ -332,7 +351,7 @@ impl NodeManager {
         watch.abort();
         match self.post_status(false).await {
             Ok(()) => info!(node = %self.cfg.node_name, "node marked not ready"),
-            Err(e) => warn!(error = %e, "failed to mark node not ready on shutdown"),
+            Err(e) => warn!(error = %ErrorChain(&e), "failed to mark node not ready on shutdown"),
         }
     }
 }

@@ -199,3 +199,40 @@ pub fn init_logging(json: bool) {
         builder.init();
     }
 }
+
+/// Shows an error with its sources, `outer: inner: innermost`, for logs: error messages name
+/// what failed and leave the cause to their source, so logging only the outer error would lose
+/// it. Use as `warn!(error = %ErrorChain(&e), "...")`.
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to renew lease")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_shows_every_source() {
+        let e = Outer(std::io::Error::other("connection refused"));
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "failed to renew lease: connection refused"
+        );
+        let plain = std::io::Error::other("alone");
+        assert_eq!(ErrorChain(&plain).to_string(), "alone");
+    }
+}

@@ -2,17 +2,18 @@
 //! Contract tests of the RunPod v2 adapter against a wiremock server: the exact requests it
 //! sends, and how it reads every documented answer (including the odd ones).
 
-use std::collections::BTreeMap;
+#[path = "support/workload.rs"]
+mod workload_builder;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use vk::naming::Owner;
-use vk::provider::{
-    EnvVar, FailureReason, GpuRequest, Provider, ProviderError, Workload, WorkloadState,
-};
+use vk::provider::{FailureReason, Provider, ProviderError, WorkloadState};
 use vk::providers::runpod::{Cloud, RunPod, RunPodConfig};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
+use workload_builder::WorkloadBuilder;
 
 const KEY: &str = "rp-test-key-0123456789";
 const UID: &str = "8f1c6a2e-1b7d-4f6e-9a41-0c2d3e4f5a6b";
@@ -21,40 +22,20 @@ fn owner() -> Owner {
     Owner::new("cluster-a", "vk-node")
 }
 
-fn workload() -> Workload {
-    Workload {
-        id: owner().workload_id(UID).unwrap(),
-        namespace: "ml".into(),
-        pod_name: "train-0".into(),
-        container_name: "main".into(),
-        image: "ghcr.io/acme/train:1.2".into(),
-        command: vec!["python".into(), "-m".into(), "train".into()],
-        args: vec![
-            "--epochs".into(),
-            "3".into(),
-            "--name".into(),
-            "it's big".into(),
-        ],
-        working_dir: None,
-        env: vec![
-            EnvVar {
-                name: "HF_TOKEN".into(),
-                value: "hf_fake".into(),
-            },
-            EnvVar {
-                name: "MODE".into(),
-                value: "fast".into(),
-            },
-        ],
-        gpu: Some(GpuRequest {
-            gpu_type: Some("RTX4090".into()),
-            count: 2,
-        }),
-        cpu_millis: Some(8000),
-        memory_bytes: Some(32_000_000_000),
-        ports: vec![8080],
-        options: BTreeMap::new(),
-    }
+/// The pod of most tests: two RTX 4090s, 8 CPUs and 32 GB for a training run serving on
+/// port 8080.
+fn workload() -> WorkloadBuilder {
+    WorkloadBuilder::new(&owner(), UID)
+        .pod("ml", "train-0")
+        .image("ghcr.io/acme/train:1.2")
+        .command(["python", "-m", "train"])
+        .args(["--epochs", "3", "--name", "it's big"])
+        .env("HF_TOKEN", "hf_fake")
+        .env("MODE", "fast")
+        .gpu("RTX4090", 2)
+        .cpu_millis(8000)
+        .memory_bytes(32_000_000_000)
+        .port(8080)
 }
 
 fn config(server: &MockServer) -> RunPodConfig {
@@ -118,7 +99,7 @@ async fn create_posts_the_documented_body_without_a_lookup_first() {
         .mount(&server)
         .await;
 
-    adapter(&server).create(&workload()).await.unwrap();
+    adapter(&server).create(&workload().build()).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
     let calls: Vec<_> = reqs
@@ -137,7 +118,7 @@ async fn create_posts_the_documented_body_without_a_lookup_first() {
         );
     }
     let body: Value = reqs[0].body_json().unwrap();
-    assert_eq!(body["name"], workload().id.as_str());
+    assert_eq!(body["name"], workload().build().id.as_str());
     insta::assert_json_snapshot!("runpod_create_body", body);
 }
 
@@ -150,15 +131,13 @@ async fn create_applies_pod_options() {
         .respond_with(ResponseTemplate::new(201).set_body_json(pod("new1", "x", "PROVISIONING")))
         .mount(&server)
         .await;
-    let mut w = workload();
-    w.command.clear();
-    w.args.clear();
-    w.cpu_millis = None;
-    w.memory_bytes = None;
-    w.options.insert("cloud".into(), "community".into());
-    w.options
-        .insert("data_center".into(), "EU-RO-1, EU-SE-1".into());
-    w.options.insert("disk_gb".into(), "75".into());
+    let w = workload()
+        .image_entrypoint()
+        .no_cpu_memory()
+        .option("cloud", "community")
+        .option("data_center", "EU-RO-1, EU-SE-1")
+        .option("disk_gb", "75")
+        .build();
 
     adapter(&server).create(&w).await.unwrap();
 
@@ -187,17 +166,12 @@ async fn invalid_workloads_fail_before_any_request() {
         .await;
     let rp = adapter(&server);
 
-    let mut no_gpu = workload();
-    no_gpu.gpu = None;
-    let mut bad_cloud = workload();
-    bad_cloud.options.insert("cloud".into(), "MOON".into());
-    let mut too_many = workload();
-    too_many.gpu = Some(GpuRequest {
-        gpu_type: None,
-        count: 16,
-    });
-    let mut foreign = workload();
-    foreign.id = Owner::new("cluster-b", "vk-node").workload_id(UID).unwrap();
+    let no_gpu = workload().no_gpu().build();
+    let bad_cloud = workload().option("cloud", "MOON").build();
+    let too_many = workload().any_gpu(16).build();
+    let foreign = workload()
+        .owner(&Owner::new("cluster-b", "vk-node"))
+        .build();
 
     for w in [no_gpu, bad_cloud, too_many, foreign] {
         let err = rp.create(&w).await.unwrap_err();
@@ -214,7 +188,10 @@ async fn create_error(resp: ResponseTemplate) -> ProviderError {
         .respond_with(resp)
         .mount(&server)
         .await;
-    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    let err = adapter(&server)
+        .create(&workload().build())
+        .await
+        .unwrap_err();
     assert_no_key(&err);
     err
 }

@@ -3,18 +3,19 @@
 //! sends in both dialects (v0.0.38 and v0.0.41), how it reads job lists, and how it classifies
 //! slurmrestd's errors (bodies as a real 22.05.8 answers them).
 
-use std::collections::BTreeMap;
+#[path = "support/workload.rs"]
+mod workload_builder;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use vk::naming::Owner;
-use vk::provider::{
-    EnvVar, FailureReason, GpuRequest, LogOptions, Provider, ProviderError, Workload, WorkloadState,
-};
+use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, WorkloadState};
 use vk::providers::slurm::{Dialect, Runtime, Slurm, SlurmConfig};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
+use workload_builder::WorkloadBuilder;
 
 const USER: &str = "vkslurm";
 const TOKEN: &str = "eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjQxMDI0NDQ4MDAsInN1biI6InZrc2x1cm0ifQ.sig";
@@ -24,29 +25,19 @@ fn owner() -> Owner {
     Owner::new("cluster-a", "vk-node")
 }
 
-fn workload() -> Workload {
-    Workload {
-        id: owner().workload_id(UID).unwrap(),
-        namespace: "ml".into(),
-        pod_name: "train-0".into(),
-        container_name: "main".into(),
-        image: "ghcr.io/acme/train:1.2".into(),
-        command: vec!["python".into(), "-m".into(), "train".into()],
-        args: vec!["--name".into(), "it's big".into()],
-        working_dir: Some("/scratch/run".into()),
-        env: vec![EnvVar {
-            name: "HF_TOKEN".into(),
-            value: "hf_fake".into(),
-        }],
-        gpu: Some(GpuRequest {
-            gpu_type: None,
-            count: 2,
-        }),
-        cpu_millis: Some(3500),
-        memory_bytes: Some(16 * 1024 * 1024 * 1024),
-        ports: vec![],
-        options: BTreeMap::new(),
-    }
+/// The job of most tests: two GPUs of any type, 3.5 CPUs and 16 GiB for a training run in
+/// `/scratch/run`.
+fn workload() -> WorkloadBuilder {
+    WorkloadBuilder::new(&owner(), UID)
+        .pod("ml", "train-0")
+        .image("ghcr.io/acme/train:1.2")
+        .command(["python", "-m", "train"])
+        .args(["--name", "it's big"])
+        .working_dir("/scratch/run")
+        .env("HF_TOKEN", "hf_fake")
+        .any_gpu(2)
+        .cpu_millis(3500)
+        .memory_bytes(16 * 1024 * 1024 * 1024)
 }
 
 fn config(server: &MockServer, dialect: Dialect) -> SlurmConfig {
@@ -142,14 +133,14 @@ async fn submit_v0038_sends_the_documented_body_and_headers() {
         .await;
 
     adapter(&server, Dialect::V0038)
-        .create(&workload())
+        .create(&workload().build())
         .await
         .unwrap();
 
     let reqs = server.received_requests().await.unwrap();
     assert_eq!(reqs.len(), 1, "one call per create");
     let body: Value = reqs[0].body_json().unwrap();
-    assert_eq!(body["job"]["name"], workload().id.as_str());
+    assert_eq!(body["job"]["name"], workload().build().id.as_str());
     assert_eq!(body["job"]["gpus_per_node"], "2");
     assert_eq!(body["job"]["time_limit"], 120);
     assert_eq!(body["job"]["partition"], "gpu");
@@ -183,11 +174,12 @@ async fn submit_v0041_sends_the_documented_body() {
         .expect(1)
         .mount(&server)
         .await;
-    let mut w = workload();
-    w.options.insert("partition".into(), "short".into());
-    w.options.insert("time_limit".into(), "15".into());
-    w.options.insert("qos".into(), "high".into());
-    w.options.insert("account".into(), "proj1".into());
+    let w = workload()
+        .option("partition", "short")
+        .option("time_limit", "15")
+        .option("qos", "high")
+        .option("account", "proj1")
+        .build();
 
     adapter(&server, Dialect::V0041).create(&w).await.unwrap();
 
@@ -225,11 +217,7 @@ async fn typed_gpus_and_runtimes_shape_the_job() {
     cfg.gpu_types = [("A100-80GB".to_owned(), "a100".to_owned())].into();
     cfg.runtime = Runtime::Apptainer;
     let slurm = adapter_with(cfg);
-    let mut w = workload();
-    w.gpu = Some(GpuRequest {
-        gpu_type: Some("A100-80GB".into()),
-        count: 1,
-    });
+    let w = workload().gpu("A100-80GB", 1).build();
     let body = slurm.submit_body(&w).unwrap();
     assert_eq!(body["job"]["gpus_per_node"], "a100:1");
     assert!(
@@ -238,24 +226,17 @@ async fn typed_gpus_and_runtimes_shape_the_job() {
             .unwrap()
             .contains("exec --nv --pwd /scratch/run docker://ghcr.io/acme/train:1.2")
     );
-    w.gpu = Some(GpuRequest {
-        gpu_type: Some("H100".into()),
-        count: 1,
-    });
+    let w = workload().gpu("H100", 1).build();
     assert!(matches!(
         slurm.submit_body(&w),
         Err(ProviderError::Invalid { .. })
     ));
-    w.gpu = Some(GpuRequest {
-        gpu_type: None,
-        count: 9,
-    });
+    let w = workload().any_gpu(9).build();
     assert!(matches!(
         slurm.submit_body(&w),
         Err(ProviderError::Invalid { .. })
     ));
-    let mut w = workload();
-    w.options.insert("time_limit".into(), "soon".into());
+    let w = workload().option("time_limit", "soon").build();
     assert!(matches!(
         slurm.submit_body(&w),
         Err(ProviderError::Invalid { .. })
@@ -271,7 +252,7 @@ async fn submit_error(dialect: Dialect, resp: ResponseTemplate) -> (ProviderErro
         .await;
     mount_jobs(&server, dialect, json!([])).await;
     let err = adapter(&server, dialect)
-        .create(&workload())
+        .create(&workload().build())
         .await
         .unwrap_err();
     assert_no_token(&err);
@@ -405,7 +386,7 @@ async fn submit_errors_are_classified() {
 #[tokio::test]
 async fn a_refused_submission_cancels_its_active_leftover() {
     let server = MockServer::start().await;
-    let id = workload().id;
+    let id = workload().build().id;
     Mock::given(method("POST"))
         .and(path("/slurm/v0.0.38/job/submit"))
         .respond_with(ResponseTemplate::new(500).set_body_json(json!({"errors": [
@@ -430,7 +411,7 @@ async fn a_refused_submission_cancels_its_active_leftover() {
         .mount(&server)
         .await;
     let err = adapter(&server, Dialect::V0038)
-        .create(&workload())
+        .create(&workload().build())
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::Invalid { .. }));
@@ -652,7 +633,7 @@ async fn list_maps_v0041_jobs() {
 #[tokio::test]
 async fn duplicate_names_report_the_newest_job() {
     let server = MockServer::start().await;
-    let id = workload().id;
+    let id = workload().build().id;
     mount_jobs(
         &server,
         Dialect::V0038,

@@ -4,7 +4,9 @@
 //! are real; the admin API injects what a cluster does on its own (preemption, node failure,
 //! time limit, requeue, `scancel`, faults).
 
-use std::collections::BTreeMap;
+#[path = "support/workload.rs"]
+mod workload_builder;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -13,11 +15,9 @@ use mock_providers::config::ExecutionMode;
 use mock_providers::slurm as emu;
 use serde_json::json;
 use vk::naming::{Owner, WorkloadId};
-use vk::provider::{
-    EnvVar, FailureReason, GpuRequest, LogOptions, Observed, Provider, ProviderError, Workload,
-    WorkloadState,
-};
+use vk::provider::{FailureReason, LogOptions, Observed, Provider, ProviderError, WorkloadState};
 use vk::providers::slurm::{Dialect, Slurm, SlurmConfig};
+use workload_builder::WorkloadBuilder;
 
 const TOKEN: &str = "emulated-jwt-0123456789";
 const USER: &str = "vkslurm";
@@ -83,31 +83,12 @@ async fn setup(dialect: Dialect, token_file: Option<PathBuf>) -> Setup {
     }
 }
 
-fn workload(script: &str) -> Workload {
-    Workload {
-        id: owner()
-            .workload_id(&uuid::Uuid::new_v4().to_string())
-            .unwrap(),
-        namespace: "default".into(),
-        pod_name: "p".into(),
-        container_name: "main".into(),
-        image: "busybox".into(),
-        command: vec!["/bin/bash".into(), "-c".into(), script.into()],
-        args: vec![],
-        working_dir: None,
-        env: vec![EnvVar {
-            name: "WHO".into(),
-            value: "the 'emulator'".into(),
-        }],
-        gpu: Some(GpuRequest {
-            gpu_type: None,
-            count: 1,
-        }),
-        cpu_millis: None,
-        memory_bytes: None,
-        ports: vec![],
-        options: BTreeMap::new(),
-    }
+/// A one-GPU batch job of a fresh pod running `script` in bash.
+fn workload(script: &str) -> WorkloadBuilder {
+    WorkloadBuilder::fresh(&owner())
+        .bash(script)
+        .env("WHO", "the 'emulator'")
+        .any_gpu(1)
 }
 
 impl Setup {
@@ -143,7 +124,7 @@ impl Setup {
     }
 
     async fn running(&self, script: &str) -> Observed {
-        let w = workload(script);
+        let w = workload(script).build();
         self.slurm.create(&w).await.unwrap();
         self.wait(&w.id, |o| o.state == WorkloadState::Running)
             .await
@@ -154,7 +135,7 @@ impl Setup {
 async fn jobs_run_exit_codes_and_logs_come_back_in_both_dialects() {
     for dialect in [Dialect::V0038, Dialect::V0041] {
         let s = setup(dialect, None).await;
-        let w = workload("echo \"hello $WHO\"; exit 3");
+        let w = workload("echo \"hello $WHO\"; exit 3").build();
         s.slurm.create(&w).await.unwrap();
         let o = s.wait(&w.id, |o| o.state.is_terminal()).await;
         assert_eq!(
@@ -173,7 +154,7 @@ async fn jobs_run_exit_codes_and_logs_come_back_in_both_dialects() {
         let chunk = logs.next().await.unwrap().unwrap();
         assert_eq!(&chunk[..], b"hello the 'emulator'\n", "{dialect}");
 
-        let w = workload("true");
+        let w = workload("true").build();
         s.slurm.create(&w).await.unwrap();
         let o = s.wait(&w.id, |o| o.state.is_terminal()).await;
         assert_eq!(o.state, WorkloadState::Succeeded, "{dialect}");
@@ -275,11 +256,7 @@ async fn cluster_events_map_to_pod_states() {
 async fn impossible_requests_are_invalid_and_leave_no_active_job() {
     for dialect in [Dialect::V0038, Dialect::V0041] {
         let s = setup(dialect, None).await;
-        let mut w = workload("true");
-        w.gpu = Some(GpuRequest {
-            gpu_type: None,
-            count: 6,
-        });
+        let w = workload("true").any_gpu(6).build();
         match s.slurm.create(&w).await {
             Err(ProviderError::Invalid { message }) => assert!(
                 message.contains("Requested node configuration is not available"),
@@ -295,8 +272,7 @@ async fn impossible_requests_are_invalid_and_leave_no_active_job() {
                 .all(|o| o.state.is_terminal()),
             "{listed:?}"
         );
-        let mut w = workload("true");
-        w.options.insert("partition".into(), "nope".into());
+        let w = workload("true").option("partition", "nope").build();
         assert!(matches!(
             s.slurm.create(&w).await,
             Err(ProviderError::Invalid { .. })
@@ -335,7 +311,7 @@ async fn injected_faults_are_transient_with_retry_after() {
         .await
         .unwrap();
     assert_eq!(r.status(), 201);
-    let w = workload("true");
+    let w = workload("true").build();
     match s.slurm.create(&w).await {
         Err(ProviderError::Transient { retry_after, .. }) => {
             assert_eq!(retry_after, Some(Duration::from_secs(3)))

@@ -6,17 +6,18 @@
 //!
 //! The cluster is one node with 2 CPUs and 2 fake GPUs, so the tests take turns.
 
+#[path = "support/workload.rs"]
+mod workload_builder;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use vk::naming::{Owner, WorkloadId};
-use vk::provider::{
-    EnvVar, FailureReason, GpuRequest, LogOptions, Observed, Provider, ProviderError, Workload,
-    WorkloadState,
-};
+use vk::provider::{FailureReason, LogOptions, Observed, Provider, ProviderError, WorkloadState};
 use vk::providers::slurm::{Dialect, Slurm, SlurmConfig};
+use workload_builder::WorkloadBuilder;
 
 /// One job at a time on the single small node.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -86,27 +87,13 @@ fn adapter(env: &Env) -> Slurm {
     Slurm::new("slurm".into(), config(env), owner()).expect("adapter builds")
 }
 
-fn workload(script: &str) -> Workload {
-    let uid = uuid::Uuid::new_v4().to_string();
-    Workload {
-        id: owner().workload_id(&uid).unwrap(),
-        namespace: "default".into(),
-        pod_name: "slurm-real".into(),
-        container_name: "main".into(),
-        image: "busybox".into(),
-        command: vec!["/bin/bash".into(), "-c".into(), script.into()],
-        args: vec![],
-        working_dir: Some("/tmp".into()),
-        env: vec![EnvVar {
-            name: "GREETING".into(),
-            value: "it's \"quoted\" $HOME".into(),
-        }],
-        gpu: None,
-        cpu_millis: None,
-        memory_bytes: None,
-        ports: vec![],
-        options: BTreeMap::new(),
-    }
+/// A job of a fresh pod running `script` in bash in `/tmp`, no GPU.
+fn workload(script: &str) -> WorkloadBuilder {
+    WorkloadBuilder::fresh(&owner())
+        .pod("default", "slurm-real")
+        .bash(script)
+        .working_dir("/tmp")
+        .env("GREETING", "it's \"quoted\" $HOME")
 }
 
 /// Polls `list()` until the workload satisfies `done` (or the deadline passes).
@@ -158,7 +145,7 @@ async fn a_command_runs_and_its_exit_code_and_output_come_back() {
     let env = env();
     let _turn = SERIAL.lock().await;
     let slurm = adapter(&env);
-    let w = workload("echo \"hello $GREETING\"; echo to-stderr >&2; exit 3");
+    let w = workload("echo \"hello $GREETING\"; echo to-stderr >&2; exit 3").build();
     slurm.create(&w).await.expect("submitted");
 
     let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
@@ -215,7 +202,7 @@ async fn a_successful_command_succeeds() {
     let env = env();
     let _turn = SERIAL.lock().await;
     let slurm = adapter(&env);
-    let w = workload("test \"$GREETING\" = \"it's \\\"quoted\\\" \\$HOME\"");
+    let w = workload("test \"$GREETING\" = \"it's \\\"quoted\\\" \\$HOME\"").build();
     slurm.create(&w).await.expect("submitted");
     let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
     assert_eq!(o.state, WorkloadState::Succeeded, "{o:?}");
@@ -226,7 +213,7 @@ async fn delete_cancels_a_running_job() {
     let env = env();
     let _turn = SERIAL.lock().await;
     let slurm = adapter(&env);
-    let w = workload("echo started; sleep 300");
+    let w = workload("echo started; sleep 300").build();
     slurm.create(&w).await.expect("submitted");
     let running = wait_for(&slurm, &w.id, "running", |o| {
         o.state == WorkloadState::Running
@@ -263,7 +250,7 @@ async fn a_job_cancelled_with_scancel_is_evicted() {
     let env = env();
     let _turn = SERIAL.lock().await;
     let slurm = adapter(&env);
-    let w = workload("sleep 300");
+    let w = workload("sleep 300").build();
     slurm.create(&w).await.expect("submitted");
     let running = wait_for(&slurm, &w.id, "running", |o| {
         o.state == WorkloadState::Running
@@ -287,7 +274,7 @@ async fn a_requeued_job_counts_a_provider_restart() {
     let env = env();
     let _turn = SERIAL.lock().await;
     let slurm = adapter(&env);
-    let w = workload("sleep 300");
+    let w = workload("sleep 300").build();
     slurm.create(&w).await.expect("submitted");
     let running = wait_for(&slurm, &w.id, "running", |o| {
         o.state == WorkloadState::Running
@@ -323,11 +310,7 @@ async fn an_impossible_gpu_count_is_invalid_and_leaves_no_job_behind() {
     let env = env();
     let _turn = SERIAL.lock().await;
     let slurm = adapter(&env);
-    let mut w = workload("nvidia-smi");
-    w.gpu = Some(GpuRequest {
-        gpu_type: None,
-        count: 16,
-    });
+    let w = workload("nvidia-smi").any_gpu(16).build();
     let err = slurm.create(&w).await.unwrap_err();
     match &err {
         ProviderError::Invalid { message } => assert!(
@@ -345,11 +328,7 @@ async fn an_impossible_gpu_count_is_invalid_and_leaves_no_job_behind() {
     assert!(!squeue_names(&env).contains(w.id.as_str()));
 
     // A possible GPU count runs, with the fake GPUs allocated.
-    let mut w = workload("echo gpus=$SLURM_GPUS_ON_NODE");
-    w.gpu = Some(GpuRequest {
-        gpu_type: None,
-        count: 2,
-    });
+    let w = workload("echo gpus=$SLURM_GPUS_ON_NODE").any_gpu(2).build();
     slurm.create(&w).await.expect("2 GPUs fit the node");
     let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
     assert_eq!(o.state, WorkloadState::Succeeded, "{o:?}");

@@ -2,18 +2,19 @@
 //! Contract tests of the Vast.ai adapter against a wiremock server: offer search and renting,
 //! the exact requests it sends, and how it reads every documented answer.
 
-use std::collections::BTreeMap;
+#[path = "support/workload.rs"]
+mod workload_builder;
+
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
 use vk::naming::Owner;
-use vk::provider::{
-    EnvVar, FailureReason, GpuRequest, LogOptions, Provider, ProviderError, Workload, WorkloadState,
-};
+use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, Workload, WorkloadState};
 use vk::providers::vast::{Vast, VastConfig};
 use wiremock::matchers::{body_partial_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use workload_builder::WorkloadBuilder;
 
 const KEY: &str = "vast-test-key-0123456789";
 const UID: &str = "8f1c6a2e-1b7d-4f6e-9a41-0c2d3e4f5a6b";
@@ -22,35 +23,17 @@ fn owner() -> Owner {
     Owner::new("cluster-a", "vk-node")
 }
 
-fn workload() -> Workload {
-    Workload {
-        id: owner().workload_id(UID).unwrap(),
-        namespace: "ml".into(),
-        pod_name: "train-0".into(),
-        container_name: "main".into(),
-        image: "ghcr.io/acme/train:1.2".into(),
-        command: vec!["python".into(), "-m".into(), "train".into()],
-        args: vec!["--name".into(), "it's big".into()],
-        working_dir: None,
-        env: vec![
-            EnvVar {
-                name: "HF_TOKEN".into(),
-                value: "hf_fake".into(),
-            },
-            EnvVar {
-                name: "MODE".into(),
-                value: "fast".into(),
-            },
-        ],
-        gpu: Some(GpuRequest {
-            gpu_type: Some("RTX4090".into()),
-            count: 2,
-        }),
-        cpu_millis: None,
-        memory_bytes: None,
-        ports: vec![8000],
-        options: BTreeMap::new(),
-    }
+/// The pod of most tests: two RTX 4090s for a training run serving on port 8000.
+fn workload() -> WorkloadBuilder {
+    WorkloadBuilder::new(&owner(), UID)
+        .pod("ml", "train-0")
+        .image("ghcr.io/acme/train:1.2")
+        .command(["python", "-m", "train"])
+        .args(["--name", "it's big"])
+        .env("HF_TOKEN", "hf_fake")
+        .env("MODE", "fast")
+        .gpu("RTX4090", 2)
+        .port(8000)
 }
 
 fn config(server: &MockServer) -> VastConfig {
@@ -74,7 +57,7 @@ fn adapter(server: &MockServer) -> Vast {
 }
 
 fn id() -> String {
-    workload().id.as_str().to_owned()
+    workload().build().id.as_str().to_owned()
 }
 
 fn page(instances: Value, next: Option<&str>) -> Value {
@@ -165,7 +148,7 @@ async fn create_looks_up_searches_and_rents_the_cheapest_offer() {
         .mount(&server)
         .await;
 
-    adapter(&server).create(&workload()).await.unwrap();
+    adapter(&server).create(&workload().build()).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
     assert_eq!(
@@ -216,7 +199,7 @@ async fn gone_offers_are_skipped_cheapest_first() {
         .mount(&server)
         .await;
 
-    adapter(&server).create(&workload()).await.unwrap();
+    adapter(&server).create(&workload().build()).await.unwrap();
 
     let puts: Vec<_> = calls(&server.received_requests().await.unwrap())
         .into_iter()
@@ -242,7 +225,10 @@ async fn no_offer_or_only_gone_offers_is_capacity() {
         .expect(0)
         .mount(&server)
         .await;
-    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    let err = adapter(&server)
+        .create(&workload().build())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Capacity { .. }), "{err:?}");
 
     let server = MockServer::start().await;
@@ -256,7 +242,10 @@ async fn no_offer_or_only_gone_offers_is_capacity() {
         .expect(2)
         .mount(&server)
         .await;
-    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    let err = adapter(&server)
+        .create(&workload().build())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Capacity { .. }), "{err:?}");
 }
 
@@ -282,7 +271,7 @@ async fn the_price_ceiling_is_enforced_even_if_the_search_ignores_it() {
         max_price_per_hour: Some(0.4),
         ..config(&server)
     };
-    adapter_with(cfg).create(&workload()).await.unwrap();
+    adapter_with(cfg).create(&workload().build()).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
     let search: Value = reqs[1].body_json().unwrap();
@@ -302,8 +291,7 @@ async fn interruptible_pods_bid() {
         .expect(1)
         .mount(&server)
         .await;
-    let mut w = workload();
-    w.options.insert("interruptible".into(), "true".into());
+    let w = workload().option("interruptible", "true").build();
     adapter(&server).create(&w).await.unwrap();
     let search: Value = server.received_requests().await.unwrap()[1]
         .body_json()
@@ -327,7 +315,10 @@ async fn interruptible_pods_bid() {
         .expect(0)
         .mount(&server)
         .await;
-    w.options.insert("bid_price".into(), "0.25".into());
+    let w = workload()
+        .option("interruptible", "true")
+        .option("bid_price", "0.25")
+        .build();
     adapter(&server).create(&w).await.unwrap();
 }
 
@@ -350,7 +341,7 @@ async fn create_is_idempotent_on_the_label() {
         .mount(&server)
         .await;
 
-    adapter(&server).create(&workload()).await.unwrap();
+    adapter(&server).create(&workload().build()).await.unwrap();
 }
 
 #[tokio::test]
@@ -376,7 +367,7 @@ async fn a_lookup_that_ignores_the_filter_is_still_checked_by_label() {
         .mount(&server)
         .await;
 
-    adapter(&server).create(&workload()).await.unwrap();
+    adapter(&server).create(&workload().build()).await.unwrap();
 }
 
 #[tokio::test]
@@ -388,14 +379,9 @@ async fn invalid_workloads_fail_before_any_request() {
         .mount(&server)
         .await;
     let vast = adapter(&server);
-    let mut no_gpu = workload();
-    no_gpu.gpu = None;
-    let mut bad_bid = workload();
-    bad_bid.options.insert("bid_price".into(), "-1".into());
-    let mut bad_flag = workload();
-    bad_flag
-        .options
-        .insert("interruptible".into(), "maybe".into());
+    let no_gpu = workload().no_gpu().build();
+    let bad_bid = workload().option("bid_price", "-1").build();
+    let bad_flag = workload().option("interruptible", "maybe").build();
     for w in [no_gpu, bad_bid, bad_flag] {
         let err = vast.create(&w).await.unwrap_err();
         assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
@@ -404,9 +390,10 @@ async fn invalid_workloads_fail_before_any_request() {
         max_price_per_hour: Some(1.0),
         ..config(&server)
     });
-    let mut greedy = workload();
-    greedy.options.insert("interruptible".into(), "yes".into());
-    greedy.options.insert("bid_price".into(), "5".into());
+    let greedy = workload()
+        .option("interruptible", "yes")
+        .option("bid_price", "5")
+        .build();
     let err = capped.create(&greedy).await.unwrap_err();
     assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
 }
@@ -420,7 +407,10 @@ async fn rent_error(resp: ResponseTemplate) -> ProviderError {
         .respond_with(resp)
         .mount(&server)
         .await;
-    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    let err = adapter(&server)
+        .create(&workload().build())
+        .await
+        .unwrap_err();
     assert_no_key(&err);
     // Errors other than "offer gone" stop at the first offer.
     let puts = calls(&server.received_requests().await.unwrap())
@@ -501,7 +491,10 @@ async fn an_invalid_key_reported_as_404_on_search_is_auth() {
         )
         .mount(&server)
         .await;
-    let err = adapter(&server).create(&workload()).await.unwrap_err();
+    let err = adapter(&server)
+        .create(&workload().build())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Auth { .. }), "{err:?}");
 }
 
@@ -860,12 +853,9 @@ async fn secrets_stay_out_of_debug_and_settings_parse() {
 
 /// The standard workload under another pod UID.
 fn workload_n(n: usize) -> Workload {
-    Workload {
-        id: owner()
-            .workload_id(&format!("00000000-0000-4000-8000-{n:012x}"))
-            .unwrap(),
-        ..workload()
-    }
+    workload()
+        .pod_uid(&format!("00000000-0000-4000-8000-{n:012x}"))
+        .build()
 }
 
 /// Offer ids of the rents (`PUT /api/v0/asks/{id}/`) the server received, in order.

@@ -10,10 +10,10 @@ use crate::config::GpuStock;
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlInventoryError {
     /// NVML could not be loaded or initialised (no driver, no GPU, no libnvidia-ml).
-    #[error("failed to initialise NVML: {0}")]
+    #[error("failed to initialise NVML")]
     Init(#[source] nvml_wrapper::error::NvmlError),
     /// A device query failed.
-    #[error("failed to query GPU {index}: {source}")]
+    #[error("failed to query GPU {index}")]
     Device {
         /// Device index.
         index: u32,

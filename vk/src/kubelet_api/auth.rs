@@ -51,6 +51,7 @@ use tracing::{debug, warn};
 use super::tls::Peer;
 use super::{ApiError, AppState};
 use crate::provider::BoxFuture;
+use crate::telemetry::ErrorChain;
 
 pub const TOKEN_TTL: Duration = Duration::from_secs(120);
 pub const TOKEN_FAILURE_TTL: Duration = Duration::from_secs(10);
@@ -155,9 +156,9 @@ pub fn request_attributes(method: &Method, path: &str) -> Attributes {
 /// Errors talking to the API server about a request's identity.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
-    #[error("TokenReview failed: {0}")]
+    #[error("failed to create a TokenReview")]
     TokenReview(#[source] kube::Error),
-    #[error("SubjectAccessReview failed: {0}")]
+    #[error("failed to create a SubjectAccessReview")]
     AccessReview(#[source] kube::Error),
     #[error("{0}")]
     Other(String),
@@ -339,7 +340,7 @@ impl Auth {
                         user
                     }
                     Err(e) => {
-                        warn!(error = %e, "cannot authenticate a kubelet API request");
+                        warn!(error = %ErrorChain(&e), "cannot authenticate a kubelet API request");
                         return Err(unauthorized());
                     }
                 },
@@ -374,7 +375,7 @@ impl Auth {
                         a
                     }
                     Err(e) => {
-                        warn!(user = %user.name, verb = attrs.verb, subresource = sub, error = %e, "authorization error");
+                        warn!(user = %user.name, verb = attrs.verb, subresource = sub, error = %ErrorChain(&e), "authorization error");
                         return Err(ApiError::new(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             format!(

@@ -31,7 +31,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
-use super::tls::{ServingCert, TlsConfig, validity};
+use super::tls::{ServingCert, validity};
+use crate::config::TlsConfig;
+use crate::telemetry::ErrorChain;
 
 pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// How long one request may wait for approval and signing.
@@ -43,14 +45,22 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 /// Errors of one certificate request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("failed to build the certificate request: {0}")]
-    Build(#[from] rcgen::Error),
-    #[error("failed to create the CertificateSigningRequest: {0}")]
+    #[error("failed to build the certificate request")]
+    BuildRequest(#[from] rcgen::Error),
+    #[error("failed to create the CertificateSigningRequest")]
     Create(#[source] kube::Error),
-    #[error("failed to approve CertificateSigningRequest {name}: {source}")]
-    Approve { name: String, source: kube::Error },
-    #[error("failed to read CertificateSigningRequest {name}: {source}")]
-    Get { name: String, source: kube::Error },
+    #[error("failed to approve CertificateSigningRequest {name}")]
+    Approve {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("failed to read CertificateSigningRequest {name}")]
+    Get {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("CertificateSigningRequest {name} was {condition}: {message}")]
     Refused {
         name: String,
@@ -99,7 +109,7 @@ pub fn spawn(
                     tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
                 }
                 Err(e) => {
-                    warn!(error = %e, retry_in_s = retry.as_secs(), "serving certificate request failed");
+                    warn!(error = %ErrorChain(&e), retry_in_s = retry.as_secs(), "serving certificate request failed");
                     tokio::time::sleep(retry).await;
                     retry = (retry * 2).min(RETRY_MAX);
                 }

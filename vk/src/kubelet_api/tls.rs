@@ -46,62 +46,24 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use serde::Deserialize;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, info, warn};
+use x509_parser::asn1_rs::{FromDer, Tag};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::x509::AttributeTypeAndValue;
 
 use super::auth::User;
+use crate::config::TlsConfig;
+use crate::telemetry::ErrorChain;
 
 const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TLS handshakes in progress at once; further connections wait in the kernel's backlog.
 const MAX_HANDSHAKES: usize = 256;
 const CLUSTER_CA_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The `tls` block of the config file.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TlsConfig {
-    #[serde(default)]
-    pub cert_file: Option<PathBuf>,
-    #[serde(default)]
-    pub key_file: Option<PathBuf>,
-    #[serde(default)]
-    pub client_ca_file: Option<PathBuf>,
-    #[serde(default = "yes")]
-    pub client_ca_from_cluster: bool,
-    /// Request the serving certificate from the cluster (`kubernetes.io/kubelet-serving` CSR).
-    #[serde(default)]
-    pub csr: bool,
-    /// Approve our own serving CSR (needs `approve` on `signers/kubernetes.io/kubelet-serving`);
-    /// otherwise an administrator or an approver controller must approve it.
-    #[serde(default)]
-    pub csr_auto_approve: bool,
-    /// Requested certificate lifetime (the signer may cap it).
-    #[serde(default)]
-    pub csr_expiration_seconds: Option<i32>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Default for TlsConfig {
-    fn default() -> Self {
-        Self {
-            cert_file: None,
-            key_file: None,
-            client_ca_file: None,
-            client_ca_from_cluster: true,
-            csr: false,
-            csr_auto_approve: false,
-            csr_expiration_seconds: None,
-        }
-    }
-}
 
 /// Errors setting up TLS.
 #[derive(Debug, thiserror::Error)]
@@ -110,42 +72,47 @@ pub enum Error {
     Incomplete,
     #[error("tls: csr and certFile/keyFile exclude each other")]
     CsrWithFiles,
-    #[error("failed to read certificate file {path}: {source}")]
+    #[error("failed to read certificate file {path}")]
     ReadCert {
         path: PathBuf,
+        #[source]
         source: rustls::pki_types::pem::Error,
     },
     #[error("no certificate in {path}")]
     NoCert { path: PathBuf },
-    #[error("failed to read private key file {path}: {source}")]
+    #[error("failed to read private key file {path}")]
     ReadKey {
         path: PathBuf,
+        #[source]
         source: rustls::pki_types::pem::Error,
     },
-    #[error("unusable private key in {path}: {source}")]
-    Key {
+    #[error("failed to load the private key in {path}")]
+    LoadKey {
         path: PathBuf,
+        #[source]
         source: rustls::Error,
     },
-    #[error("certificate {cert} does not match private key {key}: {source}")]
-    Mismatch {
+    #[error("failed to match certificate {cert} with private key {key}")]
+    MatchKey {
         cert: PathBuf,
         key: PathBuf,
+        #[source]
         source: rustls::Error,
     },
-    #[error("failed to read client CA file {path}: {source}")]
+    #[error("failed to read client CA file {path}")]
     ReadClientCa {
         path: PathBuf,
+        #[source]
         source: rustls::pki_types::pem::Error,
     },
     #[error("no usable CA certificate in client CA file {path}")]
     NoClientCa { path: PathBuf },
-    #[error("failed to generate a self-signed serving certificate: {0}")]
-    SelfSigned(#[from] rcgen::Error),
-    #[error("failed to build the TLS configuration: {0}")]
-    Config(#[source] rustls::Error),
-    #[error("failed to build the client certificate verifier: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("failed to generate a self-signed serving certificate")]
+    GenerateSelfSigned(#[from] rcgen::Error),
+    #[error("failed to build the TLS configuration")]
+    BuildConfig(#[source] rustls::Error),
+    #[error("failed to build the client certificate verifier")]
+    BuildVerifier(#[from] rustls::server::VerifierBuilderError),
 }
 
 /// The serving certificate, swapped in place when its files change.
@@ -231,7 +198,9 @@ impl ServingCert {
                         info!(cert = %cert.display(), "reloaded the kubelet API serving certificate");
                     }
                     // Half-written rotation: keep serving the old pair, retry next tick.
-                    Err(e) => warn!(error = %e, "serving certificate changed but does not load"),
+                    Err(e) => {
+                        warn!(error = %ErrorChain(&e), "serving certificate changed but does not load")
+                    }
                 }
             }
         });
@@ -275,12 +244,12 @@ fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, Error> {
         source,
     })?;
     let signing =
-        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|source| Error::Key {
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|source| Error::LoadKey {
             path: key.to_owned(),
             source,
         })?;
     let ck = CertifiedKey::new(chain, signing);
-    ck.keys_match().map_err(|source| Error::Mismatch {
+    ck.keys_match().map_err(|source| Error::MatchKey {
         cert: cert.to_owned(),
         key: key.to_owned(),
         source,
@@ -315,7 +284,8 @@ pub fn self_signed(node_name: &str, internal_ip: &str) -> Result<CertifiedKey, E
     let key = rcgen::KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     let der = PrivateKeyDer::Pkcs8(key.serialize_der().into());
-    let signing = rustls::crypto::ring::sign::any_supported_type(&der).map_err(Error::Config)?;
+    let signing =
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(Error::BuildConfig)?;
     Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }
 
@@ -393,7 +363,7 @@ pub fn server_config(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(Error::Config)?;
+        .map_err(Error::BuildConfig)?;
     let builder = match roots {
         Some(roots) => builder.with_client_cert_verifier(
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -502,46 +472,27 @@ impl Connected<IncomingStream<'_, TlsListener>> for Peer {
     }
 }
 
-// ---- X.509 subject ---------------------------------------------------------------------------
-// Only what the identity needs: the subject's CN and O values. The certificate was verified by
-// rustls before this runs; the reader still treats it as untrusted bytes (no panics, no
-// unbounded work).
+// ---- X.509 --------------------------------------------------------------------------------
+// Only what the identity and the renewal need: the subject's CN and O values, and the validity.
+// The certificate was verified by rustls before `subject` runs; x509-parser still treats it as
+// untrusted bytes (errors, not panics).
 
-/// One DER element: (tag, contents, rest).
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
+/// A DER certificate, or `None` when it does not parse.
+fn parse(cert: &[u8]) -> Option<X509Certificate<'_>> {
+    X509Certificate::from_der(cert).ok().map(|(_, c)| c)
 }
 
-const SEQUENCE: u8 = 0x30;
-const SET: u8 = 0x31;
-const OID: u8 = 0x06;
-const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
-const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
-
-fn directory_string(tag: u8, v: &[u8]) -> Option<String> {
-    match tag {
-        // UTF8String, PrintableString, IA5String, TeletexString
-        0x0c | 0x13 | 0x16 | 0x14 => Some(String::from_utf8_lossy(v).into_owned()),
-        // BMPString
-        0x1e => {
-            let units: Vec<u16> = v
+/// A directory string as text: UTF8String, PrintableString, IA5String and TeletexString
+/// (invalid UTF-8 replaced), BMPString (UTF-16); other types are no name.
+fn directory_string(atv: &AttributeTypeAndValue<'_>) -> Option<String> {
+    let value = atv.attr_value();
+    match value.tag() {
+        Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::TeletexString => {
+            Some(String::from_utf8_lossy(value.data).into_owned())
+        }
+        Tag::BmpString => {
+            let units: Vec<u16> = value
+                .data
                 .chunks_exact(2)
                 .map(|c| u16::from_be_bytes([c[0], c[1]]))
                 .collect();
@@ -551,94 +502,28 @@ fn directory_string(tag: u8, v: &[u8]) -> Option<String> {
     }
 }
 
-/// The `n`-th field of a certificate's TBSCertificate after the optional version: 0 serial,
-/// 1 signature algorithm, 2 issuer, 3 validity, 4 subject.
-fn tbs_field(cert: &[u8], n: usize) -> Option<(u8, &[u8])> {
-    let (tag, cert, _) = tlv(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (tag, tbs, _) = tlv(cert)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let mut rest = tbs;
-    if let Some((0xa0, _, r)) = tlv(rest) {
-        rest = r;
-    }
-    for _ in 0..n {
-        rest = tlv(rest)?.2;
-    }
-    let (tag, value, _) = tlv(rest)?;
-    Some((tag, value))
-}
-
 /// `notBefore` and `notAfter` of a DER certificate.
 pub fn validity(cert: &[u8]) -> Option<(jiff::Timestamp, jiff::Timestamp)> {
-    let (tag, v) = tbs_field(cert, 3)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let (t1, before, rest) = tlv(v)?;
-    let (t2, after, _) = tlv(rest)?;
-    Some((der_time(t1, before)?, der_time(t2, after)?))
+    let cert = parse(cert)?;
+    let v = cert.validity();
+    let at = |t: &x509_parser::time::ASN1Time| jiff::Timestamp::from_second(t.timestamp()).ok();
+    Some((at(&v.not_before)?, at(&v.not_after)?))
 }
 
-/// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
-fn der_time(tag: u8, v: &[u8]) -> Option<jiff::Timestamp> {
-    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
-    let digits = |r: std::ops::Range<usize>| s.get(r)?.parse::<i16>().ok();
-    let (year, rest) = match tag {
-        0x17 if s.len() == 12 => {
-            let yy = digits(0..2)?;
-            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
-        }
-        0x18 if s.len() == 14 => (digits(0..4)?, 4),
-        _ => return None,
-    };
-    let n = |i: usize| digits(rest + 2 * i..rest + 2 * i + 2).and_then(|v| i8::try_from(v).ok());
-    let dt = jiff::civil::DateTime::new(year, n(0)?, n(1)?, n(2)?, n(3)?, n(4)?, 0).ok()?;
-    dt.to_zoned(jiff::tz::TimeZone::UTC)
-        .ok()
-        .map(|z| z.timestamp())
-}
-
-/// The subject's common name and organizations of a DER certificate.
+/// The subject's common name (the last one when there are several; empty when none) and
+/// organizations of a DER certificate.
 pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
-    let (tag, mut name) = tbs_field(cert, 4)?;
-    if tag != SEQUENCE {
-        return None;
-    }
-    let mut cn = String::new();
-    let mut orgs = Vec::new();
-    while !name.is_empty() {
-        let (tag, mut set, r) = tlv(name)?;
-        name = r;
-        if tag != SET {
-            return None;
-        }
-        while !set.is_empty() {
-            let (tag, atv, r) = tlv(set)?;
-            set = r;
-            if tag != SEQUENCE {
-                return None;
-            }
-            let (tag, oid, r) = tlv(atv)?;
-            if tag != OID {
-                return None;
-            }
-            let (vtag, value, _) = tlv(r)?;
-            if oid == OID_CN {
-                if let Some(s) = directory_string(vtag, value) {
-                    cn = s;
-                }
-            } else if oid == OID_O
-                && let Some(s) = directory_string(vtag, value)
-            {
-                orgs.push(s);
-            }
-        }
-    }
+    let cert = parse(cert)?;
+    let name = cert.subject();
+    let cn = name
+        .iter_common_name()
+        .filter_map(directory_string)
+        .last()
+        .unwrap_or_default();
+    let orgs = name
+        .iter_organization()
+        .filter_map(directory_string)
+        .collect();
     Some((cn, orgs))
 }
 
@@ -646,26 +531,34 @@ pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
 mod tests {
     use super::*;
 
-    fn cert_with(cn: Option<&str>, org: Option<&str>) -> Vec<u8> {
+    /// A self-signed certificate whose subject holds `names` in this order.
+    fn cert_with(names: &[(rcgen::DnType, rcgen::DnValue)]) -> Vec<u8> {
         let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
         p.distinguished_name = rcgen::DistinguishedName::new();
-        if let Some(o) = org {
-            p.distinguished_name
-                .push(rcgen::DnType::OrganizationName, o);
-        }
-        if let Some(cn) = cn {
-            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        for (ty, value) in names {
+            p.distinguished_name.push(ty.clone(), value.clone());
         }
         let key = rcgen::KeyPair::generate().unwrap();
         p.self_signed(&key).unwrap().der().to_vec()
     }
 
+    fn cn(v: &str) -> (rcgen::DnType, rcgen::DnValue) {
+        (
+            rcgen::DnType::CommonName,
+            rcgen::DnValue::Utf8String(v.into()),
+        )
+    }
+
+    fn org(v: &str) -> (rcgen::DnType, rcgen::DnValue) {
+        (
+            rcgen::DnType::OrganizationName,
+            rcgen::DnValue::Utf8String(v.into()),
+        )
+    }
+
     #[test]
     fn reads_cn_and_organizations() {
-        let der = cert_with(
-            Some("kube-apiserver-kubelet-client"),
-            Some("system:masters"),
-        );
+        let der = cert_with(&[org("system:masters"), cn("kube-apiserver-kubelet-client")]);
         assert_eq!(
             subject(&der),
             Some((
@@ -674,54 +567,128 @@ mod tests {
             ))
         );
         assert_eq!(
-            subject(&cert_with(Some("bob"), None)),
+            subject(&cert_with(&[cn("bob")])),
             Some(("bob".into(), vec![]))
         );
         assert_eq!(
-            subject(&cert_with(None, Some("g"))),
+            subject(&cert_with(&[org("g")])),
             Some((String::new(), vec!["g".into()]))
+        );
+    }
+
+    /// A DER element: `tag` around `content`.
+    fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        match u8::try_from(content.len()) {
+            Ok(n) if n < 0x80 => out.push(n),
+            _ => {
+                let len = content.len().to_be_bytes();
+                let skip = len.iter().take_while(|b| **b == 0).count();
+                out.push(0x80 | (len.len() - skip) as u8);
+                out.extend_from_slice(&len[skip..]);
+            }
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// `cert` with its subject replaced by a Name of one attribute per RDN, in order:
+    /// (attribute OID, string tag, value). The signature no longer matches, which `subject`
+    /// does not look at (rustls verified the chain before). rcgen keeps one value per
+    /// attribute type, hence the splicing.
+    fn with_subject(cert: &[u8], atvs: &[(&[u8], u8, &[u8])]) -> Vec<u8> {
+        let rdns: Vec<u8> = atvs
+            .iter()
+            .flat_map(|(oid, tag, value)| {
+                let atv = [der(0x06, oid), der(*tag, value)].concat();
+                der(0x31, &der(0x30, &atv))
+            })
+            .collect();
+        let subject = der(0x30, &rdns);
+        let (_, parsed) = X509Certificate::from_der(cert).unwrap();
+        let tbs = parsed.tbs_certificate.as_ref();
+        let old = parsed.subject().as_raw();
+        // The issuer comes first and is the same name in a self-signed certificate.
+        let at = tbs.windows(old.len()).rposition(|w| w == old).unwrap();
+        let header = |d: &[u8]| {
+            2 + if d[1] < 0x80 {
+                0
+            } else {
+                usize::from(d[1] & 0x7f)
+            }
+        };
+        let tbs_content = [&tbs[header(tbs)..at], &subject, &tbs[at + old.len()..]].concat();
+        let rest = &cert[header(cert) + tbs.len()..];
+        der(0x30, &[der(0x30, &tbs_content), rest.to_vec()].concat())
+    }
+
+    #[test]
+    fn reads_several_organizations_in_order_and_every_string_type() {
+        const CN: &[u8] = &[0x55, 0x04, 0x03];
+        const O: &[u8] = &[0x55, 0x04, 0x0a];
+        const OU: &[u8] = &[0x55, 0x04, 0x0b];
+        let bmp: Vec<u8> = "gr\u{fc}n"
+            .encode_utf16()
+            .flat_map(u16::to_be_bytes)
+            .collect();
+        let der = with_subject(
+            &cert_with(&[cn("placeholder")]),
+            &[
+                (O, 0x0c, b"system:nodes"),
+                (CN, 0x0c, b"first"),
+                (O, 0x13, b"team-a"),
+                (OU, 0x0c, b"not-a-group"),
+                (O, 0x1e, &bmp),
+                (O, 0x14, b"teletex"),
+                (O, 0x04, b"an OCTET STRING is no name"),
+                (CN, 0x16, b"system:node:vk"),
+            ],
+        );
+        assert_eq!(
+            subject(&der),
+            Some((
+                "system:node:vk".to_owned(),
+                vec![
+                    "system:nodes".to_owned(),
+                    "team-a".to_owned(),
+                    "gr\u{fc}n".to_owned(),
+                    "teletex".to_owned()
+                ]
+            ))
         );
     }
 
     #[test]
     fn reads_validity() {
-        let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
-        p.not_before = rcgen::date_time_ymd(2026, 5, 1);
-        p.not_after = rcgen::date_time_ymd(2051, 1, 2);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let der = p.self_signed(&key).unwrap().der().to_vec();
-        assert_eq!(
-            validity(&der),
-            Some((
-                "2026-05-01T00:00:00Z".parse().unwrap(),
-                "2051-01-02T00:00:00Z".parse().unwrap()
-            ))
-        );
-        assert_eq!(
-            der_time(0x17, b"491231235959Z"),
-            "2049-12-31T23:59:59Z".parse().ok()
-        );
-        assert_eq!(
-            der_time(0x17, b"991231235959Z"),
-            "1999-12-31T23:59:59Z".parse().ok()
-        );
-        assert_eq!(
-            der_time(0x18, b"20991231235959Z"),
-            "2099-12-31T23:59:59Z".parse().ok()
-        );
-        assert_eq!(der_time(0x18, b"2099123123595Z"), None);
-        assert_eq!(der_time(0x17, b"991331235959Z"), None);
+        // UTCTime before 2050, GeneralizedTime from 2050 on.
+        for (from, to) in [("1999-12-31", "2026-05-01"), ("2026-05-01", "2051-01-02")] {
+            let date = |s: &str| s.parse::<jiff::civil::Date>().unwrap();
+            let ymd = |d: jiff::civil::Date| {
+                rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8)
+            };
+            let at =
+                |d: jiff::civil::Date| d.to_zoned(jiff::tz::TimeZone::UTC).unwrap().timestamp();
+            let mut p = rcgen::CertificateParams::new(vec!["x.example".to_owned()]).unwrap();
+            p.not_before = ymd(date(from));
+            p.not_after = ymd(date(to));
+            let key = rcgen::KeyPair::generate().unwrap();
+            let der = p.self_signed(&key).unwrap().der().to_vec();
+            assert_eq!(validity(&der), Some((at(date(from)), at(date(to)))));
+        }
     }
 
     #[test]
     fn garbage_is_no_identity() {
-        let der = cert_with(Some("bob"), None);
+        let der = cert_with(&[cn("bob")]);
         for cut in [0, 1, 2, 10, der.len() / 2, der.len() - 1] {
-            // Truncations never panic; most are rejected outright.
-            let _ = subject(&der[..cut]);
+            assert_eq!(subject(&der[..cut]), None, "cut at {cut}");
+            assert_eq!(validity(&der[..cut]), None, "cut at {cut}");
         }
         assert_eq!(subject(b"\x30\x84\xff\xff\xff\xff"), None);
         assert_eq!(subject(&[]), None);
+        assert_eq!(subject(b"-----BEGIN CERTIFICATE-----"), None);
+        // A well-formed DER SEQUENCE that is no certificate.
+        assert_eq!(subject(&[0x30, 0x03, 0x02, 0x01, 0x05]), None);
     }
 
     #[test]
@@ -770,7 +737,7 @@ mod tests {
         load_pair(&dir.join("tls.crt"), &dir.join("tls.key")).unwrap();
         assert!(matches!(
             load_pair(&dir.join("tls.crt"), &dir.join("other.key")),
-            Err(Error::Mismatch { .. })
+            Err(Error::MatchKey { .. })
         ));
         assert!(matches!(
             load_pair(&dir.join("missing.crt"), &dir.join("tls.key")),
