@@ -12,7 +12,7 @@ use super::events::EventType;
 use super::memory::Memory;
 use super::translate::{Situation, reason};
 use super::{Error, PodController, read, write};
-use crate::telemetry::ResultLabels;
+use crate::telemetry::{ErrorChain, ResultLabels};
 
 /// When the queue should bring the pod back, in the spirit of kube-runtime's `Action`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl PodController {
             }
             Err(e) => {
                 let d = self.queue.retry(uid);
-                warn!(uid, error = %chain(&e), retry_in_ms = d.as_millis() as u64, "reconcile failed");
+                warn!(uid, error = %ErrorChain(&e), retry_in_ms = d.as_millis() as u64, "reconcile failed");
             }
         }
     }
@@ -186,18 +186,6 @@ impl PodController {
             }
         }
     }
-}
-
-/// An error and its sources, for one log line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
 }
 
 #[allow(dead_code)]
