@@ -811,6 +811,9 @@ pub struct VkOptions {
     pub poll_ms: u64,
     pub gc_grace_ms: u64,
     pub restart_backoff_ms: u64,
+    /// `timings.lossWindowMs`: how long a workload must stay absent from its provider's lists
+    /// (over at least 3 of them) before it counts as lost.
+    pub loss_window_ms: u64,
     /// `RUST_LOG` of the VK process.
     pub rust_log: String,
 }
@@ -821,6 +824,7 @@ impl Default for VkOptions {
             poll_ms: 500,
             gc_grace_ms: 2000,
             restart_backoff_ms: 500,
+            loss_window_ms: 2000,
             rust_log: "info,vk=debug".into(),
         }
     }
@@ -848,8 +852,8 @@ impl Vk {
         let kubelet_port = free_port();
         let config = format!(
             "nodeName: {node}\nclusterId: test-cluster\nkubeletPort: {kubelet_port}\nmetricsAddr: 127.0.0.1:{metrics_port}\n\
-             workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\nproviders:\n{providers}",
-            opts.poll_ms, opts.gc_grace_ms, opts.restart_backoff_ms
+             workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\n  lossLists: 3\n  lossWindowMs: {}\nproviders:\n{providers}",
+            opts.poll_ms, opts.gc_grace_ms, opts.restart_backoff_ms, opts.loss_window_ms
         );
         std::fs::write(dir.join("config.yaml"), &config).unwrap();
         let mut vk = Self {

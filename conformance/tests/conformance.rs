@@ -8,6 +8,8 @@
 
 #[path = "conformance/observability.rs"]
 mod observability;
+#[path = "conformance/resilience.rs"]
+mod resilience;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -92,6 +94,8 @@ struct Vkw {
     all_uids: HashSet<String>,
     /// CPU the provider is told to report for a deployment's replicas (new ones included).
     cpu_target: Option<(String, u64)>,
+    /// What was true when a provider incident began (see `resilience`).
+    incident: Option<resilience::Incident>,
 }
 
 impl std::fmt::Debug for Vkw {
@@ -118,6 +122,7 @@ impl Vkw {
             foreign: Vec::new(),
             all_uids: HashSet::new(),
             cpu_target: None,
+            incident: None,
         }
     }
 
@@ -612,6 +617,7 @@ async fn preempt_replica(w: &mut Vkw, app: String) {
 
 #[when(expr = "the provider loses the workload of one replica of deployment {string}")]
 async fn lose_replica(w: &mut Vkw, app: String) {
+    resilience::mark_incident(w, &app).await;
     let id = pick_replica(w, &app).await;
     w.emu().vanish(&id).await;
 }

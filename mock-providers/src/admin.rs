@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::config::GpuStock;
-use crate::engine::gate::FaultSpec;
+use crate::engine::gate::{FaultSpec, HideSpec};
 use crate::engine::logs::LogSource;
 use crate::engine::{AdminError, Engine, Extra, NewWorkload, Usage};
 use crate::inventory::AllocError;
@@ -36,6 +36,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
             "/_admin/faults",
             get(list_faults).post(add_fault).delete(clear_faults),
         )
+        .route("/_admin/hide", post(hide))
         .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
@@ -252,6 +253,17 @@ async fn add_fault(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
         Ok(()) => StatusCode::CREATED.into_response(),
         Err(x) => err(StatusCode::BAD_REQUEST, x.to_string()),
     }
+}
+
+/// `POST /_admin/hide {"lists": N, "ids": [...]}`: leave workloads out of the next N list
+/// answers (every workload when `ids` is absent); they keep running.
+async fn hide(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
+    let spec: HideSpec = match body(&bytes) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    e.lock().gate.hide(spec);
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn clear_faults(State(e): State<Arc<Engine>>) -> Response {

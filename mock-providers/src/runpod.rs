@@ -432,9 +432,11 @@ async fn list_pods(AxState(s): AxState<State>, headers: HeaderMap) -> Response {
     let pods: Vec<Value> = {
         let mut inner = engine.lock();
         engine.settle(&mut inner, now);
+        let mask = inner.gate.list_mask();
         inner
             .workloads
             .values_mut()
+            .filter(|w| !mask.hides(&w.id))
             .map(|w| render_pod(engine, w, now))
             .collect()
     };

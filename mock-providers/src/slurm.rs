@@ -491,10 +491,12 @@ async fn list(
     };
     let mut inner = emu.lock();
     emu.settle(&mut inner);
+    let mask = inner.gate.list_mask();
     let jobs: Vec<Value> = inner
         .jobs
         .jobs
         .values()
+        .filter(|j| !mask.hides(&j.id.to_string()))
         .map(|j| render(dialect, j))
         .collect();
     json_response(StatusCode::OK, jobs_answer(dialect, jobs))

@@ -1173,13 +1173,15 @@ fn list_inner(engine: &Engine, q: &HashMap<String, String>) -> Response {
     let crate::engine::Inner {
         workloads,
         vast: book,
+        gate,
         ..
     } = inner;
+    let mask = gate.list_mask();
     // Matching instances in id order, and their labels counted (as JSON).
     let mut matching: Vec<(u64, u64)> = Vec::new(); // (numeric id, seq)
     let label_counts: Cow<'_, str> = if filters.is_empty() {
         let mut current: Vec<(u64, &str)> = Vec::with_capacity(workloads.len());
-        for w in workloads.values() {
+        for w in workloads.values().filter(|w| !mask.hides(&w.id)) {
             if let Some(num) = parse_id(&w.id) {
                 matching.push((num, w.seq));
                 current.push((w.seq, w.name.as_str()));
@@ -1188,7 +1190,7 @@ fn list_inner(engine: &Engine, q: &HashMap<String, String>) -> Response {
         book.label_counts.sync(&current)
     } else {
         let label_eq = label_equality(&filters);
-        for w in workloads.values_mut() {
+        for w in workloads.values_mut().filter(|w| !mask.hides(&w.id)) {
             let Some(num) = parse_id(&w.id) else {
                 continue;
             };

@@ -123,6 +123,14 @@ pub struct Timings {
     pub restart_backoff_ms: u64,
     #[serde(default = "default_restart_backoff_max_ms")]
     pub restart_backoff_max_ms: u64,
+    /// A workload is lost only once this many consecutive successful lists of its provider
+    /// lacked it (one list proves nothing: see `pods::evidence`)...
+    #[serde(default = "default_loss_lists")]
+    pub loss_lists: u32,
+    /// ...spanning at least this long (five times as long when most workloads vanished at
+    /// once, which looks like a provider incident rather than a loss).
+    #[serde(default = "default_loss_window_ms")]
+    pub loss_window_ms: u64,
 }
 
 impl Default for Timings {
@@ -134,6 +142,8 @@ impl Default for Timings {
             node_status_ms: default_node_status_ms(),
             restart_backoff_ms: default_restart_backoff_ms(),
             restart_backoff_max_ms: default_restart_backoff_max_ms(),
+            loss_lists: default_loss_lists(),
+            loss_window_ms: default_loss_window_ms(),
         }
     }
 }
@@ -144,6 +154,9 @@ impl Timings {
     }
     pub fn gc_grace(&self) -> Duration {
         Duration::from_millis(self.gc_grace_ms)
+    }
+    pub fn loss_window(&self) -> Duration {
+        Duration::from_millis(self.loss_window_ms)
     }
 }
 
@@ -296,6 +309,11 @@ impl Config {
                 "pollIntervalMs and workers must be positive".into(),
             ));
         }
+        if self.timings.loss_lists == 0 {
+            return Err(Error::Invalid(
+                "lossLists must be at least 1: one list proves nothing".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -346,6 +364,12 @@ fn default_restart_backoff_ms() -> u64 {
 }
 fn default_restart_backoff_max_ms() -> u64 {
     300_000
+}
+fn default_loss_lists() -> u32 {
+    3
+}
+fn default_loss_window_ms() -> u64 {
+    30_000
 }
 
 #[cfg(test)]

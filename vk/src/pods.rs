@@ -10,6 +10,7 @@
 //!        FinishDeletion / DeleteOrphanedWorkloads / StopWorkload -> delete
 //!        Lost / Fail  -> status (Failed, with a reason and an Event)
 //! provider lists (observe: one list per provider per interval) -> cache -> enqueue changed pods
+//!   (a workload missing from a list is lost only on repeated evidence: evidence)
 //! gc: workloads owned by this node with no live pod -> delete (after a grace window)
 //! startup: pod store synced + every provider listed once -> reconcile everything once
 //! ```
@@ -26,6 +27,7 @@ pub mod delete;
 pub mod dispatch;
 pub mod env;
 pub mod events;
+pub mod evidence;
 pub mod gc;
 pub mod memory;
 pub mod observe;
@@ -85,6 +87,10 @@ struct ProviderSlot {
     cache: RwLock<HashMap<String, Observed>>,
     /// Start time of the last successful list.
     listed_at: RwLock<Option<Instant>>,
+    /// Successful lists applied so far.
+    lists: std::sync::atomic::AtomicU64,
+    /// Absences of our workloads from its lists (see [`evidence`]).
+    evidence: RwLock<evidence::Evidence>,
 }
 
 /// The shared state of the pod pipeline of a running VK.
@@ -135,6 +141,8 @@ impl PodController {
                 provider: layer::layer(p, metrics.clone(), layer::DEFAULT_TIMEOUT),
                 cache: RwLock::default(),
                 listed_at: RwLock::default(),
+                lists: Default::default(),
+                evidence: RwLock::default(),
             })
             .collect();
         let offers = slots

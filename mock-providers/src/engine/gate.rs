@@ -198,12 +198,70 @@ pub struct GateState {
     counters: BTreeMap<RouteKind, u64>,
     faults: Vec<FaultRule>,
     window: Option<(Instant, u32)>,
+    hidden: Vec<HideRule>,
+}
+
+/// Body of `POST /_admin/hide`: leave workloads out of the next `lists` list answers (all of
+/// them when `ids` is absent), while they keep running. Models the well-formed but partial or
+/// empty list answers real APIs give during incidents (a list served from a lagging replica or
+/// cache), which a client must not take as proof that the workloads are gone.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HideSpec {
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
+    pub lists: u32,
+}
+
+#[derive(Clone, Debug)]
+struct HideRule {
+    ids: Option<Vec<String>>,
+    remaining: u32,
+}
+
+/// What one list answer leaves out (see [`GateState::list_mask`]).
+#[derive(Clone, Debug, Default)]
+pub struct ListMask {
+    all: bool,
+    ids: Vec<String>,
+}
+
+impl ListMask {
+    /// True when the workload `id` is left out of this answer.
+    pub fn hides(&self, id: &str) -> bool {
+        self.all || self.ids.iter().any(|i| i == id)
+    }
 }
 
 impl GateState {
-    /// Forget counters, faults and the rate window.
+    /// Forget counters, faults, hidden workloads and the rate window.
     pub fn reset(&mut self) {
         *self = Self::default();
+    }
+
+    /// Hides workloads from upcoming list answers (`POST /_admin/hide`).
+    pub fn hide(&mut self, spec: HideSpec) {
+        if spec.lists > 0 {
+            self.hidden.push(HideRule {
+                ids: spec.ids,
+                remaining: spec.lists,
+            });
+        }
+    }
+
+    /// What the list answer being built leaves out; called once per list request, so each
+    /// hide rule covers exactly its number of answers.
+    pub fn list_mask(&mut self) -> ListMask {
+        let mut mask = ListMask::default();
+        for rule in &mut self.hidden {
+            match &rule.ids {
+                None => mask.all = true,
+                Some(ids) => mask.ids.extend(ids.iter().cloned()),
+            }
+            rule.remaining -= 1;
+        }
+        self.hidden.retain(|r| r.remaining > 0);
+        mask
     }
 
     /// Count a call and decide on latency and an injected failure.
@@ -349,6 +407,25 @@ mod tests {
             latency_ms: None,
             error_rate: None,
         }
+    }
+
+    #[test]
+    fn hidden_workloads_are_left_out_of_exactly_their_number_of_lists() {
+        let mut g = GateState::default();
+        g.hide(HideSpec {
+            ids: Some(vec!["a".into()]),
+            lists: 2,
+        });
+        g.hide(HideSpec {
+            ids: None,
+            lists: 1,
+        });
+        let first = g.list_mask();
+        assert!(first.hides("a") && first.hides("b"));
+        let second = g.list_mask();
+        assert!(second.hides("a") && !second.hides("b"));
+        let third = g.list_mask();
+        assert!(!third.hides("a") && !third.hides("b"));
     }
 
     #[test]

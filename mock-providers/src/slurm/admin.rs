@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::Emulator;
 use super::jobs::{Job, JobState, NewJob};
-use crate::engine::gate::FaultSpec;
+use crate::engine::gate::{FaultSpec, HideSpec};
 
 pub(crate) fn router(emu: Arc<Emulator>) -> Router {
     Router::new()
@@ -33,6 +33,7 @@ pub(crate) fn router(emu: Arc<Emulator>) -> Router {
             "/_admin/faults",
             get(list_faults).post(add_fault).delete(clear_faults),
         )
+        .route("/_admin/hide", post(hide))
         .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
@@ -304,6 +305,17 @@ async fn add_fault(State(e): State<Arc<Emulator>>, bytes: Bytes) -> Response {
         Ok(()) => StatusCode::CREATED.into_response(),
         Err(x) => err(StatusCode::BAD_REQUEST, x.to_string()),
     }
+}
+
+/// `POST /_admin/hide {"lists": N, "ids": [...]}`: leave workloads out of the next N list
+/// answers (every workload when `ids` is absent); they keep running.
+async fn hide(State(e): State<Arc<Emulator>>, bytes: Bytes) -> Response {
+    let spec: HideSpec = match body(&bytes) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    e.lock().gate.hide(spec);
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn clear_faults(State(e): State<Arc<Emulator>>) -> Response {

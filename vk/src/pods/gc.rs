@@ -1,9 +1,11 @@
 //! Garbage collection: workloads owned by this node (cluster id + node name) whose pod no
 //! longer exists are deleted, only once the pod store is synced and after the workload stayed
-//! orphaned for the grace window, so a pod created a moment ago is never collected.
+//! orphaned for the grace window and through `timings.lossLists` lists of its provider, so a
+//! pod created a moment ago is never collected, nor a workload on one list's word.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use tracing::info;
@@ -16,6 +18,7 @@ impl PodController {
         let mut ready = self.ready.subscribe();
         let _ = ready.wait_for(|r| *r).await;
         let grace = self.cfg.timings.gc_grace();
+        let min_lists = u64::from(self.cfg.timings.loss_lists);
         loop {
             let mut victims = Vec::new();
             {
@@ -24,6 +27,7 @@ impl PodController {
                 let mut still = HashSet::new();
                 for (i, slot) in self.slots.iter().enumerate() {
                     let name = slot.provider.name();
+                    let lists = slot.lists.load(Ordering::Relaxed);
                     for (uid, obs) in read(&slot.cache).iter() {
                         let live = pods
                             .get(uid)
@@ -33,8 +37,12 @@ impl PodController {
                         }
                         let key = (i, obs.id.clone());
                         still.insert(key.clone());
-                        let first = *recent.orphans.entry(key).or_insert_with(Instant::now);
-                        if first.elapsed() >= grace && !obs.provider_id.is_empty() {
+                        let (first, first_lists) = *recent
+                            .orphans
+                            .entry(key)
+                            .or_insert_with(|| (Instant::now(), lists));
+                        let repeated = lists.saturating_sub(first_lists) >= min_lists;
+                        if first.elapsed() >= grace && repeated && !obs.provider_id.is_empty() {
                             victims.push((i, uid.clone(), obs.provider_id.clone(), obs.id.clone()));
                         }
                     }

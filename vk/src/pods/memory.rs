@@ -15,8 +15,9 @@ pub struct Recent {
     pub created: HashMap<(usize, String), Instant>,
     /// When we deleted a pod's workload.
     pub deleted: HashMap<(usize, String), Instant>,
-    /// Workload -> first time it was seen without a live pod.
-    pub orphans: HashMap<(usize, WorkloadId), Instant>,
+    /// Workload -> first time it was seen without a live pod, and how many lists of its
+    /// provider had been applied then.
+    pub orphans: HashMap<(usize, WorkloadId), (Instant, u64)>,
     /// Pod UID -> when a list showed its workload in a new state, until the pod's next sync.
     pub changed: HashMap<String, Instant>,
     /// Pods (by UID) this VK removed from the API, until the watch reports them gone: their

@@ -7,10 +7,18 @@ use std::time::Instant;
 
 use tracing::warn;
 
+use super::evidence::LossRule;
 use super::{PodController, queue, read, write};
 use crate::provider::{Observed, ProviderError};
 
 impl PodController {
+    fn loss_rule(&self) -> LossRule {
+        LossRule {
+            lists: self.cfg.timings.loss_lists,
+            window: self.cfg.timings.loss_window(),
+        }
+    }
+
     /// Lists provider `i` every poll interval, backing off while it fails.
     pub(super) async fn observe(self: Arc<Self>, i: usize) {
         let interval = self.cfg.timings.poll_interval();
@@ -73,7 +81,7 @@ impl PodController {
                     }
                 }
             }
-            let gone: Vec<String> = cache
+            let missing: Vec<String> = cache
                 .keys()
                 .filter(|uid| !seen.contains(*uid))
                 // A workload created after this list began is not missing, just not listed yet.
@@ -85,11 +93,28 @@ impl PodController {
                 })
                 .cloned()
                 .collect();
-            for uid in gone {
+            // Missing from one list is not gone: only repeated evidence removes a workload.
+            let verdict =
+                write(&slot.evidence).fold(&self.loss_rule(), started, seen.len(), &missing);
+            if verdict.suspect {
+                warn!(
+                    provider = slot.provider.name(),
+                    listed = seen.len(),
+                    missing = missing.len(),
+                    "provider list lacks most known workloads at once; not trusted alone"
+                );
+            }
+            for uid in verdict.gone {
+                warn!(
+                    provider = slot.provider.name(),
+                    uid, "workload absent from consecutive lists: lost"
+                );
                 cache.remove(&uid);
                 changed.push(uid);
             }
         }
+        slot.lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         {
             let mut recent = write(&self.recent);
             recent.deleted.retain(|(p, _), t| *p != i || *t > started);

@@ -1,0 +1,130 @@
+//! Steps for provider incidents: empty, partial and failing lists (`POST /_admin/hide` and
+//! `/_admin/faults` of the emulators), checked against the emulator's own call counters.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use conformance::harness::*;
+use cucumber::{then, when};
+use serde_json::json;
+
+use crate::Vkw;
+
+/// Remembers the replicas' workloads and the provider's create/delete counters before an
+/// incident, for the checks after it.
+pub async fn mark_incident(w: &mut Vkw, app: &str) {
+    let mut before = BTreeMap::new();
+    for p in w.replicas(app).await {
+        let live = w.live_of(&uid(&p)).await;
+        assert_eq!(
+            live.len(),
+            1,
+            "replica {:?} before the incident",
+            p.metadata.name
+        );
+        let id = live[0]["id"].as_str().unwrap_or_default().to_owned();
+        before.insert(uid(&p), id);
+    }
+    w.incident = Some(Incident {
+        workloads: before,
+        creates: w.emu().counter("create").await,
+        deletes: w.emu().counter("delete").await,
+    });
+}
+
+/// What was true when an incident began.
+#[derive(Debug)]
+pub struct Incident {
+    /// Pod UID -> provider id of its workload.
+    workloads: BTreeMap<String, String>,
+    creates: u64,
+    deletes: u64,
+}
+
+#[when(expr = "the provider answers the next {int} lists empty")]
+async fn empty_lists(w: &mut Vkw, lists: u32) {
+    mark_incident(w, "serve").await;
+    w.emu().admin_post("/hide", json!({ "lists": lists })).await;
+}
+
+#[when(
+    expr = "the provider leaves the workload of one replica of deployment {string} out of the next {int} lists"
+)]
+async fn partial_lists(w: &mut Vkw, app: String, lists: u32) {
+    mark_incident(w, &app).await;
+    let victim = w.replicas(&app).await[0].clone();
+    let id = w.live_of(&uid(&victim)).await[0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    w.emu()
+        .admin_post("/hide", json!({ "lists": lists, "ids": [id] }))
+        .await;
+}
+
+#[when(expr = "the provider's list fails for the next {int} calls")]
+async fn failing_lists(w: &mut Vkw, calls: u32) {
+    mark_incident(w, "serve").await;
+    w.emu()
+        .admin_post(
+            "/faults",
+            json!({ "route": "list", "fail_next": calls, "status": 503 }),
+        )
+        .await;
+}
+
+#[then(
+    expr = "for {int} seconds every replica of deployment {string} stays Running on its own workload"
+)]
+async fn stays_running(w: &mut Vkw, secs: u64, app: String) {
+    let before = &w.incident.as_ref().expect("an incident began").workloads;
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        let pods = w.replicas(&app).await;
+        let running: BTreeMap<String, &str> = pods.iter().map(|p| (uid(p), phase(p))).collect();
+        for (pod_uid, id) in before {
+            assert_eq!(
+                running.get(pod_uid).copied(),
+                Some("Running"),
+                "replica {pod_uid} left Running during the incident: {running:?}"
+            );
+            let live = w.live_of(pod_uid).await;
+            assert!(
+                live.len() == 1 && live[0]["id"].as_str() == Some(id.as_str()),
+                "replica {pod_uid} no longer runs on workload {id}: {live:?}"
+            );
+        }
+        assert_eq!(
+            pods.len(),
+            before.len(),
+            "replicas were replaced: {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[then("the provider saw no create and no delete since the incident began")]
+async fn no_calls(w: &mut Vkw) {
+    calls_since(w, 0).await;
+}
+
+#[then(expr = "the provider saw exactly {int} create and no delete since the incident began")]
+async fn creates_since(w: &mut Vkw, creates: u64) {
+    calls_since(w, creates).await;
+}
+
+async fn calls_since(w: &mut Vkw, creates: u64) {
+    let (c0, d0) = match &w.incident {
+        Some(i) => (i.creates, i.deletes),
+        None => (0, 0),
+    };
+    // Let anything the incident might still trigger happen before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let c = w.emu().counter("create").await - c0;
+    let d = w.emu().counter("delete").await - d0;
+    assert_eq!(
+        (c, d),
+        (creates, 0),
+        "provider creates and deletes since the incident began"
+    );
+}
