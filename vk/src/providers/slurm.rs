@@ -424,7 +424,7 @@ impl Slurm {
         path: PathBuf,
         opts: &LogOptions,
     ) -> Result<LogStream, ProviderError> {
-        let content = logs::read_all(&path).await?;
+        let content = logs::read_tail(&path, logs::MAX_READ).await?;
         let first = logs::tail(&content, opts.tail_lines).to_vec();
         let limit = opts.limit_bytes;
         struct Follow {
@@ -659,7 +659,7 @@ impl Provider for Slurm {
         if opts.follow {
             return self.follow_logs(job_id, path, opts).await;
         }
-        let content = logs::read_all(&path).await?;
+        let content = logs::read_tail(&path, logs::MAX_READ).await?;
         let mut text = Bytes::copy_from_slice(logs::tail(&content, opts.tail_lines));
         if let Some(limit) = opts.limit_bytes.and_then(|l| usize::try_from(l).ok()) {
             text.truncate(limit);
