@@ -14,6 +14,7 @@ pub mod node;
 pub mod pods;
 pub mod provider;
 pub mod providers;
+pub mod supervise;
 pub mod telemetry;
 
 #[cfg(test)]

@@ -103,13 +103,32 @@ async fn run(path: PathBuf, internal_ip: Option<String>) -> anyhow::Result<()> {
     let kubelet_api = vk::kubelet_api::start(fw.clone(), cfg.clone(), client.clone())
         .await
         .context("failed to start the kubelet API")?;
-    let node_task = tokio::spawn(node.clone().run(stopped(stop_rx.clone())));
-    let fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
+    let mut node_task = tokio::spawn(node.clone().run(stopped(stop_rx.clone())));
+    let mut fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
     info!(node = %cfg.node_name, cluster = %cfg.cluster_id, owner = owner.tag(), "virtual kubelet started");
 
-    shutdown_signal().await;
-    info!("signal received, shutting down");
+    // A core task that ends before a signal is a bug or a dead end: stop the process (non-zero
+    // exit) so Kubernetes restarts it, rather than serving half a node.
+    let failed = tokio::select! {
+        () = shutdown_signal() => None,
+        r = &mut fw_task => Some(match r {
+            Ok(Ok(())) => "the pod pipeline stopped".to_owned(),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("the pod pipeline task failed: {e}"),
+        }),
+        r = &mut node_task => Some(match r {
+            Ok(()) => "the node manager stopped".to_owned(),
+            Err(e) => format!("the node manager task failed: {e}"),
+        }),
+    };
     let _ = stop_tx.send(true);
+    if let Some(why) = failed {
+        kubelet_api.abort();
+        fw_task.abort();
+        node_task.abort();
+        anyhow::bail!("stopping: {why}");
+    }
+    info!("signal received, shutting down");
     let _ = fw_task.await;
     let _ = node_task.await;
     kubelet_api.abort();

@@ -242,20 +242,27 @@ impl PodController {
     }
 
     /// Runs the watcher, the provider observers, the workers and the garbage collector until
-    /// `shutdown` resolves.
-    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
-        let mut tasks = tokio::task::JoinSet::new();
-        tasks.spawn(self.clone().watch_pods());
+    /// `shutdown` resolves; if one of them ends or panics first, says which (the process must
+    /// then stop, see [`crate::supervise`]).
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), crate::supervise::TaskEnded> {
+        let mut tasks = crate::supervise::Supervisor::new();
+        tasks.spawn("pod watch", self.clone().watch_pods());
         for i in 0..self.slots.len() {
-            tasks.spawn(self.clone().observe(i));
+            tasks.spawn(
+                format!("observer of provider {}", self.provider_name(i)),
+                self.clone().observe(i),
+            );
         }
-        tasks.spawn(self.clone().start_when_ready());
-        tasks.spawn(self.clone().collect_garbage());
-        tasks.spawn(self.clone().export_gauges());
-        shutdown.await;
+        tasks.spawn("workers", self.clone().start_when_ready());
+        tasks.spawn("garbage collector", self.clone().collect_garbage());
+        tasks.spawn("gauges", self.clone().export_gauges());
+        let r = tasks.run(shutdown).await;
         info!("shutting down reconciliation");
         self.queue.shutdown();
-        tasks.abort_all();
+        r
     }
 
     /// Pods by provider and phase, and the queue depth, for the metrics.

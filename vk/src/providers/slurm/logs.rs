@@ -67,7 +67,6 @@ fn unreadable(path: &Path, e: std::io::Error) -> ProviderError {
 /// not exist yet (the job has not started).
 async fn open(path: &Path) -> Result<Option<(tokio::fs::File, u64)>, ProviderError> {
     use rustix::fs::OFlags;
-    use std::os::unix::fs::OpenOptionsExt;
     let refused = |what: &str| ProviderError::Invalid {
         message: format!(
             "the job's output file {} is {what}; only a regular file is served",
