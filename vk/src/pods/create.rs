@@ -62,7 +62,21 @@ impl PodController {
             }
             Err(e) => return Err(Error::ResolveEnv(e)),
         };
-        let workload = spec::workload(pod, req, id.clone(), env);
+        if !env.skipped.is_empty() {
+            // The kubelet's event for the same case.
+            self.event(
+                pod,
+                EventType::Warning,
+                "InvalidEnvironmentVariableNames",
+                "CreateWorkload",
+                &format!(
+                    "Keys [{}] from the EnvFrom configMap or secret were skipped since they are \
+                     considered invalid environment variable names.",
+                    env.skipped.join(", ")
+                ),
+            );
+        }
+        let workload = spec::workload(pod, req, id.clone(), env.vars);
 
         let mut capacity_msgs = Vec::new();
         for &i in candidates {

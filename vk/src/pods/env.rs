@@ -2,7 +2,10 @@
 //! Secret keys (`valueFrom` and `envFrom`, honouring `optional`), and the downward API.
 //!
 //! A missing mandatory source keeps the pod Pending with `CreateContainerConfigError` (the
-//! kubelet's behaviour) until it appears. Values are never logged.
+//! kubelet's behaviour) until it appears. Keys of an `envFrom` ConfigMap or Secret that are not
+//! environment variable names (`[A-Za-z_][A-Za-z0-9_]*`) are skipped and reported, as the
+//! kubelet does, so a key like `a;rm -rf /` never reaches a shell or a provider. Values are
+//! never logged.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +28,23 @@ pub enum Error {
         name: String,
         source: kube::Error,
     },
+}
+
+/// A container's resolved environment.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Resolved {
+    pub vars: Vec<EnvVar>,
+    /// `envFrom` keys (with their prefix) left out because they are not variable names.
+    pub skipped: Vec<String>,
+}
+
+/// True for names a shell and every provider take as a variable name.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Reads ConfigMaps and Secrets; a trait so resolution can be unit-tested without a cluster.
@@ -91,12 +111,24 @@ impl Source for KubeSource {
 }
 
 /// Resolves the env of the pod's first (only) container.
-pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Vec<EnvVar>, Error> {
+pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Resolved, Error> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
-        return Ok(vec![]);
+        return Ok(Resolved::default());
     };
     let mut out: Vec<EnvVar> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    let mut set_from = |name: String, value: String, out: &mut Vec<EnvVar>| {
+        if !is_env_name(&name) {
+            skipped.push(name);
+            return;
+        }
+        if let Some(e) = out.iter_mut().find(|e| e.name == name) {
+            e.value = value;
+        } else {
+            out.push(EnvVar { name, value });
+        }
+    };
     let set = |name: String, value: String, out: &mut Vec<EnvVar>| {
         if let Some(e) = out.iter_mut().find(|e| e.name == name) {
             e.value = value;
@@ -111,7 +143,7 @@ pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Vec<
             match src.config_map(&ns, &r.name).await? {
                 Some(data) => data
                     .into_iter()
-                    .for_each(|(k, v)| set(format!("{prefix}{k}"), v, &mut out)),
+                    .for_each(|(k, v)| set_from(format!("{prefix}{k}"), v, &mut out)),
                 None if r.optional == Some(true) => {}
                 None => return Err(Error::Missing(format!("configmap {:?} not found", r.name))),
             }
@@ -120,7 +152,7 @@ pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Vec<
             match src.secret(&ns, &r.name).await? {
                 Some(data) => data
                     .into_iter()
-                    .for_each(|(k, v)| set(format!("{prefix}{k}"), v, &mut out)),
+                    .for_each(|(k, v)| set_from(format!("{prefix}{k}"), v, &mut out)),
                 None if r.optional == Some(true) => {}
                 None => return Err(Error::Missing(format!("secret {:?} not found", r.name))),
             }
@@ -191,7 +223,7 @@ pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Vec<
             )));
         }
     }
-    Ok(out)
+    Ok(Resolved { vars: out, skipped })
 }
 
 /// `$(VAR)` expansion against variables defined earlier, as the kubelet does; `$$` escapes.
@@ -305,7 +337,22 @@ mod tests {
             _: &str,
             name: &str,
         ) -> Result<Option<BTreeMap<String, String>>, Error> {
-            Ok((name == "cfg").then(|| [("mode".to_owned(), "fast".to_owned())].into()))
+            Ok(match name {
+                "cfg" => Some([("mode".to_owned(), "fast".to_owned())].into()),
+                "odd-keys" => Some(
+                    [
+                        ("GOOD", "1"),
+                        ("a;rm -rf /", "x"),
+                        ("1ST", "y"),
+                        ("dotted.name", "z"),
+                        ("", "e"),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+                ),
+                _ => None,
+            })
         }
         async fn secret(
             &self,
@@ -386,7 +433,10 @@ mod tests {
             }),
             ..Default::default()
         }];
-        let got = resolve(&pod(env, from), &Fake, "10.0.0.1").await.unwrap();
+        let got = resolve(&pod(env, from), &Fake, "10.0.0.1")
+            .await
+            .unwrap()
+            .vars;
         let map: BTreeMap<_, _> = got
             .iter()
             .map(|e| (e.name.as_str(), e.value.as_str()))
@@ -404,6 +454,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn env_from_keys_that_are_not_variable_names_are_skipped_and_reported() {
+        let from = vec![EnvFromSource {
+            config_map_ref: Some(k8s_openapi::api::core::v1::ConfigMapEnvSource {
+                name: "odd-keys".into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }];
+        let got = resolve(&pod(vec![], from), &Fake, "").await.unwrap();
+        let names: Vec<&str> = got.vars.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["GOOD"]);
+        let mut skipped = got.skipped.clone();
+        skipped.sort();
+        assert_eq!(skipped, ["", "1ST", "a;rm -rf /", "dotted.name"]);
+        // A prefix can make a key valid, as in the kubelet.
+        let prefixed = vec![EnvFromSource {
+            prefix: Some("X_".into()),
+            config_map_ref: Some(k8s_openapi::api::core::v1::ConfigMapEnvSource {
+                name: "odd-keys".into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }];
+        let got = resolve(&pod(vec![], prefixed), &Fake, "").await.unwrap();
+        let names: Vec<&str> = got.vars.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["X_", "X_1ST", "X_GOOD"]);
+    }
+
+    #[test]
+    fn env_names() {
+        for ok in ["A", "_x", "PATH_2", "a1"] {
+            assert!(is_env_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "a-b", "a.b", "a b", "a=b", "é", "$(X)"] {
+            assert!(!is_env_name(bad), "{bad}");
+        }
+    }
+
+    #[tokio::test]
     async fn optional_missing_is_skipped_mandatory_missing_is_an_error() {
         let got = resolve(
             &pod(
@@ -415,7 +504,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(got.is_empty());
+        assert_eq!(got, Resolved::default());
         let err = resolve(
             &pod(vec![cm_ref("cfg", "absent", false)], vec![]),
             &Fake,
