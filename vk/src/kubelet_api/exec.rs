@@ -21,18 +21,25 @@
 //! upgrade is refused, and would then show our SPDY refusal instead of the real reason.
 //!
 //! The command line is never logged: it may carry secrets.
+//!
+//! What a request asks for (its transport and stream options) is read in `request`.
 
 pub mod bridge;
 pub mod channel;
+mod request;
+#[cfg(test)]
+mod tests;
 
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tracing::debug;
+
+pub use request::{StreamOptions, Transport, negotiate, parse_options};
 
 use super::{ApiError, AppState, find_container, workload};
 use crate::provider::{ExecRequest, WorkloadState};
@@ -63,104 +70,6 @@ impl Kind {
             Self::PortForward => "port forwarding",
         }
     }
-}
-
-/// How the client wants to stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Transport {
-    /// A WebSocket upgrade offering one of [`WEBSOCKET_PROTOCOLS`] (our preferred one).
-    WebSocket(String),
-    /// A SPDY upgrade.
-    Spdy,
-    /// No upgrade, or one we do not speak.
-    None,
-}
-
-/// Reads the transport a request asks for from its headers.
-pub fn negotiate(headers: &HeaderMap) -> Transport {
-    let upgrade = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if upgrade.starts_with("spdy/") {
-        return Transport::Spdy;
-    }
-    if upgrade != "websocket" {
-        return Transport::None;
-    }
-    let offered: Vec<String> = headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|p| p.trim().to_owned())
-        .collect();
-    WEBSOCKET_PROTOCOLS
-        .iter()
-        .find(|p| offered.iter().any(|o| o == *p))
-        .map(|p| Transport::WebSocket((*p).to_owned()))
-        .unwrap_or(Transport::None)
-}
-
-/// The options of an exec or attach request (`remotecommand.Options` on the kubelet).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StreamOptions {
-    pub command: Vec<String>,
-    pub stdin: bool,
-    pub stdout: bool,
-    pub stderr: bool,
-    pub tty: bool,
-}
-
-/// Parses `command` (repeated) and the stream flags. The API server sends the kubelet's names
-/// (`input`, `output`, `error`, `tty`, value `1`); `stdin`, `stdout` and `stderr` (the names
-/// of the pod `exec` subresource) are accepted too, as are `true`/`false`. At least one stream
-/// must be requested; with a TTY stderr is dropped (it is part of the terminal), as the kubelet
-/// does.
-pub fn parse_options(kind: Kind, pairs: &[(String, String)]) -> Result<StreamOptions, ApiError> {
-    let flag = |names: &[&str]| -> Result<bool, ApiError> {
-        let mut set = false;
-        for (k, v) in pairs.iter().filter(|(k, _)| names.contains(&k.as_str())) {
-            match v.as_str() {
-                "" | "0" | "false" | "False" | "FALSE" => {}
-                "1" | "true" | "True" | "TRUE" => set = true,
-                _ => {
-                    let mut shown = v.clone();
-                    shown.truncate(32);
-                    return Err(ApiError::bad_request(format!(
-                        "invalid query parameter {k}={shown:?}: must be 1 or 0"
-                    )));
-                }
-            }
-        }
-        Ok(set)
-    };
-    let mut o = StreamOptions {
-        command: pairs
-            .iter()
-            .filter(|(k, _)| k == "command")
-            .map(|(_, v)| v.clone())
-            .collect(),
-        stdin: flag(&["input", "stdin"])?,
-        stdout: flag(&["output", "stdout"])?,
-        stderr: flag(&["error", "stderr"])?,
-        tty: flag(&["tty"])?,
-    };
-    if o.tty {
-        o.stderr = false;
-    }
-    if kind == Kind::Exec && o.command.is_empty() {
-        return Err(ApiError::bad_request(
-            "exec needs at least one command parameter",
-        ));
-    }
-    if !(o.stdin || o.stdout || o.stderr) {
-        return Err(ApiError::bad_request(
-            "you must specify at least one of stdin, stdout, stderr",
-        ));
-    }
-    Ok(o)
 }
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -440,94 +349,5 @@ fn state_name(s: &WorkloadState) -> &'static str {
         WorkloadState::Preempted => "Preempted",
         WorkloadState::Lost => "Lost",
         WorkloadState::Unknown { .. } => "Unknown",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use axum::http::HeaderValue;
-
-    fn pairs(s: &[(&str, &str)]) -> Vec<(String, String)> {
-        s.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
-    }
-
-    #[test]
-    fn options_follow_the_kubelet_rules() {
-        // What the API server forwards for `kubectl exec -i`.
-        let o = parse_options(
-            Kind::Exec,
-            &pairs(&[
-                ("command", "sh"),
-                ("command", "-c"),
-                ("command", "echo $X"),
-                ("input", "1"),
-                ("output", "1"),
-                ("error", "1"),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(o.command, ["sh", "-c", "echo $X"]);
-        assert!(o.stdin && o.stdout && o.stderr && !o.tty);
-        // The subresource's names work too.
-        let o = parse_options(
-            Kind::Exec,
-            &pairs(&[
-                ("command", "ls"),
-                ("command", "-l"),
-                ("stdout", "1"),
-                ("stderr", "true"),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(o.command, ["ls", "-l"]);
-        assert!(o.stdout && o.stderr && !o.stdin && !o.tty);
-        // With a TTY stderr is part of the terminal.
-        let o = parse_options(
-            Kind::Exec,
-            &pairs(&[
-                ("command", "sh"),
-                ("tty", "1"),
-                ("output", "1"),
-                ("error", "1"),
-            ]),
-        )
-        .unwrap();
-        assert!(o.tty && o.stdout && !o.stderr);
-        assert!(parse_options(Kind::Exec, &pairs(&[("output", "1")])).is_err());
-        assert!(parse_options(Kind::Attach, &pairs(&[])).is_err());
-        assert!(parse_options(Kind::Attach, &pairs(&[("tty", "1"), ("error", "1")])).is_err());
-        let e = parse_options(Kind::Attach, &pairs(&[("input", "maybe")])).unwrap_err();
-        assert!(e.message.contains("input"), "{}", e.message);
-    }
-
-    #[test]
-    fn negotiates_websocket_subprotocols_and_spots_spdy() {
-        let mut h = HeaderMap::new();
-        assert_eq!(negotiate(&h), Transport::None);
-        h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-        assert_eq!(negotiate(&h), Transport::Spdy);
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static("base64.channel.k8s.io, v4.channel.k8s.io, v5.channel.k8s.io"),
-        );
-        assert_eq!(
-            negotiate(&h),
-            Transport::WebSocket("v5.channel.k8s.io".into())
-        );
-        h.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static("v4.channel.k8s.io"),
-        );
-        assert_eq!(
-            negotiate(&h),
-            Transport::WebSocket("v4.channel.k8s.io".into())
-        );
-        h.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static("bogus"),
-        );
-        assert_eq!(negotiate(&h), Transport::None);
     }
 }

@@ -1,0 +1,252 @@
+//! Tests of the auth filter with a fake reviewer: attributes, authentication, authorization
+//! and caching.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::http::StatusCode;
+
+use super::*;
+use crate::provider::BoxFuture;
+
+/// Tokens `good-<user>` authenticate as `<user>`; `<user>` may do what `rules` lists as
+/// `user:verb:subresource`; the token `boom` fails.
+#[derive(Default)]
+struct Fake {
+    rules: Vec<&'static str>,
+    token_calls: AtomicUsize,
+    access_calls: AtomicUsize,
+}
+
+impl Reviewer for Fake {
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<User>, ReviewError>> {
+        self.token_calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            if token == "boom" {
+                return Err(ReviewError::Other("apiserver down".into()));
+            }
+            Ok(token.strip_prefix("good-").map(|n| User {
+                name: n.into(),
+                groups: vec![AUTHENTICATED.into()],
+                ..User::default()
+            }))
+        })
+    }
+    fn review_access<'a>(
+        &'a self,
+        user: &'a User,
+        node: &'a str,
+        verb: &'a str,
+        sub: &'a str,
+    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+        self.access_calls.fetch_add(1, Ordering::SeqCst);
+        let rule = format!("{}:{verb}:{sub}", user.name);
+        Box::pin(async move {
+            assert_eq!(node, "vk-node");
+            if user.name == "error" {
+                return Err(ReviewError::Other("webhook down".into()));
+            }
+            Ok(self.rules.iter().any(|r| *r == rule))
+        })
+    }
+}
+
+fn auth(rules: Vec<&'static str>, anonymous: bool) -> (Auth, Arc<Fake>) {
+    let fake = Arc::new(Fake {
+        rules,
+        ..Fake::default()
+    });
+    (Auth::new(fake.clone(), anonymous), fake)
+}
+
+#[test]
+fn attributes_match_the_kubelet() {
+    let a = |m: Method, p: &str| request_attributes(&m, p);
+    assert_eq!(a(Method::GET, "/stats/summary").subresources, ["stats"]);
+    assert_eq!(
+        a(Method::GET, "/metrics/resource").subresources,
+        ["metrics"]
+    );
+    assert_eq!(a(Method::GET, "/metrics").subresources, ["metrics"]);
+    assert_eq!(a(Method::GET, "/metricsfoo").subresources, ["proxy"]);
+    assert_eq!(a(Method::GET, "/logs/syslog").subresources, ["log"]);
+    assert_eq!(
+        a(Method::GET, "/containerLogs/a/b/c").subresources,
+        ["proxy"]
+    );
+    assert_eq!(a(Method::POST, "/exec/a/b/c").subresources, ["proxy"]);
+    assert_eq!(a(Method::POST, "/exec/a/b/c").verb, "create");
+    // A WebSocket upgrade is a GET; running a command still needs `create`.
+    assert_eq!(a(Method::GET, "/exec/a/b/c").verb, "create");
+    assert_eq!(a(Method::GET, "/attach/a/b/u/c").verb, "create");
+    assert_eq!(a(Method::GET, "/portForward/a/b").verb, "create");
+    assert_eq!(a(Method::GET, "/executive").verb, "get");
+    assert_eq!(a(Method::GET, "/pods").subresources, ["pods", "proxy"]);
+    assert_eq!(a(Method::GET, "/pods/").subresources, ["pods", "proxy"]);
+    assert_eq!(
+        a(Method::GET, "/healthz").subresources,
+        ["healthz", "proxy"]
+    );
+    assert_eq!(a(Method::PUT, "/x").verb, "update");
+    assert_eq!(a(Method::PATCH, "/x").verb, "patch");
+    assert_eq!(a(Method::DELETE, "/x").verb, "delete");
+    assert_eq!(a(Method::HEAD, "/x").verb, "");
+}
+
+#[tokio::test]
+async fn no_credentials_is_401_unless_anonymous_is_on() {
+    let (a, _) = auth(vec![], false);
+    let e = a.authenticate(None, None).await.unwrap_err();
+    assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+    let (a, _) = auth(vec![], true);
+    let u = a.authenticate(None, None).await.unwrap();
+    assert_eq!(
+        (u.name.as_str(), u.groups.as_slice()),
+        (ANONYMOUS, &[UNAUTHENTICATED.to_owned()][..])
+    );
+    // An anonymous user still needs the authorizer's yes.
+    let e = a
+        .check(None, None, &Method::GET, "/metrics/resource", "vk-node")
+        .await
+        .unwrap_err();
+    assert_eq!(e.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn certificates_win_and_tokens_are_reviewed_once() {
+    let (a, fake) = auth(vec!["alice:get:metrics", "kube-apiserver:get:proxy"], true);
+    let cert =
+        User::from_certificate("kube-apiserver".into(), vec!["system:masters".into()]).unwrap();
+    let u = a
+        .check(
+            Some(&cert),
+            Some("Bearer good-alice"),
+            &Method::GET,
+            "/containerLogs/a/b/c",
+            "vk-node",
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.name, "kube-apiserver");
+    assert!(u.groups.contains(&AUTHENTICATED.to_owned()));
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 0);
+
+    for _ in 0..3 {
+        let u = a
+            .check(
+                None,
+                Some("bearer good-alice"),
+                &Method::GET,
+                "/metrics/resource",
+                "vk-node",
+            )
+            .await
+            .unwrap();
+        assert_eq!(u.name, "alice");
+    }
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.access_calls.load(Ordering::SeqCst), 2); // the cert user's and alice's
+}
+
+#[tokio::test]
+async fn bad_tokens_are_401_even_with_anonymous_and_errors_are_not_cached() {
+    let (a, fake) = auth(vec![], true);
+    let e = a
+        .authenticate(None, Some("Bearer nobody"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+    for _ in 0..2 {
+        let e = a.authenticate(None, Some("Bearer boom")).await.unwrap_err();
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 3);
+    // Another scheme or an empty token is no token: anonymous.
+    assert_eq!(
+        a.authenticate(None, Some("Basic abc")).await.unwrap().name,
+        ANONYMOUS
+    );
+    assert_eq!(
+        a.authenticate(None, Some("Bearer ")).await.unwrap().name,
+        ANONYMOUS
+    );
+}
+
+#[tokio::test]
+async fn forbidden_names_the_attributes_and_fine_grained_paths_fall_back_to_proxy() {
+    let (a, fake) = auth(vec!["bob:get:proxy", "carol:get:pods"], false);
+    let e = a
+        .check(
+            None,
+            Some("Bearer good-dave"),
+            &Method::GET,
+            "/pods",
+            "vk-node",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        e.message,
+        "Forbidden (user=dave, verb=get, resource=nodes, subresource(s)=[pods,proxy])"
+    );
+    a.check(
+        None,
+        Some("Bearer good-bob"),
+        &Method::GET,
+        "/pods",
+        "vk-node",
+    )
+    .await
+    .unwrap();
+    a.check(
+        None,
+        Some("Bearer good-carol"),
+        &Method::GET,
+        "/pods",
+        "vk-node",
+    )
+    .await
+    .unwrap();
+    let e = a
+        .check(
+            None,
+            Some("Bearer good-carol"),
+            &Method::GET,
+            "/stats/summary",
+            "vk-node",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.status, StatusCode::FORBIDDEN);
+    let before = fake.access_calls.load(Ordering::SeqCst);
+    // Denials are cached too.
+    let _ = a
+        .check(
+            None,
+            Some("Bearer good-carol"),
+            &Method::GET,
+            "/stats/summary",
+            "vk-node",
+        )
+        .await;
+    assert_eq!(fake.access_calls.load(Ordering::SeqCst), before);
+    let e = a
+        .check(
+            None,
+            Some("Bearer good-error"),
+            &Method::GET,
+            "/pods",
+            "vk-node",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[test]
+fn certificate_users_need_a_common_name() {
+    assert!(User::from_certificate(String::new(), vec!["g".into()]).is_none());
+}
