@@ -47,194 +47,39 @@
 //! - Exec (`exec: srun`, off by default) runs `srun --jobid=<job> --overlap -- <command>` as a
 //!   child process of the VK ([`exec`]): slurmrestd has no way to run a command in a job.
 
+mod adapter;
 mod client;
+mod config;
 pub mod exec;
 mod logs;
 pub mod script;
+#[cfg(test)]
+mod tests;
 mod token;
 mod wire;
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::Deserialize;
 use tracing::{debug, info, warn};
 
 use super::http::{self, InitError};
 use super::options::Options;
 use super::rest;
 use crate::naming::{Owner, WorkloadId};
-use crate::provider::{
-    Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
-    ProviderError, Workload, WorkloadState,
-};
+use crate::provider::{LogOptions, LogStream, Observed, ProviderError, Workload, WorkloadState};
 use client::Client;
+pub use config::SlurmConfig;
 pub use exec::ExecMode;
 pub use script::Runtime;
 use token::{SlurmAuth, TokenSource};
 pub use wire::Dialect;
-use wire::{JobRecord, JobRequest, SubmitAnswer};
+use wire::{JobRecord, JobRequest};
 
 /// slurmrestd's conventional address.
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:6820";
-
-/// The `settings` of a Slurm provider in the VK configuration.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SlurmConfig {
-    #[serde(default = "default_base_url")]
-    pub base_url: String,
-    #[serde(default)]
-    pub dialect: Dialect,
-    /// The Slurm user the token belongs to (`X-SLURM-USER-NAME`); jobs run as this user.
-    #[serde(default)]
-    pub user_name: String,
-    /// File holding the JWT (`scontrol token` output or the bare token), re-read whenever it
-    /// changes. Without it, the provider's `apiKeyEnv` / `apiKeyFile` supplies the token.
-    #[serde(default)]
-    pub token_file: Option<PathBuf>,
-    /// The token from `apiKeyEnv` / `apiKeyFile`, set by the caller; see
-    /// [`SlurmConfig::with_api_key`].
-    #[serde(skip)]
-    pub api_key: String,
-    /// Defaults, overridden per pod by `gpu-vk.io/partition`, `account`, `qos`, `time-limit`.
-    #[serde(default)]
-    pub partition: Option<String>,
-    #[serde(default)]
-    pub account: Option<String>,
-    #[serde(default)]
-    pub qos: Option<String>,
-    #[serde(default)]
-    pub default_time_limit_minutes: Option<u32>,
-    #[serde(default)]
-    pub runtime: Runtime,
-    /// Where jobs write stdout and stderr (`slurm-<job id>.log`); logs are served from there
-    /// when the VK can read it. Must exist on the compute nodes.
-    #[serde(default)]
-    pub output_dir: Option<PathBuf>,
-    /// The job's working directory on the compute node (before the pod's workingDir, which
-    /// the script `cd`s into).
-    #[serde(default = "default_work_dir")]
-    pub work_dir: String,
-    /// `PATH` of the job's environment.
-    #[serde(default = "default_path")]
-    pub path: String,
-    /// Neutral GPU type (e.g. `A100-80GB`) to Slurm GRES type (e.g. `a100`). When empty, a
-    /// pod's GPU type is not passed to Slurm (any GPU of the partition).
-    #[serde(default)]
-    pub gpu_types: BTreeMap<String, String>,
-    #[serde(default = "default_max_gpus")]
-    pub max_gpus_per_workload: u32,
-    /// Sets the jobs' `requeue` flag; unset keeps the cluster's default (`JobRequeue`).
-    #[serde(default)]
-    pub requeue: Option<bool>,
-    /// Whole-request timeout, seconds.
-    #[serde(default = "default_timeout_secs")]
-    pub request_timeout_secs: u64,
-    /// `kubectl exec`: `off` (default) or `srun` (`srun --jobid=<job> --overlap` from the VK's
-    /// host, which needs the Slurm client, munge and the cluster's configuration).
-    #[serde(default)]
-    pub exec: ExecMode,
-    /// The srun program (`srun` looked up in `path` by default).
-    #[serde(default = "default_srun_path")]
-    pub srun_path: String,
-    /// Program and arguments put before srun, e.g. `[runuser, -u, vkslurm, --]` or `[sudo, -n,
-    /// -u, vkslurm, --]` when the VK does not run as the jobs' user: Slurm lets only a job's
-    /// owner add steps to it (root included).
-    #[serde(default)]
-    pub exec_wrapper: Vec<String>,
-    /// `SLURM_CONF` for srun; unset: the VK's own `SLURM_CONF`, else Slurm's default.
-    #[serde(default)]
-    pub slurm_conf: Option<PathBuf>,
-}
-
-fn default_base_url() -> String {
-    DEFAULT_BASE_URL.to_owned()
-}
-fn default_work_dir() -> String {
-    "/tmp".to_owned()
-}
-fn default_path() -> String {
-    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()
-}
-fn default_max_gpus() -> u32 {
-    8
-}
-fn default_timeout_secs() -> u64 {
-    30
-}
-fn default_srun_path() -> String {
-    "srun".to_owned()
-}
-
-impl Default for SlurmConfig {
-    fn default() -> Self {
-        Self {
-            base_url: default_base_url(),
-            dialect: Dialect::default(),
-            user_name: String::new(),
-            token_file: None,
-            api_key: String::new(),
-            partition: None,
-            account: None,
-            qos: None,
-            default_time_limit_minutes: None,
-            runtime: Runtime::default(),
-            output_dir: None,
-            work_dir: default_work_dir(),
-            path: default_path(),
-            gpu_types: BTreeMap::new(),
-            max_gpus_per_workload: default_max_gpus(),
-            requeue: None,
-            request_timeout_secs: default_timeout_secs(),
-            exec: ExecMode::Off,
-            srun_path: default_srun_path(),
-            exec_wrapper: Vec::new(),
-            slurm_conf: None,
-        }
-    }
-}
-
-impl SlurmConfig {
-    /// Sets the token resolved by the caller from `apiKeyEnv` / `apiKeyFile`.
-    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = api_key.into();
-        self
-    }
-}
-
-impl fmt::Debug for SlurmConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlurmConfig")
-            .field("base_url", &self.base_url)
-            .field("dialect", &self.dialect)
-            .field("user_name", &self.user_name)
-            .field("token_file", &self.token_file)
-            .field("api_key", &"<redacted>")
-            .field("partition", &self.partition)
-            .field("account", &self.account)
-            .field("qos", &self.qos)
-            .field(
-                "default_time_limit_minutes",
-                &self.default_time_limit_minutes,
-            )
-            .field("runtime", &self.runtime)
-            .field("output_dir", &self.output_dir)
-            .field("work_dir", &self.work_dir)
-            .field("gpu_types", &self.gpu_types)
-            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
-            .field("requeue", &self.requeue)
-            .field("exec", &self.exec)
-            .field("srun_path", &self.srun_path)
-            .field("exec_wrapper", &self.exec_wrapper)
-            .field("slurm_conf", &self.slurm_conf)
-            .finish()
-    }
-}
 
 /// The Slurm adapter.
 #[derive(Debug)]
@@ -556,206 +401,4 @@ fn observe(owner: &Owner, job: &JobRecord) -> Option<Observed> {
         provider_restarts: job.restart_cnt.unwrap_or(0),
         usage: None,
     })
-}
-
-impl Provider for Slurm {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
-            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
-            logs: self.cfg.output_dir.is_some(),
-            exec: self.cfg.exec == ExecMode::Srun,
-            metrics: false,
-        }
-    }
-
-    async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
-        super::ensure_owned(&self.owner, w)?;
-        let req = self.job_request(w)?;
-        let body = wire::submit_body(self.cfg.dialect, &req.0);
-        let resp = self.client.submit(&body).await?;
-        let answer: Option<SubmitAnswer> = serde_json::from_slice(&resp.body).ok();
-        let errors = wire::errors_of(&resp.body);
-        let failed = errors.iter().any(|e| e.number.is_some_and(|n| n != 0));
-        if resp.is_success()
-            && !failed
-            && let Some(job_id) = answer.as_ref().and_then(SubmitAnswer::job_id)
-        {
-            info!(provider = %self.name, workload = %w.id, job_id, "submitted Slurm job");
-            if let Some(msg) = answer
-                .and_then(|a| a.job_submit_user_msg)
-                .filter(|m| !m.trim().is_empty())
-            {
-                info!(provider = %self.name, workload = %w.id, job_id, message = %http::truncate(&msg), "job_submit plugin message");
-            }
-            return Ok(());
-        }
-        let err = self.client.error_from(&resp);
-        if matches!(err, ProviderError::Invalid { .. }) && failed {
-            self.cancel_leftovers(&w.id).await;
-        }
-        Err(err)
-    }
-
-    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
-        let job_id = Self::job_id(provider_id)?;
-        self.client.cancel(job_id).await?;
-        info!(provider = %self.name, job_id, "cancelled Slurm job");
-        Ok(())
-    }
-
-    async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
-        let jobs = self.client.jobs().await?;
-        // A workload id names one job; should a lost create have made two, the newest wins.
-        let mut by_id: HashMap<WorkloadId, Observed> = HashMap::new();
-        for job in &jobs {
-            let Some(obs) = observe(&self.owner, job) else {
-                continue;
-            };
-            if let WorkloadState::Unknown { raw } = &obs.state {
-                warn!(provider = %self.name, workload = %obs.id, job_state = %raw, "unknown Slurm job state");
-            }
-            let newer = |old: &Observed| {
-                let n = |o: &Observed| o.provider_id.parse::<u64>().unwrap_or(0);
-                n(&obs) > n(old)
-            };
-            match by_id.get(&obs.id) {
-                Some(old) if !newer(old) => {
-                    warn!(provider = %self.name, workload = %obs.id, kept = %old.provider_id, other = %obs.provider_id, "two Slurm jobs carry one workload id");
-                }
-                _ => {
-                    by_id.insert(obs.id.clone(), obs);
-                }
-            }
-        }
-        let mut out: Vec<Observed> = by_id.into_values().collect();
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
-    }
-
-    async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {
-        let unsupported = |what: &str| ProviderError::Unsupported {
-            provider: self.name.clone(),
-            what: what.into(),
-        };
-        let Some(dir) = self.cfg.output_dir.clone() else {
-            return Err(unsupported("logs (no outputDir is configured)"));
-        };
-        if opts.previous {
-            return Err(unsupported("logs of a previous container"));
-        }
-        let job_id = Self::job_id(provider_id)?;
-        if !tokio::fs::try_exists(&dir).await.unwrap_or(false) {
-            return Err(ProviderError::transient(format!(
-                "the Slurm output directory {} is not readable from the VK",
-                dir.display()
-            )));
-        }
-        let path = logs::log_path(&dir, job_id);
-        if opts.follow {
-            return self.follow_logs(job_id, path, opts).await;
-        }
-        let content = logs::read_tail(&path, logs::MAX_READ).await?;
-        let mut text = Bytes::copy_from_slice(logs::tail(&content, opts.tail_lines));
-        if let Some(limit) = opts.limit_bytes.and_then(|l| usize::try_from(l).ok()) {
-            text.truncate(limit);
-        }
-        let stream: LogStream = Box::pin(futures::stream::iter([Ok(text)]));
-        Ok(stream)
-    }
-
-    async fn exec(
-        &self,
-        provider_id: &str,
-        req: ExecRequest,
-    ) -> Result<ExecSession, ProviderError> {
-        if self.cfg.exec != ExecMode::Srun {
-            return Err(ProviderError::Unsupported {
-                provider: self.name.clone(),
-                what: "exec (set exec: srun in its settings)".into(),
-            });
-        }
-        let job_id = Self::job_id(provider_id)?;
-        let settings = exec::SrunSettings {
-            wrapper: self.cfg.exec_wrapper.clone(),
-            srun: self.cfg.srun_path.clone(),
-            slurm_conf: self.cfg.slurm_conf.clone(),
-            work_dir: self.cfg.work_dir.clone(),
-            path: self.cfg.path.clone(),
-        };
-        exec::start(&self.name, &settings, job_id, req)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn exec_is_off_by_default_and_srun_needs_the_bare_runtime() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let owner = Owner::new("c", "n");
-        let base = SlurmConfig {
-            user_name: "vkslurm".into(),
-            ..SlurmConfig::default()
-        }
-        .with_api_key("jwt");
-        let off = Slurm::new("hpc".into(), base.clone(), owner.clone()).unwrap();
-        assert!(!off.capabilities().exec);
-        let req = ExecRequest {
-            command: vec!["true".into()],
-            stdin: false,
-            tty: false,
-        };
-        match off.exec("1", req.clone()).await {
-            Err(ProviderError::Unsupported { provider, what }) => {
-                assert_eq!(provider, "hpc");
-                assert!(what.contains("exec: srun"), "{what}");
-            }
-            other => panic!("{other:?}"),
-        }
-        let on = SlurmConfig {
-            exec: ExecMode::Srun,
-            ..base.clone()
-        };
-        let srun = Slurm::new("hpc".into(), on.clone(), owner.clone()).unwrap();
-        assert!(srun.capabilities().exec);
-        assert!(matches!(
-            srun.exec("not-a-job", req).await,
-            Err(ProviderError::Invalid { .. })
-        ));
-        let apptainer = SlurmConfig {
-            runtime: Runtime::Apptainer,
-            ..on.clone()
-        };
-        let e = Slurm::new("hpc".into(), apptainer, owner.clone()).unwrap_err();
-        assert!(e.to_string().contains("runtime: bare"), "{e}");
-        let wrapper = SlurmConfig {
-            exec_wrapper: vec!["sudo".into(), String::new()],
-            ..on
-        };
-        assert!(Slurm::new("hpc".into(), wrapper, owner).is_err());
-    }
-
-    #[test]
-    fn exec_settings_parse() {
-        let cfg: SlurmConfig = serde_yaml::from_str(
-            "userName: u\nexec: srun\nsrunPath: /opt/slurm/bin/srun\nexecWrapper: [runuser, -u, u, --]\nslurmConf: /etc/slurm/slurm.conf\n",
-        )
-        .unwrap();
-        assert_eq!(cfg.exec, ExecMode::Srun);
-        assert_eq!(cfg.srun_path, "/opt/slurm/bin/srun");
-        assert_eq!(cfg.exec_wrapper, ["runuser", "-u", "u", "--"]);
-        assert_eq!(
-            cfg.slurm_conf.as_deref(),
-            Some(std::path::Path::new("/etc/slurm/slurm.conf"))
-        );
-        let cfg: SlurmConfig = serde_yaml::from_str("userName: u\n").unwrap();
-        assert_eq!((cfg.exec, cfg.srun_path.as_str()), (ExecMode::Off, "srun"));
-        assert!(serde_yaml::from_str::<SlurmConfig>("exec: ssh\n").is_err());
-    }
 }

@@ -1,0 +1,126 @@
+//! The RunPod provider's `settings` in the VK configuration, with their defaults, and the
+//! cloud tier a pod runs in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::DEFAULT_BASE_URL;
+
+/// RunPod cloud tier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Cloud {
+    /// RunPod-owned data center hardware (the API's default).
+    #[default]
+    Secure,
+    /// Community-hosted hardware.
+    Community,
+}
+
+impl FromStr for Cloud {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "SECURE" => Ok(Self::Secure),
+            "COMMUNITY" => Ok(Self::Community),
+            _ => Err(format!(
+                "unknown RunPod cloud {s:?} (expected SECURE or COMMUNITY)"
+            )),
+        }
+    }
+}
+
+/// The `settings` of a RunPod provider in the VK configuration.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunPodConfig {
+    /// API root including `/v2`.
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+    /// The API key, resolved by the caller (never part of the settings file); see
+    /// [`RunPodConfig::with_api_key`].
+    #[serde(skip)]
+    pub api_key: String,
+    /// Cloud tier used unless a pod asks otherwise.
+    #[serde(default)]
+    pub cloud: Cloud,
+    /// Neutral GPU type (as pods request it, e.g. `RTX4090`) to RunPod GPU id (e.g.
+    /// `NVIDIA GeForce RTX 4090`). Types not listed are passed to RunPod verbatim.
+    #[serde(default)]
+    pub gpu_ids: BTreeMap<String, String>,
+    /// Neutral GPU type used when a pod asks for "any" GPU.
+    #[serde(default)]
+    pub default_gpu_type: Option<String>,
+    /// Preferred data centers; empty lets RunPod choose.
+    #[serde(default)]
+    pub data_center_ids: Vec<String>,
+    /// Container disk in GB.
+    #[serde(default = "default_disk_gb")]
+    pub container_disk_gb: u32,
+    #[serde(default = "default_max_gpus")]
+    pub max_gpus_per_workload: u32,
+    /// Whole-request timeout, seconds.
+    #[serde(default = "default_timeout_secs")]
+    pub request_timeout_secs: u64,
+}
+
+fn default_base_url() -> String {
+    DEFAULT_BASE_URL.to_owned()
+}
+fn default_disk_gb() -> u32 {
+    20
+}
+fn default_max_gpus() -> u32 {
+    8
+}
+fn default_timeout_secs() -> u64 {
+    30
+}
+
+impl Default for RunPodConfig {
+    fn default() -> Self {
+        Self {
+            base_url: default_base_url(),
+            api_key: String::new(),
+            cloud: Cloud::default(),
+            gpu_ids: BTreeMap::new(),
+            default_gpu_type: None,
+            data_center_ids: Vec::new(),
+            container_disk_gb: default_disk_gb(),
+            max_gpus_per_workload: default_max_gpus(),
+            request_timeout_secs: default_timeout_secs(),
+        }
+    }
+}
+
+impl RunPodConfig {
+    /// Parses the provider's `settings` value; an absent (null) value means all defaults.
+    pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
+        crate::providers::registry::decode_settings(settings)
+    }
+
+    /// Sets the API key resolved by the caller.
+    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = api_key.into();
+        self
+    }
+}
+
+impl fmt::Debug for RunPodConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunPodConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &"<redacted>")
+            .field("cloud", &self.cloud)
+            .field("gpu_ids", &self.gpu_ids)
+            .field("default_gpu_type", &self.default_gpu_type)
+            .field("data_center_ids", &self.data_center_ids)
+            .field("container_disk_gb", &self.container_disk_gb)
+            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
+            .field("request_timeout_secs", &self.request_timeout_secs)
+            .finish()
+    }
+}

@@ -1,0 +1,146 @@
+//! RunPod wire types: the create request and the pod list, decoded leniently and entry by
+//! entry (an odd item never fails the whole list).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Cloud;
+use crate::providers::rest::lenient;
+
+/// `CreatePodRequest` (only the fields this adapter sets).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CreatePodRequest {
+    pub(super) name: String,
+    pub(super) image: String,
+    pub(super) gpu: CreateGpu,
+    pub(super) cloud: Cloud,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) data_center_ids: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(super) env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) args: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) ports: Vec<String>,
+    pub(super) disk: u32,
+}
+
+/// `CreateGpuConfig`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CreateGpu {
+    pub(super) id: String,
+    pub(super) count: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) min_vcpu_count_per_gpu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) min_ram_per_gpu: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ListPodsResponse {
+    pub(super) pods: Vec<ListEntry>,
+}
+
+/// One entry of the pod list. Decoded entry by entry, so a list of 10,000 pods never exists
+/// as one generic JSON tree (that tree was the VK's largest allocation in `make bench`).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // nearly every entry is a pod; boxing would cost an allocation each
+pub(super) enum ListEntry {
+    Pod(Pod),
+    /// Not an object: skipped with a warning naming the error.
+    Unreadable(String),
+}
+
+impl<'de> Deserialize<'de> for ListEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        Ok(match serde_json::from_value::<Pod>(value) {
+            Ok(pod) => ListEntry::Pod(pod),
+            Err(e) => ListEntry::Unreadable(e.to_string()),
+        })
+    }
+}
+
+/// `Pod`, every field optional and lenient.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Pod {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) id: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) name: Option<String>,
+    /// Kept raw: a missing or non-string status must surface as `Unknown`.
+    #[serde(default)]
+    pub(super) status: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) gpu: Option<PodCompute>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) cpu: Option<PodCompute>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) runtime: Option<PodRuntime>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) global_networking: Option<GlobalNetworking>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) created_at: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) started_at: Option<String>,
+}
+
+/// The `gpu` / `cpu` block of a pod: what was allocated.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct PodCompute {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) vcpu_count: Option<f64>,
+    /// System RAM, GB.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) memory: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct PodRuntime {
+    /// Seconds since the container started.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) uptime: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) cpu: Option<Utilization>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) memory: Option<Utilization>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) ports: Option<Vec<RuntimePort>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Utilization {
+    /// Percent, 0-100.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) util: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct RuntimePort {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) ip: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct GlobalNetworking {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) enabled: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) ip: Option<String>,
+}
+
+/// RFC 9457 problem details.
+#[derive(Debug, Deserialize)]
+pub(super) struct Problem {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) title: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) detail: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) errors: Option<Vec<String>>,
+}

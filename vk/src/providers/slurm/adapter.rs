@@ -1,0 +1,149 @@
+//! The [`Provider`] implementation of [`Slurm`]: submit (with leftovers cancelled after a
+//! refusal), cancel, list, logs and exec.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use tracing::{info, warn};
+
+use super::wire::{self, SubmitAnswer};
+use super::{ExecMode, Slurm, exec, logs, observe};
+use crate::naming::WorkloadId;
+use crate::provider::{
+    Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
+    ProviderError, Workload, WorkloadState,
+};
+use crate::providers::http;
+
+impl Provider for Slurm {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
+            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
+            logs: self.cfg.output_dir.is_some(),
+            exec: self.cfg.exec == ExecMode::Srun,
+            metrics: false,
+        }
+    }
+
+    async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
+        crate::providers::ensure_owned(&self.owner, w)?;
+        let req = self.job_request(w)?;
+        let body = wire::submit_body(self.cfg.dialect, &req.0);
+        let resp = self.client.submit(&body).await?;
+        let answer: Option<SubmitAnswer> = serde_json::from_slice(&resp.body).ok();
+        let errors = wire::errors_of(&resp.body);
+        let failed = errors.iter().any(|e| e.number.is_some_and(|n| n != 0));
+        if resp.is_success()
+            && !failed
+            && let Some(job_id) = answer.as_ref().and_then(SubmitAnswer::job_id)
+        {
+            info!(provider = %self.name, workload = %w.id, job_id, "submitted Slurm job");
+            if let Some(msg) = answer
+                .and_then(|a| a.job_submit_user_msg)
+                .filter(|m| !m.trim().is_empty())
+            {
+                info!(provider = %self.name, workload = %w.id, job_id, message = %http::truncate(&msg), "job_submit plugin message");
+            }
+            return Ok(());
+        }
+        let err = self.client.error_from(&resp);
+        if matches!(err, ProviderError::Invalid { .. }) && failed {
+            self.cancel_leftovers(&w.id).await;
+        }
+        Err(err)
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        let job_id = Self::job_id(provider_id)?;
+        self.client.cancel(job_id).await?;
+        info!(provider = %self.name, job_id, "cancelled Slurm job");
+        Ok(())
+    }
+
+    async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
+        let jobs = self.client.jobs().await?;
+        // A workload id names one job; should a lost create have made two, the newest wins.
+        let mut by_id: HashMap<WorkloadId, Observed> = HashMap::new();
+        for job in &jobs {
+            let Some(obs) = observe(&self.owner, job) else {
+                continue;
+            };
+            if let WorkloadState::Unknown { raw } = &obs.state {
+                warn!(provider = %self.name, workload = %obs.id, job_state = %raw, "unknown Slurm job state");
+            }
+            let newer = |old: &Observed| {
+                let n = |o: &Observed| o.provider_id.parse::<u64>().unwrap_or(0);
+                n(&obs) > n(old)
+            };
+            match by_id.get(&obs.id) {
+                Some(old) if !newer(old) => {
+                    warn!(provider = %self.name, workload = %obs.id, kept = %old.provider_id, other = %obs.provider_id, "two Slurm jobs carry one workload id");
+                }
+                _ => {
+                    by_id.insert(obs.id.clone(), obs);
+                }
+            }
+        }
+        let mut out: Vec<Observed> = by_id.into_values().collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {
+        let unsupported = |what: &str| ProviderError::Unsupported {
+            provider: self.name.clone(),
+            what: what.into(),
+        };
+        let Some(dir) = self.cfg.output_dir.clone() else {
+            return Err(unsupported("logs (no outputDir is configured)"));
+        };
+        if opts.previous {
+            return Err(unsupported("logs of a previous container"));
+        }
+        let job_id = Self::job_id(provider_id)?;
+        if !tokio::fs::try_exists(&dir).await.unwrap_or(false) {
+            return Err(ProviderError::transient(format!(
+                "the Slurm output directory {} is not readable from the VK",
+                dir.display()
+            )));
+        }
+        let path = logs::log_path(&dir, job_id);
+        if opts.follow {
+            return self.follow_logs(job_id, path, opts).await;
+        }
+        let content = logs::read_tail(&path, logs::MAX_READ).await?;
+        let mut text = Bytes::copy_from_slice(logs::tail(&content, opts.tail_lines));
+        if let Some(limit) = opts.limit_bytes.and_then(|l| usize::try_from(l).ok()) {
+            text.truncate(limit);
+        }
+        let stream: LogStream = Box::pin(futures::stream::iter([Ok(text)]));
+        Ok(stream)
+    }
+
+    async fn exec(
+        &self,
+        provider_id: &str,
+        req: ExecRequest,
+    ) -> Result<ExecSession, ProviderError> {
+        if self.cfg.exec != ExecMode::Srun {
+            return Err(ProviderError::Unsupported {
+                provider: self.name.clone(),
+                what: "exec (set exec: srun in its settings)".into(),
+            });
+        }
+        let job_id = Self::job_id(provider_id)?;
+        let settings = exec::SrunSettings {
+            wrapper: self.cfg.exec_wrapper.clone(),
+            srun: self.cfg.srun_path.clone(),
+            slurm_conf: self.cfg.slurm_conf.clone(),
+            work_dir: self.cfg.work_dir.clone(),
+            path: self.cfg.path.clone(),
+        };
+        exec::start(&self.name, &settings, job_id, req)
+    }
+}

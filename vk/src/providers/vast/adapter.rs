@@ -1,0 +1,102 @@
+//! The [`Provider`] implementation of [`Vast`]: idempotent create (with contention waited
+//! out), delete, list and logs.
+
+use rand::Rng;
+use reqwest::Method;
+use tracing::info;
+
+use super::rent::Rent;
+use super::state::observe;
+use super::wire::VastError;
+use super::{CONTENTION_PAUSE, CONTENTION_ROUNDS, Vast};
+use crate::provider::{
+    Capabilities, LogOptions, LogStream, Observed, Provider, ProviderError, Workload,
+};
+
+impl Provider for Vast {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            gpu_types: self.cfg.gpu_names.keys().cloned().collect(),
+            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
+            logs: true,
+            exec: false,
+            metrics: false,
+        }
+    }
+
+    async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
+        crate::providers::ensure_owned(&self.owner, w)?;
+        let mut plan = self.plan(w)?;
+
+        let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
+        let existing = self.instances(Some(&filter)).await?;
+        if let Some(inst) = existing
+            .iter()
+            .find(|i| i.label.as_deref() == Some(w.id.as_str()))
+        {
+            info!(provider = %self.name, workload = %w.id, instance = ?inst.id, "workload already exists; not creating it again");
+            return Ok(());
+        }
+
+        // Contention with this process's own creates is waited out here, with fresh searches,
+        // rather than surfaced: a transient error would cost the pod a status write and an
+        // event about something no user can act on.
+        let mut round = 0u32;
+        loop {
+            match self.rent(w, &mut plan).await? {
+                Rent::Done => return Ok(()),
+                Rent::Contended(e) if round + 1 >= CONTENTION_ROUNDS => return Err(e),
+                Rent::Contended(_) => {
+                    round += 1;
+                    let jitter = rand::rng().random_range(0.5..1.5);
+                    tokio::time::sleep(CONTENTION_PAUSE.mul_f64(f64::from(round) * jitter)).await;
+                }
+            }
+        }
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        let id = Self::instance_id(provider_id)?;
+        let url = self
+            .api
+            .url(&["api", "v0", "instances", &id.to_string()], true);
+        let resp = self.api.send(Method::DELETE, url, None).await?;
+        if resp.is_success() {
+            let answer: Option<VastError> = serde_json::from_slice(&resp.body).ok();
+            if answer.as_ref().and_then(|a| a.success) == Some(false) {
+                return Err(self.error_from(&resp));
+            }
+            info!(provider = %self.name, instance = id, "destroyed Vast instance");
+            return Ok(());
+        }
+        Err(self.error_from(&resp))
+    }
+
+    async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
+        let instances = self.instances(None).await?;
+        Ok(instances
+            .into_iter()
+            .filter_map(|i| observe(&self.name, i))
+            .collect())
+    }
+
+    async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {
+        if opts.previous {
+            return Err(ProviderError::Unsupported {
+                provider: self.name.clone(),
+                what: "logs of a previous container".into(),
+            });
+        }
+        let id = Self::instance_id(provider_id)?;
+        let mut text = self.fetch_logs(id, opts).await?;
+        if let Some(limit) = opts.limit_bytes.and_then(|l| usize::try_from(l).ok()) {
+            text.truncate(limit);
+        }
+        let stream: LogStream = Box::pin(futures::stream::iter([Ok(text)]));
+        Ok(stream)
+    }
+}

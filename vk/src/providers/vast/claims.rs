@@ -1,0 +1,152 @@
+//! The offers this process's creates are renting, or rented (or found gone) a moment ago, so
+//! that concurrent creates spread over the offers instead of racing for the cheapest one.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use super::CLAIM_TTL;
+
+/// Offers claimed by this adapter's creates (see the module docs), and how many creates are
+/// between their offer search and the end of their rent.
+#[derive(Debug, Default)]
+pub(super) struct Claims {
+    state: Mutex<ClaimState>,
+}
+
+#[derive(Debug, Default)]
+struct ClaimState {
+    offers: HashMap<u64, Claim>,
+    renters: usize,
+}
+
+/// Why an offer is claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Claim {
+    /// A create of this process is renting it.
+    Renting,
+    /// Rented, or found gone: skipped until `until`.
+    Taken { until: Instant },
+}
+
+impl Claims {
+    fn lock(&self) -> MutexGuard<'_, ClaimState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a create about to search and rent (until the guard drops); returns it with
+    /// the number of other creates doing so. Forgets expired claims.
+    pub(super) fn enter(&self, now: Instant) -> (Renter<'_>, usize) {
+        let mut state = self.lock();
+        state.offers.retain(|_, c| match c {
+            Claim::Renting => true,
+            Claim::Taken { until } => *until > now,
+        });
+        let others = state.renters;
+        state.renters += 1;
+        (Renter { claims: self }, others)
+    }
+
+    /// Claims `offer` for a rent, or says who holds it.
+    pub(super) fn claim(&self, offer: u64, now: Instant) -> Result<OfferClaim<'_>, Claim> {
+        let mut state = self.lock();
+        match state.offers.get(&offer) {
+            Some(Claim::Taken { until }) if *until <= now => {}
+            Some(held) => return Err(*held),
+            None => {}
+        }
+        state.offers.insert(offer, Claim::Renting);
+        Ok(OfferClaim {
+            claims: self,
+            offer,
+            kept: false,
+        })
+    }
+}
+
+/// A create between its offer search and the end of its rent.
+pub(super) struct Renter<'a> {
+    claims: &'a Claims,
+}
+
+impl Drop for Renter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.claims.lock();
+        state.renters = state.renters.saturating_sub(1);
+    }
+}
+
+/// The claim of a rent in flight: released when dropped unless kept.
+pub(super) struct OfferClaim<'a> {
+    claims: &'a Claims,
+    offer: u64,
+    kept: bool,
+}
+
+impl OfferClaim<'_> {
+    /// The offer was rented or is gone: other creates skip it for [`CLAIM_TTL`].
+    pub(super) fn keep(mut self, now: Instant) {
+        self.kept = true;
+        self.claims.lock().offers.insert(
+            self.offer,
+            Claim::Taken {
+                until: now + CLAIM_TTL,
+            },
+        );
+    }
+}
+
+impl Drop for OfferClaim<'_> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let mut state = self.claims.lock();
+        if state.offers.get(&self.offer) == Some(&Claim::Renting) {
+            state.offers.remove(&self.offer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    #[test]
+    fn claims_are_exclusive_released_on_drop_and_expire() {
+        let claims = Claims::default();
+        let t0 = Instant::now();
+        let first = claims.claim(1, t0).unwrap();
+        assert_eq!(claims.claim(1, t0).err(), Some(Claim::Renting));
+        let other = claims.claim(2, t0).unwrap();
+        // A rent that fails (or is cancelled) frees the offer.
+        drop(other);
+        let again = claims.claim(2, t0).unwrap();
+        // Rented (or gone): skipped for the TTL, then claimable again.
+        first.keep(t0);
+        assert!(matches!(claims.claim(1, t0), Err(Claim::Taken { .. })));
+        let almost = t0 + CLAIM_TTL - Duration::from_millis(1);
+        assert!(matches!(claims.claim(1, almost), Err(Claim::Taken { .. })));
+        let later = t0 + CLAIM_TTL;
+        assert!(claims.claim(1, later).is_ok(), "expired claims are free");
+        // Expired claims are forgotten; rents in flight are not.
+        again.keep(t0);
+        drop(claims.claim(3, t0).unwrap());
+        let held = claims.claim(4, t0).unwrap();
+        let (renter, others) = claims.enter(t0 + CLAIM_TTL * 2);
+        assert_eq!(others, 0);
+        assert_eq!(
+            claims.lock().offers.keys().copied().collect::<Vec<_>>(),
+            [4],
+            "only the rent in flight is left"
+        );
+        drop(held);
+        assert!(claims.lock().offers.is_empty());
+        // Creates between search and rent are counted while their guard lives.
+        let (second, others) = claims.enter(t0);
+        assert_eq!(others, 1);
+        drop(renter);
+        drop(second);
+        assert_eq!(claims.enter(t0).1, 0);
+    }
+}

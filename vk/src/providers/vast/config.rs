@@ -1,0 +1,139 @@
+//! The Vast provider's `settings` in the VK configuration, with their defaults.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use super::DEFAULT_BASE_URL;
+
+/// The `settings` of a Vast provider in the VK configuration.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct VastConfig {
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+    /// The API key, resolved by the caller (never part of the settings file); see
+    /// [`VastConfig::with_api_key`].
+    #[serde(skip)]
+    pub api_key: String,
+    /// Neutral GPU type (e.g. `RTX4090`) to Vast `gpu_name` (e.g. `RTX 4090`). Types not
+    /// listed are searched verbatim.
+    #[serde(default)]
+    pub gpu_names: BTreeMap<String, String>,
+    /// Neutral GPU type used when a pod asks for "any" GPU; unset searches every type.
+    #[serde(default)]
+    pub default_gpu_type: Option<String>,
+    /// Container disk in GB.
+    #[serde(default = "default_disk_gb")]
+    pub disk_gb: f64,
+    /// Highest total $/hour an instance may cost (on demand) or be bid at.
+    #[serde(default)]
+    pub max_price_per_hour: Option<f64>,
+    /// Rent interruptible (bid) instances unless a pod says otherwise.
+    #[serde(default)]
+    pub interruptible: bool,
+    /// Only rent verified machines.
+    #[serde(default = "yes")]
+    pub verified_only: bool,
+    /// Offers returned by one search.
+    #[serde(default = "default_search_limit")]
+    pub search_limit: u32,
+    /// Offers tried (cheapest first) before giving up with a capacity error.
+    #[serde(default = "default_max_offers")]
+    pub max_offers_tried: usize,
+    #[serde(default = "default_max_gpus")]
+    pub max_gpus_per_workload: u32,
+    /// Whole-request timeout, seconds.
+    #[serde(default = "default_timeout_secs")]
+    pub request_timeout_secs: u64,
+    /// Attempts to download a requested log file before giving up.
+    #[serde(default = "default_log_attempts")]
+    pub log_fetch_attempts: u32,
+    /// Pause between log download attempts, milliseconds.
+    #[serde(default = "default_log_interval_ms")]
+    pub log_fetch_interval_ms: u64,
+}
+
+fn default_base_url() -> String {
+    DEFAULT_BASE_URL.to_owned()
+}
+fn default_disk_gb() -> f64 {
+    20.0
+}
+fn yes() -> bool {
+    true
+}
+fn default_search_limit() -> u32 {
+    20
+}
+fn default_max_offers() -> usize {
+    5
+}
+fn default_max_gpus() -> u32 {
+    8
+}
+fn default_timeout_secs() -> u64 {
+    30
+}
+fn default_log_attempts() -> u32 {
+    10
+}
+fn default_log_interval_ms() -> u64 {
+    1000
+}
+
+impl Default for VastConfig {
+    fn default() -> Self {
+        Self {
+            base_url: default_base_url(),
+            api_key: String::new(),
+            gpu_names: BTreeMap::new(),
+            default_gpu_type: None,
+            disk_gb: default_disk_gb(),
+            max_price_per_hour: None,
+            interruptible: false,
+            verified_only: true,
+            search_limit: default_search_limit(),
+            max_offers_tried: default_max_offers(),
+            max_gpus_per_workload: default_max_gpus(),
+            request_timeout_secs: default_timeout_secs(),
+            log_fetch_attempts: default_log_attempts(),
+            log_fetch_interval_ms: default_log_interval_ms(),
+        }
+    }
+}
+
+impl VastConfig {
+    /// Parses the provider's `settings` value; an absent (null) value means all defaults.
+    pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
+        crate::providers::registry::decode_settings(settings)
+    }
+
+    /// Sets the API key resolved by the caller.
+    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = api_key.into();
+        self
+    }
+}
+
+impl fmt::Debug for VastConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VastConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &"<redacted>")
+            .field("gpu_names", &self.gpu_names)
+            .field("default_gpu_type", &self.default_gpu_type)
+            .field("disk_gb", &self.disk_gb)
+            .field("max_price_per_hour", &self.max_price_per_hour)
+            .field("interruptible", &self.interruptible)
+            .field("verified_only", &self.verified_only)
+            .field("search_limit", &self.search_limit)
+            .field("max_offers_tried", &self.max_offers_tried)
+            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
+            .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("log_fetch_attempts", &self.log_fetch_attempts)
+            .field("log_fetch_interval_ms", &self.log_fetch_interval_ms)
+            .finish()
+    }
+}

@@ -1,0 +1,174 @@
+//! Offer search and the rent loop: the cheapest matching offers within the price bounds, tried
+//! in order under this process's claims (see the module docs of [`super`]).
+
+use std::time::Instant;
+
+use reqwest::Method;
+use tracing::{debug, info};
+
+use super::claims::Claim;
+use super::plan::Plan;
+use super::wire::{CreateInstanceAnswer, Offer, OfferList, OfferSearch};
+use super::{CONTENDED_RETRY, MAX_SEARCH_LIMIT, Vast};
+use crate::provider::{ProviderError, Workload};
+
+/// How one search-and-rent attempt ended, when it did not fail.
+pub(super) enum Rent {
+    Done,
+    /// Every matching offer was held by other creates: the error to report if it persists.
+    Contended(ProviderError),
+}
+
+impl Vast {
+    async fn search_offers(&self, search: &OfferSearch) -> Result<Vec<Offer>, ProviderError> {
+        let body = serde_json::to_value(search).map_err(|e| ProviderError::Invalid {
+            message: format!("cannot encode the search: {e}"),
+        })?;
+        let url = self.api.url(&["api", "v0", "bundles"], true);
+        let resp = self.api.send(Method::POST, url, Some(&body)).await?;
+        if !resp.is_success() {
+            return Err(self.error_from(&resp));
+        }
+        let found: OfferList = resp.json("offer search")?;
+        let items = match found.offers {
+            serde_json::Value::Array(items) => items,
+            one @ serde_json::Value::Object(_) => vec![one],
+            serde_json::Value::Null => Vec::new(),
+            _ => {
+                return Err(ProviderError::transient(
+                    "malformed offer search response: offers is not a list",
+                ));
+            }
+        };
+        Ok(items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value::<Offer>(v).ok())
+            .filter(|o| o.id.is_some())
+            .collect())
+    }
+    /// One search and rent attempt.
+    pub(super) async fn rent(&self, w: &Workload, plan: &mut Plan) -> Result<Rent, ProviderError> {
+        // From here until the rent ends, other creates widen their search for this one.
+        let (_renter, others) = self.claims.enter(Instant::now());
+        plan.search.limit = self
+            .cfg
+            .search_limit
+            .saturating_add(u32::try_from(others).unwrap_or(u32::MAX))
+            .min(MAX_SEARCH_LIMIT.max(self.cfg.search_limit));
+        let mut offers = self.search_offers(&plan.search).await?;
+        offers.retain(|o| {
+            let price = if plan.bid.is_some() {
+                o.min_bid.or(o.dph_total)
+            } else {
+                o.dph_total
+            };
+            let within_max = match (plan.max_price, price) {
+                (Some(max), Some(p)) => p <= max,
+                _ => true,
+            };
+            let bid_ok = match (plan.bid, o.min_bid) {
+                (Some(Some(bid)), Some(min)) => bid >= min,
+                _ => true,
+            };
+            within_max && bid_ok
+        });
+        offers.sort_by(|a, b| {
+            let pa = a.dph_total.unwrap_or(f64::INFINITY);
+            let pb = b.dph_total.unwrap_or(f64::INFINITY);
+            pa.total_cmp(&pb)
+        });
+        if offers.is_empty() {
+            return Err(ProviderError::Capacity {
+                message: format!(
+                    "no Vast offer matches {} x {} ({}){}",
+                    plan.search.num_gpus.eq.unwrap_or_default(),
+                    plan.search
+                        .gpu_name
+                        .as_ref()
+                        .and_then(|f| f.one_of.as_ref())
+                        .map_or("any GPU".to_owned(), |v| v.join("|")),
+                    plan.search.kind,
+                    plan.max_price
+                        .map_or(String::new(), |p| format!(" at or below ${p}/h")),
+                ),
+            });
+        }
+
+        let (mut tried, mut gone, mut renting_elsewhere) = (0usize, 0usize, 0usize);
+        for offer in &offers {
+            if tried >= self.cfg.max_offers_tried {
+                break;
+            }
+            let Some(offer_id) = offer.id else { continue };
+            let claim = match self.claims.claim(offer_id, Instant::now()) {
+                Ok(claim) => claim,
+                Err(held) => {
+                    if held == Claim::Renting {
+                        renting_elsewhere += 1;
+                    }
+                    continue;
+                }
+            };
+            tried += 1;
+            let mut request = plan.request.clone();
+            request.price = match plan.bid {
+                Some(explicit) => explicit.or(offer.min_bid).or(offer.dph_total),
+                None => None,
+            };
+            let body = serde_json::to_value(&request).map_err(|e| ProviderError::Invalid {
+                message: format!("cannot encode the request: {e}"),
+            })?;
+            let url = self
+                .api
+                .url(&["api", "v0", "asks", &offer_id.to_string()], true);
+            let resp = self.api.send(Method::PUT, url, Some(&body)).await?;
+            let answer: Option<CreateInstanceAnswer> = serde_json::from_slice(&resp.body).ok();
+            if resp.is_success() && answer.as_ref().is_some_and(|a| a.success != Some(false)) {
+                claim.keep(Instant::now());
+                info!(provider = %self.name, workload = %w.id, offer = offer_id,
+                      instance = ?answer.and_then(|a| a.new_contract), "rented Vast instance");
+                return Ok(Rent::Done);
+            }
+            let code = answer
+                .as_ref()
+                .and_then(|a| a.error.clone())
+                .unwrap_or_default();
+            let offer_gone = matches!(resp.status.as_u16(), 404 | 410) || code == "no_such_ask";
+            let err = self.error_from(&resp);
+            if offer_gone && !matches!(err, ProviderError::Auth { .. }) {
+                debug!(provider = %self.name, workload = %w.id, offer = offer_id, "offer is gone; trying the next one");
+                claim.keep(Instant::now());
+                gone += 1;
+                continue;
+            }
+            if resp.is_success() && answer.is_none() {
+                // 200 with an unreadable body: the rent may have happened; let the retry's
+                // label lookup find out.
+                claim.keep(Instant::now());
+                return Err(ProviderError::transient(
+                    "Vast rent answered 2xx with an unreadable body",
+                ));
+            }
+            return Err(err);
+        }
+        if tried == 0 || renting_elsewhere > 0 {
+            // Offers match, but other creates of this process hold them or just rented them
+            // (the search predates the rent): a new search shortly finds what is left.
+            return Ok(Rent::Contended(ProviderError::Transient {
+                message: format!(
+                    "the matching Vast offers are taken by other creates ({renting_elsewhere} \
+                     being rented){}",
+                    if gone > 0 {
+                        format!("; the {gone} tried were gone")
+                    } else {
+                        String::new()
+                    }
+                ),
+                retry_after: Some(CONTENDED_RETRY),
+            }));
+        }
+        Err(ProviderError::Capacity {
+            message: format!("all {gone} Vast offers tried were gone before they could be rented"),
+        })
+    }
+}

@@ -1,0 +1,172 @@
+//! Vast wire types: the offer search and rent request bodies, and the answers decoded
+//! leniently (a field of an unexpected type reads as absent).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::providers::rest::{NumOrString, lenient};
+
+/// One search condition, `{"eq": ..}`, `{"in": [..]}`, ...
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct Filter<T> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) eq: Option<T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) gte: Option<T>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) lte: Option<T>,
+    #[serde(rename = "in", skip_serializing_if = "Option::is_none")]
+    pub(super) one_of: Option<Vec<T>>,
+}
+
+impl<T> Filter<T> {
+    fn empty() -> Self {
+        Self {
+            eq: None,
+            gte: None,
+            lte: None,
+            one_of: None,
+        }
+    }
+    pub(super) fn eq(v: T) -> Self {
+        Self {
+            eq: Some(v),
+            ..Self::empty()
+        }
+    }
+    pub(super) fn gte(v: T) -> Self {
+        Self {
+            gte: Some(v),
+            ..Self::empty()
+        }
+    }
+    pub(super) fn lte(v: T) -> Self {
+        Self {
+            lte: Some(v),
+            ..Self::empty()
+        }
+    }
+    pub(super) fn one_of(v: Vec<T>) -> Self {
+        Self {
+            one_of: Some(v),
+            ..Self::empty()
+        }
+    }
+}
+
+/// Body of `POST /api/v0/bundles/`.
+#[derive(Debug, Serialize)]
+pub(super) struct OfferSearch {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) verified: Option<Filter<bool>>,
+    pub(super) rentable: Filter<bool>,
+    pub(super) rented: Filter<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) gpu_name: Option<Filter<String>>,
+    pub(super) num_gpus: Filter<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) dph_total: Option<Filter<f64>>,
+    pub(super) disk_space: Filter<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) geolocation: Option<Filter<String>>,
+    #[serde(rename = "type")]
+    pub(super) kind: &'static str,
+    pub(super) order: Vec<[String; 2]>,
+    pub(super) limit: u32,
+    pub(super) allocated_storage: f64,
+}
+
+/// `{"offers": [...]}`; the spec's example shows a single object, which is accepted too.
+#[derive(Debug, Deserialize)]
+pub(super) struct OfferList {
+    pub(super) offers: serde_json::Value,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Offer {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) id: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) dph_total: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) min_bid: Option<f64>,
+}
+
+/// Body of `PUT /api/v0/asks/{offer_id}/`.
+#[derive(Clone, Debug, Serialize)]
+pub(super) struct CreateInstanceRequest {
+    pub(super) image: String,
+    pub(super) label: String,
+    pub(super) disk: f64,
+    pub(super) runtype: &'static str,
+    pub(super) target_state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) args_str: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(super) env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) price: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CreateInstanceAnswer {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) success: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) new_contract: Option<u64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct InstancePage {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) success: Option<bool>,
+    /// Required: a page without it is a malformed answer, not an empty account.
+    pub(super) instances: Vec<serde_json::Value>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) next_token: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Instance {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) id: Option<NumOrString>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) label: Option<String>,
+    /// Kept raw: a non-string status must surface as `Unknown`, not as "no status yet".
+    #[serde(default)]
+    pub(super) actual_status: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) intended_status: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) status_msg: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) is_bid: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) start_date: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) public_ipaddr: Option<String>,
+}
+
+/// `{success: false, error, msg}`, or `{detail}` on 429.
+#[derive(Debug, Deserialize)]
+pub(super) struct VastError {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) success: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) error: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) msg: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) detail: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct LogRequestAnswer {
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) success: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) result_url: Option<String>,
+}
