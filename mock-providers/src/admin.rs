@@ -16,10 +16,58 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::config::GpuStock;
-use crate::engine::gate::{FaultSpec, HideSpec};
+use crate::engine::gate::{FaultSpec, HideSpec, same_secret};
 use crate::engine::logs::LogSource;
 use crate::engine::{AdminError, Engine, Extra, NewWorkload, Usage};
 use crate::inventory::AllocError;
+
+/// Header carrying the admin key when one is configured.
+pub const ADMIN_KEY_HEADER: &str = "x-admin-key";
+
+/// Requires `X-Admin-Key: <key>` on every `/_admin` request of `router` (the provider routes keep
+/// their own API-key check). The admin API injects workloads, kills them and resets the
+/// emulator: anyone who can reach it can do that, so beyond loopback it must be keyed.
+pub fn require_key(router: Router, key: String) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(
+        Arc::new(key),
+        admin_key_check,
+    ))
+}
+
+async fn admin_key_check(
+    State(key): State<Arc<String>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.uri().path().starts_with("/_admin") {
+        let presented = req
+            .headers()
+            .get(ADMIN_KEY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if !same_secret(presented, &key) {
+            return err(
+                StatusCode::UNAUTHORIZED,
+                format!("the admin API needs the {ADMIN_KEY_HEADER} header"),
+            );
+        }
+    }
+    next.run(req).await
+}
+
+/// Refuses to serve the admin API beyond loopback without a key: `Err` names the address.
+pub fn check_exposure(addrs: &[std::net::SocketAddr], key: Option<&str>) -> Result<(), String> {
+    if key.is_some_and(|k| !k.is_empty()) {
+        return Ok(());
+    }
+    match addrs.iter().find(|a| !a.ip().is_loopback()) {
+        Some(a) => Err(format!(
+            "refusing to serve the admin API on {a} without a key: it injects, kills and resets \
+             workloads; pass --admin-key (or MOCK_ADMIN_KEY) or bind a loopback address"
+        )),
+        None => Ok(()),
+    }
+}
 
 /// Admin routes for `engine`.
 pub fn router(engine: Arc<Engine>) -> Router {
@@ -75,6 +123,25 @@ fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
 
 async fn list(State(e): State<Arc<Engine>>) -> Response {
     axum::Json(e.admin_list()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admin_api_beyond_loopback_needs_a_key() {
+        let lo: std::net::SocketAddr = "127.0.0.1:9001".parse().unwrap_or_else(|e| panic!("{e}"));
+        let any: std::net::SocketAddr = "0.0.0.0:9001".parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(check_exposure(&[lo], None), Ok(()));
+        let e = check_exposure(&[lo, any], None).err().unwrap_or_default();
+        assert!(
+            e.contains("0.0.0.0:9001") && e.contains("--admin-key"),
+            "{e}"
+        );
+        assert!(check_exposure(&[any], Some("")).is_err());
+        assert_eq!(check_exposure(&[any], Some("k")), Ok(()));
+    }
 }
 
 #[derive(Deserialize)]

@@ -44,6 +44,10 @@ struct Args {
     /// GPUs per node of the emulated Slurm cluster.
     #[arg(long, default_value_t = 8)]
     slurm_gpus_per_node: u32,
+    /// Key the admin API (`/_admin`) requires in `X-Admin-Key`; mandatory when an emulator
+    /// binds beyond loopback.
+    #[arg(long, env = "MOCK_ADMIN_KEY", hide_env_values = true)]
+    admin_key: Option<String>,
     /// The API key the emulators accept (Authorization: Bearer <key>).
     #[arg(long, env = "MOCK_API_KEY", hide_env_values = true)]
     api_key: String,
@@ -132,6 +136,16 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
+    let addrs: Vec<SocketAddr> = [args.runpod, args.vast, args.slurm]
+        .into_iter()
+        .flatten()
+        .collect();
+    mock_providers::admin::check_exposure(&addrs, args.admin_key.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let keyed = |router: axum::Router| match args.admin_key.clone().filter(|k| !k.is_empty()) {
+        Some(key) => mock_providers::admin::require_key(router, key),
+        None => router,
+    };
     let gpus = inventory(&args)?;
     let config = EmulatorConfig {
         api_key: args.api_key.clone(),
@@ -145,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
         let state = runpod::State::new(config.clone());
         engines.push(state.engine().clone());
         let router = runpod::router(state);
-        let (bound, handle) = spawn_on(addr, router)
+        let (bound, handle) = spawn_on(addr, keyed(router))
             .await
             .with_context(|| format!("failed to bind the RunPod emulator on {addr}"))?;
         tracing::info!(provider = "runpod", %bound, base_url = %format!("http://{bound}/v2"), "emulator listening");
@@ -155,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
         let state = vast::State::new(config.clone());
         engines.push(state.engine().clone());
         let router = vast::router(state);
-        let (bound, handle) = spawn_on(addr, router)
+        let (bound, handle) = spawn_on(addr, keyed(router))
             .await
             .with_context(|| format!("failed to bind the Vast emulator on {addr}"))?;
         tracing::info!(provider = "vast", %bound, base_url = %format!("http://{bound}"), "emulator listening");
@@ -179,7 +193,7 @@ async fn main() -> anyhow::Result<()> {
         };
         let state = slurm::State::new(cfg);
         slurm_emulators.push(state.emulator().clone());
-        let (bound, handle) = spawn_on(addr, slurm::router(state))
+        let (bound, handle) = spawn_on(addr, keyed(slurm::router(state)))
             .await
             .with_context(|| format!("failed to bind the Slurm emulator on {addr}"))?;
         tracing::info!(provider = "slurm", %bound, base_url = %format!("http://{bound}"), "emulator listening");

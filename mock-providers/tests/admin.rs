@@ -457,3 +457,41 @@ async fn counters_count_each_route_kind_and_reset_clears_everything() {
     );
     runpod_pod(&emu, "e", 8).await;
 }
+
+#[tokio::test]
+async fn a_keyed_admin_api_refuses_requests_without_the_key() {
+    let router = mock_providers::runpod::router(mock_providers::runpod::State::new(config(
+        ExecutionMode::simulated(0, 0, None),
+    )));
+    let router = mock_providers::admin::require_key(router, "admin-s3cret".into());
+    let (addr, server) = mock_providers::spawn(router).await.unwrap();
+    let http = client();
+    let url = |p: &str| format!("http://{addr}{p}");
+    let status = |r: reqwest::Response| r.status();
+    // No key, a wrong key: refused, and nothing happens.
+    let none = http.post(url("/_admin/reset")).send().await.unwrap();
+    assert_eq!(status(none), StatusCode::UNAUTHORIZED);
+    let wrong = http
+        .get(url("/_admin/workloads"))
+        .header(mock_providers::admin::ADMIN_KEY_HEADER, "admin-s3creT")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(wrong), StatusCode::UNAUTHORIZED);
+    // The provider API keeps its own key and does not need the admin key.
+    let pods = http
+        .get(url("/v2/pods"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(pods), StatusCode::OK);
+    let right = http
+        .get(url("/_admin/workloads"))
+        .header(mock_providers::admin::ADMIN_KEY_HEADER, "admin-s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(right), StatusCode::OK);
+    server.abort();
+}
