@@ -30,3 +30,9 @@ Feature: Resilience to provider incidents
     Then that replica becomes Failed with reason "ProviderLost"
     And deployment "serve" returns to 3 Running replicas, each with exactly one workload
     And the provider saw exactly 1 create and no delete since the incident began
+
+  Scenario: A second workload for one pod is deleted and the first kept
+    When the provider holds a second workload for one replica of deployment "serve"
+    Then within 20 seconds that replica is back to exactly one workload, the one it had
+    And that replica has an event "DuplicateWorkload"
+    And for 3 seconds every replica of deployment "serve" stays Running on its own workload

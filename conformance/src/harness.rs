@@ -814,6 +814,8 @@ pub struct VkOptions {
     /// `timings.lossWindowMs`: how long a workload must stay absent from its provider's lists
     /// (over at least 3 of them) before it counts as lost.
     pub loss_window_ms: u64,
+    /// The node name (default: a fresh unique one).
+    pub node_name: Option<String>,
     /// `RUST_LOG` of the VK process.
     pub rust_log: String,
 }
@@ -825,6 +827,7 @@ impl Default for VkOptions {
             gc_grace_ms: 2000,
             restart_backoff_ms: 500,
             loss_window_ms: 2000,
+            node_name: None,
             rust_log: "info,vk=debug".into(),
         }
     }
@@ -845,7 +848,7 @@ impl Vk {
     /// [`RealSlurm::provider_yaml`] write them). `TEST_PROVIDER_KEY` holds [`API_KEY`].
     pub async fn start_with(providers_yaml: String, opts: VkOptions) -> Self {
         let providers = providers_yaml;
-        let node = unique("vk-test");
+        let node = opts.node_name.clone().unwrap_or_else(|| unique("vk-test"));
         let dir = std::env::temp_dir().join(&node);
         std::fs::create_dir_all(&dir).unwrap();
         let metrics_port = free_port();
@@ -899,6 +902,13 @@ impl Vk {
             .spawn()
             .expect("vk binary starts");
         self.child = Some(child);
+    }
+
+    /// The exit status once the VK process has ended by itself (`None` while it runs).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// SIGKILL, no clean-up of any kind.

@@ -59,6 +59,10 @@ pub struct Config {
     /// Taint the node so only pods that tolerate it land there.
     #[serde(default = "yes")]
     pub taint: bool,
+    /// Take over an existing Node of this name that this VK did not register (by default the
+    /// VK refuses to start: that Node's pods would be offloaded).
+    #[serde(default)]
+    pub adopt_existing_node: bool,
     #[serde(default)]
     pub timings: Timings,
     /// Pods reconciled at the same time.

@@ -94,6 +94,9 @@ async fn run(path: PathBuf, internal_ip: Option<String>) -> anyhow::Result<()> {
 
     let names = providers.iter().map(|p| p.name().to_owned()).collect();
     let node = Arc::new(NodeManager::new(client.clone(), cfg.clone(), names));
+    node.claim()
+        .await
+        .context("refusing to start: the node name is taken")?;
     let fw = PodController::new(client.clone(), cfg.clone(), providers, metrics.clone());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -30,6 +30,8 @@ pub const TYPE_LABEL: (&str, &str) = ("type", "virtual-kubelet");
 /// 1.36 API server passes `kubectl exec`'s WebSocket through instead of translating it to SPDY
 /// (which the VK does not speak).
 pub const DECLARED_FEATURES: &[&str] = &["ExtendWebSocketsToKubelet"];
+/// Annotation naming the VK (owner tag: cluster id + node name) that registered the Node.
+pub const OWNER_ANNOTATION: &str = "gpu-vk.io/owner";
 const LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
 
@@ -52,6 +54,42 @@ pub enum Error {
     WriteStatus(#[source] kube::Error),
     #[error("failed to renew lease")]
     RenewLease(#[source] kube::Error),
+    #[error(
+        "node {node} exists and was not registered by this virtual kubelet ({why}); refusing to \
+         take it over, since its pods would be offloaded: delete it, choose another nodeName, \
+         or set adoptExistingNode: true"
+    )]
+    NotOurs { node: String, why: String },
+}
+
+/// Whether an existing Node may be managed by the VK with owner tag `tag`: `Err` says why not.
+/// Ours: it carries our owner annotation, or (registered before the annotation existed) no
+/// owner annotation and the kubelet version this VK reports.
+pub fn check_ownership(node: &Node, tag: &str) -> Result<(), String> {
+    let owner = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OWNER_ANNOTATION));
+    match owner {
+        Some(o) if o == tag => Ok(()),
+        Some(o) => Err(format!("it belongs to virtual kubelet {o}")),
+        None => {
+            let version = node
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.kubelet_version.as_str())
+                .unwrap_or_default();
+            if version.contains("-gpu-vk.") {
+                Ok(())
+            } else {
+                Err(format!(
+                    "no {OWNER_ANNOTATION} annotation; kubelet version {version:?}"
+                ))
+            }
+        }
+    }
 }
 
 /// Manages the Node object of this VK.
@@ -102,6 +140,10 @@ impl NodeManager {
             metadata: ObjectMeta {
                 name: Some(self.cfg.node_name.clone()),
                 labels: Some(labels),
+                annotations: Some(BTreeMap::from([(
+                    OWNER_ANNOTATION.to_owned(),
+                    self.owner_tag(),
+                )])),
                 ..Default::default()
             },
             spec: Some(NodeSpec {
@@ -207,6 +249,33 @@ impl NodeManager {
     }
 
     /// Creates the Node if missing (or re-creates it) and posts its status. Returns its UID.
+    fn owner_tag(&self) -> String {
+        crate::naming::Owner::new(&self.cfg.cluster_id, &self.cfg.node_name)
+            .tag()
+            .to_owned()
+    }
+
+    /// Refuses (with [`Error::NotOurs`]) an existing Node of our name that another kubelet or
+    /// VK registered, unless `adoptExistingNode` is set. Run once before anything starts.
+    pub async fn claim(&self) -> Result<(), Error> {
+        let existing = self
+            .api()
+            .get_opt(&self.cfg.node_name)
+            .await
+            .map_err(|source| Error::Get {
+                node: self.cfg.node_name.clone(),
+                source,
+            })?;
+        match existing {
+            Some(n) if !self.cfg.adopt_existing_node => check_ownership(&n, &self.owner_tag())
+                .map_err(|why| Error::NotOurs {
+                    node: self.cfg.node_name.clone(),
+                    why,
+                }),
+            _ => Ok(()),
+        }
+    }
+
     pub async fn register(&self) -> Result<String, Error> {
         let api = self.api();
         let node = match api
@@ -353,5 +422,50 @@ impl NodeManager {
             Ok(()) => info!(node = %self.cfg.node_name, "node marked not ready"),
             Err(e) => warn!(error = %ErrorChain(&e), "failed to mark node not ready on shutdown"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(owner: Option<&str>, kubelet_version: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("gpu-0".into()),
+                annotations: owner
+                    .map(|o| BTreeMap::from([(OWNER_ANNOTATION.to_owned(), o.to_owned())])),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(NodeStatus {
+                node_info: Some(NodeSystemInfo {
+                    kubelet_version: kubelet_version.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_node_of_a_real_kubelet_or_another_vk_is_not_ours() {
+        let real = check_ownership(&node(None, "v1.36.3"), "abc123").unwrap_err();
+        assert!(real.contains("no gpu-vk.io/owner annotation"), "{real}");
+        let other =
+            check_ownership(&node(Some("zzz999"), "v1.36.0-gpu-vk.0.1.0"), "abc123").unwrap_err();
+        assert!(other.contains("zzz999"), "{other}");
+    }
+
+    #[test]
+    fn our_node_and_one_registered_before_the_annotation_existed_are_ours() {
+        assert_eq!(
+            check_ownership(&node(Some("abc123"), "v1.36.3"), "abc123"),
+            Ok(())
+        );
+        assert_eq!(
+            check_ownership(&node(None, "v1.36.0-gpu-vk.0.1.0"), "abc123"),
+            Ok(())
+        );
     }
 }

@@ -25,6 +25,7 @@ pub mod create;
 pub mod decide;
 pub mod delete;
 pub mod dispatch;
+pub mod duplicates;
 pub mod env;
 pub mod events;
 pub mod evidence;
@@ -91,6 +92,9 @@ struct ProviderSlot {
     lists: std::sync::atomic::AtomicU64,
     /// Absences of our workloads from its lists (see [`evidence`]).
     evidence: RwLock<evidence::Evidence>,
+    /// Workloads beyond the first for one pod, by provider id, with the list count when first
+    /// seen (see [`duplicates`]); the garbage collector deletes them.
+    extras: RwLock<HashMap<String, (Observed, u64)>>,
 }
 
 /// The shared state of the pod pipeline of a running VK.
@@ -143,6 +147,7 @@ impl PodController {
                 listed_at: RwLock::default(),
                 lists: Default::default(),
                 evidence: RwLock::default(),
+                extras: RwLock::default(),
             })
             .collect();
         let offers = slots

@@ -617,3 +617,44 @@ async fn bad_input_fails_the_pod_with_a_reason_and_an_event_and_creates_nothing(
     delete_namespace(&c, &ns).await;
     vk.cleanup(&c).await;
 }
+
+#[tokio::test]
+async fn an_existing_node_of_a_real_kubelet_is_not_taken_over() {
+    let c = client().await;
+    let name = format!("real-gpu-{}", &uuid::Uuid::new_v4().to_string()[..8]);
+    let nodes: Api<Node> = Api::all(c.clone());
+    let real: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}}
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &real).await.unwrap();
+    let rp = Emulator::runpod(fast(), gpus()).await;
+    let opts = VkOptions {
+        node_name: Some(name.clone()),
+        ..Default::default()
+    };
+    let mut vk = Vk::start(&[("runpod", &rp)], opts).await;
+    let status = wait_for(Duration::from_secs(20), "the VK to refuse and exit", || {
+        std::future::ready(vk.exited())
+    })
+    .await;
+    assert!(!status.success(), "the VK must fail, not run: {status}");
+    let log = vk.log();
+    assert!(
+        log.contains("was not registered by this virtual kubelet"),
+        "the refusal says why: {log}"
+    );
+    // The Node is untouched: none of the VK's labels, annotations or taints.
+    let after = nodes.get(&name).await.unwrap();
+    let labels = after.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("type"), "labels changed: {labels:?}");
+    assert!(
+        !after
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("gpu-vk.io/owner")
+    );
+    assert!(after.spec.and_then(|s| s.taints).is_none());
+    nodes.delete(&name, &DeleteParams::default()).await.unwrap();
+}

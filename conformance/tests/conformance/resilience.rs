@@ -128,3 +128,67 @@ async fn calls_since(w: &mut Vkw, creates: u64) {
         "provider creates and deletes since the incident began"
     );
 }
+
+#[when(expr = "the provider holds a second workload for one replica of deployment {string}")]
+async fn duplicate(w: &mut Vkw, app: String) {
+    mark_incident(w, &app).await;
+    let victim = w.replicas(&app).await[0].clone();
+    let name = victim.metadata.name.clone().unwrap_or_default();
+    let vk = w.vk.as_ref().expect("a virtual kubelet");
+    let workload = workload_name(&vk.cluster_id, &vk.node, &uid(&victim));
+    w.victim = Some((name, uid(&victim)));
+    let second = w.emu().inject(&workload).await;
+    w.orphan = Some(second);
+}
+
+#[then(expr = "within {int} seconds that replica is back to exactly one workload, the one it had")]
+async fn back_to_one(w: &mut Vkw, secs: u64) {
+    let (_, pod_uid) = w.victim.clone().expect("a replica was picked");
+    let had = w.incident.as_ref().expect("an incident began").workloads[&pod_uid].clone();
+    let second = w.orphan.clone().unwrap_or_default();
+    // The duplicate is really there first...
+    assert_eq!(
+        w.live_of(&pod_uid).await.len(),
+        2,
+        "the second workload was not injected"
+    );
+    // ...then only the original remains.
+    let live = wait_for(
+        Duration::from_secs(secs),
+        "one workload for the replica",
+        || async {
+            let l = w.live_of(&pod_uid).await;
+            (l.len() == 1).then_some(l)
+        },
+    )
+    .await;
+    assert_eq!(
+        live[0]["id"].as_str(),
+        Some(had.as_str()),
+        "the wrong workload was kept"
+    );
+    assert_ne!(had, second);
+}
+
+#[then(expr = "that replica has an event {string}")]
+async fn replica_event(w: &mut Vkw, reason: String) {
+    let (name, _) = w.victim.clone().expect("a replica was picked");
+    let c = w.c();
+    let ns = w.ns.clone();
+    wait_for(
+        Duration::from_secs(15),
+        &format!("event {reason} on {name}"),
+        || {
+            let c = c.clone();
+            let (ns, name, reason) = (ns.clone(), name.clone(), reason.clone());
+            async move {
+                events_for(&c, &ns, &name)
+                    .await
+                    .iter()
+                    .any(|(r, _)| *r == reason)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}

@@ -1,16 +1,19 @@
 //! Garbage collection: workloads owned by this node (cluster id + node name) whose pod no
 //! longer exists are deleted, only once the pod store is synced and after the workload stayed
 //! orphaned for the grace window and through `timings.lossLists` lists of its provider, so a
-//! pod created a moment ago is never collected, nor a workload on one list's word.
+//! pod created a moment ago is never collected, nor a workload on one list's word. Extra
+//! workloads of one pod (see `duplicates`) are collected here too.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use tracing::info;
+use tracing::{info, warn};
 
+use super::events::EventType;
 use super::{PodController, read, write};
+use crate::provider::{Observed, ProviderError};
 
 impl PodController {
     /// Runs the collector every poll interval once the pipeline is ready.
@@ -62,7 +65,48 @@ impl PodController {
                     self.metrics.gc_deletes.inc();
                 }
             }
+            self.collect_duplicates(min_lists).await;
             tokio::time::sleep(self.cfg.timings.poll_interval()).await;
+        }
+    }
+
+    /// Deletes the second (third...) workload of a pod once `min_lists` lists showed it (see
+    /// [`super::duplicates`]); the one the pod follows is never touched.
+    async fn collect_duplicates(&self, min_lists: u64) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let lists = slot.lists.load(Ordering::Relaxed);
+            let due: Vec<Observed> = read(&slot.extras)
+                .values()
+                .filter(|(_, first)| lists.saturating_sub(*first) >= min_lists)
+                .map(|(o, _)| o.clone())
+                .collect();
+            for o in due {
+                let uid = o.id.pod_uid().to_owned();
+                match slot.provider.delete(&o.provider_id).await {
+                    Ok(()) | Err(ProviderError::NotFound) => {
+                        write(&slot.extras).remove(&o.provider_id);
+                        self.metrics.gc_deletes.inc();
+                        info!(provider = self.provider_name(i), uid, provider_id = %o.provider_id, "deleted a duplicate workload");
+                        let pod = read(&self.pods).get(&uid).and_then(|p| p.pod());
+                        if let Some(pod) = pod {
+                            self.event(
+                                &pod,
+                                EventType::Warning,
+                                "DuplicateWorkload",
+                                "CollectGarbage",
+                                &format!(
+                                    "provider {} held a second workload ({}) for this pod; deleted it",
+                                    self.provider_name(i),
+                                    o.provider_id
+                                ),
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        warn!(provider = self.provider_name(i), uid, provider_id = %o.provider_id, error = %e, "failed to delete a duplicate workload");
+                    }
+                }
+            }
         }
     }
 }

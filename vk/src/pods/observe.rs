@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tracing::warn;
 
+use super::duplicates;
 use super::evidence::LossRule;
 use super::{PodController, queue, read, write};
 use crate::provider::{Observed, ProviderError};
@@ -53,14 +54,29 @@ impl PodController {
     pub(super) fn apply_list(&self, i: usize, started: Instant, list: Vec<Observed>) {
         let slot = &self.slots[i];
         let mut changed = Vec::new();
+        let lists = slot.lists.load(std::sync::atomic::Ordering::Relaxed);
         {
             let recent = read(&self.recent);
             let mut cache = write(&slot.cache);
+            let list: Vec<Observed> = list
+                .into_iter()
+                .filter(|o| self.owner.owns(&o.id))
+                .collect();
+            let (list, extras) =
+                duplicates::split(list, |uid| cache.get(uid).map(|o| o.provider_id.as_str()));
+            {
+                let mut known = write(&slot.extras);
+                let now: HashSet<&str> = extras.iter().map(|o| o.provider_id.as_str()).collect();
+                known.retain(|id, _| now.contains(id.as_str()));
+                for o in extras {
+                    if !known.contains_key(&o.provider_id) {
+                        warn!(provider = slot.provider.name(), uid = o.id.pod_uid(), provider_id = %o.provider_id, "provider holds a second workload for one pod; it will be deleted");
+                    }
+                    known.entry(o.provider_id.clone()).or_insert((o, lists));
+                }
+            }
             let mut seen = HashSet::new();
             for obs in list {
-                if !self.owner.owns(&obs.id) {
-                    continue;
-                }
                 let uid = obs.id.pod_uid().to_owned();
                 // A delete we issued after this list began wins over the list.
                 if recent
