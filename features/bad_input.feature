@@ -20,6 +20,7 @@ Feature: Bad input
       | an nfs volume                                    | InvalidSpec     |
       | a privileged container                           | InvalidSpec     |
       | hostNetwork                                      | InvalidSpec     |
+      | spec.nodeName set and no toleration of the node's taint | NotAllowed |
 
   Scenario Outline: A missing mandatory source keeps the pod pending, as the kubelet does
     When I create a GPU pod "needs-config" with an env var from the missing <kind> "absent"

@@ -334,7 +334,7 @@ async fn create_annotated(w: &mut Vkw, name: String, k: String, v: String) {
 }
 
 #[when(
-    regex = r#"^I create a GPU pod "([^"]+)" with (a hostPath volume|an nfs volume|a privileged container|hostNetwork)$"#
+    regex = r#"^I create a GPU pod "([^"]+)" with (a hostPath volume|an nfs volume|a privileged container|hostNetwork|spec.nodeName set and no toleration of the node's taint)$"#
 )]
 async fn create_unsupported(w: &mut Vkw, name: String, what: String) {
     let node = w.node();
@@ -359,7 +359,13 @@ async fn create_unsupported(w: &mut Vkw, name: String, what: String) {
             spec.containers[0].security_context =
                 Some(serde_json::from_value(json!({"privileged": true})).unwrap());
         }
-        _ => spec.host_network = Some(true),
+        "hostNetwork" => spec.host_network = Some(true),
+        _ => {
+            // Bound by the user, not the scheduler: the taint check never ran.
+            spec.node_selector = None;
+            spec.tolerations = None;
+            spec.node_name = Some(node.clone());
+        }
     }
     w.create_pod(p).await;
 }

@@ -59,6 +59,11 @@ pub struct Config {
     /// Taint the node so only pods that tolerate it land there.
     #[serde(default = "yes")]
     pub taint: bool,
+    /// Namespaces whose pods may run on the providers (spend provider money); empty: all.
+    /// Checked by the VK itself, so it also holds for pods that set `spec.nodeName` directly
+    /// and never met the scheduler's taint check.
+    #[serde(default)]
+    pub allowed_namespaces: Vec<String>,
     /// Take over an existing Node of this name that this VK did not register (by default the
     /// VK refuses to start: that Node's pods would be offloaded).
     #[serde(default)]

@@ -105,6 +105,8 @@ pub struct PodController {
     slots: Vec<ProviderSlot>,
     /// What [`decide`] needs to know of the providers (names and capabilities).
     offers: Vec<dispatch::Offer>,
+    /// Who may have workloads created (see [`decide::Admission`]).
+    admission: decide::Admission,
     pods: RwLock<HashMap<String, Arc<StoredPod>>>,
     pods_synced: AtomicBool,
     /// UIDs of pods seen deleted whose workloads may still need deleting.
@@ -157,12 +159,19 @@ impl PodController {
                 capabilities: s.provider.capabilities(),
             })
             .collect();
+        let admission = decide::Admission {
+            taint: cfg
+                .taint
+                .then(|| (crate::node::TAINT_KEY.to_owned(), cfg.node_name.clone())),
+            namespaces: cfg.allowed_namespaces.clone(),
+        };
         Arc::new(Self {
             client,
             cfg,
             owner,
             slots,
             offers,
+            admission,
             pods: RwLock::default(),
             pods_synced: AtomicBool::new(false),
             gone: RwLock::default(),

@@ -631,7 +631,8 @@ async fn list_maps_v0041_jobs() {
 }
 
 #[tokio::test]
-async fn duplicate_names_report_the_newest_job() {
+async fn jobs_sharing_a_workload_id_are_all_listed() {
+    // Collapsing them here would hide a duplicate that bills; the pipeline picks one.
     let server = MockServer::start().await;
     let id = workload().build().id;
     mount_jobs(
@@ -644,8 +645,10 @@ async fn duplicate_names_report_the_newest_job() {
     )
     .await;
     let observed = adapter(&server, Dialect::V0038).list().await.unwrap();
-    assert_eq!(observed.len(), 1);
-    assert_eq!(observed[0].provider_id, "8");
+    let mut ids: Vec<&str> = observed.iter().map(|o| o.provider_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["3", "8"]);
+    assert!(observed.iter().all(|o| o.id == id));
 }
 
 #[tokio::test]
@@ -860,7 +863,19 @@ outputDir: /shared/vk-logs
 workDir: /scratch
 gpuTypes: {A100-80GB: a100}
 "#;
+    // slurmrestd over plain http to another host: only when the operator says so.
     let cfg: SlurmConfig = serde_yaml::from_str(yaml).unwrap();
+    let refused = Slurm::new("slurm".into(), cfg, owner())
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|e| e.contains("only allowed to loopback")),
+        "{refused:?}"
+    );
+    let yaml = format!("{yaml}allowInsecureHttp: true\n");
+    let cfg: SlurmConfig = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(cfg.dialect, Dialect::V0041);
     assert_eq!(cfg.runtime, Runtime::Enroot);
     let slurm = Slurm::new("slurm".into(), cfg.clone(), owner()).unwrap();

@@ -69,6 +69,57 @@ pub struct Rules<'a> {
     pub owner: &'a Owner,
     pub offers: &'a [Offer],
     pub timings: &'a Timings,
+    pub admission: &'a Admission,
+}
+
+/// Who may have workloads created at the providers: checked before every create, because a
+/// pod that sets `spec.nodeName` itself bypasses the scheduler (and its taint check).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// The node's taint (key, value) a pod must tolerate; `None` when the node is not tainted.
+    pub taint: Option<(String, String)>,
+    /// Namespaces allowed to spend provider money; empty: every namespace.
+    pub namespaces: Vec<String>,
+}
+
+impl Admission {
+    /// `Err` says why the pod may not run on the providers.
+    pub fn check(&self, pod: &Pod) -> Result<(), String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == ns) {
+            return Err(format!(
+                "namespace {ns:?} may not run pods on this virtual node (allowedNamespaces)"
+            ));
+        }
+        if let Some((key, value)) = &self.taint {
+            let tolerated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref())
+                .is_some_and(|ts| {
+                    ts.iter().any(|t| {
+                        let key_ok = match t.key.as_deref() {
+                            None | Some("") => t.operator.as_deref() == Some("Exists"),
+                            Some(k) => k == key,
+                        };
+                        let value_ok = match t.operator.as_deref() {
+                            Some("Exists") => true,
+                            _ => t.value.as_deref().unwrap_or_default() == value,
+                        };
+                        let effect_ok =
+                            matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+                        key_ok && value_ok && effect_ok
+                    })
+                });
+            if !tolerated {
+                return Err(format!(
+                    "the pod does not tolerate the node's taint {key}={value}:NoSchedule; only \
+                     pods that tolerate it may run on the providers"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The next step for a pod (`None`: not in the store any more), given the workload a provider
@@ -136,6 +187,9 @@ pub fn decide(
     }
     if let Some(wait) = restart::backoff_remaining(pod, rules.timings, now) {
         return Step::Wait(wait);
+    }
+    if let Err(why) = rules.admission.check(pod) {
+        return fail(reason::NOT_ALLOWED, why);
     }
     let candidates = match dispatch::candidates(rules.offers, &request, assigned(pod)) {
         Ok(c) => c,
@@ -310,5 +364,106 @@ mod failover_tests {
                 "{e:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod admission_tests {
+    use super::*;
+    use crate::test_support::PodBuilder;
+    use k8s_openapi::api::core::v1::Toleration;
+
+    fn admission(namespaces: &[&str]) -> Admission {
+        Admission {
+            taint: Some(("virtual-kubelet.io/provider".into(), "vk-gpu".into())),
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn tolerating(t: Toleration) -> Pod {
+        PodBuilder::new()
+            .spec(|s| s.tolerations = Some(vec![t]))
+            .build()
+    }
+
+    fn exists(key: Option<&str>, effect: Option<&str>) -> Toleration {
+        Toleration {
+            key: key.map(str::to_owned),
+            operator: Some("Exists".into()),
+            effect: effect.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_must_tolerate_the_nodes_taint() {
+        let a = admission(&[]);
+        let none = a.check(&PodBuilder::new().build()).unwrap_err();
+        assert!(
+            none.contains("virtual-kubelet.io/provider=vk-gpu"),
+            "{none}"
+        );
+        let key = Some("virtual-kubelet.io/provider");
+        assert_eq!(
+            a.check(&tolerating(exists(key, Some("NoSchedule")))),
+            Ok(())
+        );
+        assert_eq!(a.check(&tolerating(exists(key, None))), Ok(()));
+        // An empty key with Exists tolerates every taint.
+        assert_eq!(a.check(&tolerating(exists(None, None))), Ok(()));
+        assert!(
+            a.check(&tolerating(exists(key, Some("NoExecute"))))
+                .is_err()
+        );
+        assert!(a.check(&tolerating(exists(Some("other"), None))).is_err());
+        let equal = |value: &str| Toleration {
+            key: key.map(str::to_owned),
+            operator: Some("Equal".into()),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        assert_eq!(a.check(&tolerating(equal("vk-gpu"))), Ok(()));
+        assert!(a.check(&tolerating(equal("other-node"))).is_err());
+        // An untainted node asks for nothing.
+        let untainted = Admission::default();
+        assert_eq!(untainted.check(&PodBuilder::new().build()), Ok(()));
+    }
+
+    #[test]
+    fn only_allowed_namespaces_may_spend_provider_money() {
+        let pod = tolerating(exists(Some("virtual-kubelet.io/provider"), None));
+        assert_eq!(admission(&[]).check(&pod), Ok(()));
+        assert_eq!(admission(&["prod", "research"]).check(&pod), Ok(()));
+        let e = admission(&["prod"]).check(&pod).unwrap_err();
+        assert!(
+            e.contains("\"research\"") && e.contains("allowedNamespaces"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_pod_not_allowed_fails_before_anything_is_created() {
+        let owner = crate::test_support::owner();
+        let timings = Timings::default();
+        let a = admission(&["prod"]);
+        let rules = Rules {
+            owner: &owner,
+            offers: &[],
+            timings: &timings,
+            admission: &a,
+        };
+        let memory = Memory::fresh();
+        let pod = PodBuilder::new().gpus("1").build();
+        let step = decide(&rules, Some(&pod), None, &memory, Timestamp::now());
+        assert!(
+            matches!(
+                &step,
+                Step::Fail {
+                    reason: "NotAllowed",
+                    ..
+                }
+            ),
+            "{step:?}"
+        );
     }
 }

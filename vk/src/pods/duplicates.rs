@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use crate::provider::Observed;
 
 /// Splits a list into one workload per pod and the extra ones. The one kept is the one the
-/// pipeline already follows (`followed(pod UID)` is its provider id), else the oldest, else the
-/// smallest provider id, so every list makes the same choice.
+/// pipeline already follows (`followed(pod UID)` is its provider id), else a live one over one
+/// that ended (Slurm lists a finished job for minutes after a restart created the next one),
+/// else the oldest, else the smallest provider id, so every list makes the same choice.
 pub fn split<'a>(
     list: Vec<Observed>,
     followed: impl Fn(&str) -> Option<&'a str>,
@@ -28,6 +29,7 @@ pub fn split<'a>(
                 let not_followed = |o: &Observed| current != Some(o.provider_id.as_str());
                 not_followed(a)
                     .cmp(&not_followed(b))
+                    .then_with(|| a.state.is_terminal().cmp(&b.state.is_terminal()))
                     .then_with(|| a.created_at.is_none().cmp(&b.created_at.is_none()))
                     .then_with(|| a.created_at.cmp(&b.created_at))
                     .then_with(|| a.provider_id.cmp(&b.provider_id))
@@ -76,6 +78,18 @@ mod tests {
         let reversed: Vec<Observed> = list.into_iter().rev().collect();
         let (keep, _) = split(reversed, |_| Some("followed"));
         assert_eq!(ids(&keep), ["followed"]);
+    }
+
+    #[test]
+    fn a_live_workload_is_kept_over_one_that_ended() {
+        let finished = Observed {
+            state: WorkloadState::Succeeded,
+            ..at("old-job", "2026-11-29T09:00:00Z")
+        };
+        let next = at("new-job", "2026-11-29T10:00:00Z");
+        let (keep, extras) = split(vec![finished, next], |_| Some(""));
+        assert_eq!(ids(&keep), ["new-job"]);
+        assert_eq!(ids(&extras), ["old-job"]);
     }
 
     #[test]

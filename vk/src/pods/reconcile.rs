@@ -88,6 +88,7 @@ impl PodController {
             owner: &self.owner,
             offers: &self.offers,
             timings: &self.cfg.timings,
+            admission: &self.admission,
         };
         let step = decide::decide(
             &rules,

@@ -3,6 +3,10 @@
 //! classification of HTTP outcomes into [`ProviderError`], `Retry-After` parsing, and bounded,
 //! redacted messages.
 //!
+//! Bounds: redirects are never followed (a 3xx is an answer, so credentials never travel to
+//! another host), an answer larger than [`MAX_BODY_BYTES`] is refused while it is read, and a
+//! plain `http://` base URL must point to loopback unless the operator allows it.
+//!
 //! Secrets: credentials only ever go into (sensitive) headers of requests to the configured
 //! base URL. They are never formatted into a message: every message built from a request or its
 //! answer is passed through the [`Secret`] that request carried ([`RawResponse::redact`]), in
@@ -28,6 +32,8 @@ const MAX_MESSAGE_CHARS: usize = 400;
 /// "back off for a while" and the framework's own backoff takes over.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest answer read from a provider (a list of thousands of workloads is a few MiB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Why an adapter could not be constructed.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +129,8 @@ pub(crate) struct Client<A> {
     auth: A,
     /// Put before the request in transport error messages (`slurmrestd GET ... timed out`).
     peer: Option<&'static str>,
+    /// Largest answer read.
+    max_body: usize,
 }
 
 impl<A: fmt::Debug> fmt::Debug for Client<A> {
@@ -135,13 +143,15 @@ impl<A: fmt::Debug> fmt::Debug for Client<A> {
 }
 
 impl<A: Auth> Client<A> {
-    /// Checks `base_url` (plain http(s), no query or credentials) and builds the client. The
-    /// process must have installed a rustls crypto provider.
+    /// Checks `base_url` (plain http(s), no query or credentials; `http://` only to loopback
+    /// unless `allow_insecure_http`) and builds the client. The process must have installed a
+    /// rustls crypto provider.
     pub fn new(
         provider: &str,
         base_url: &str,
         auth: A,
         timeout: Duration,
+        allow_insecure_http: bool,
     ) -> Result<Self, InitError> {
         let invalid = |reason: String| InitError::InvalidBaseUrl {
             provider: provider.to_owned(),
@@ -157,6 +167,13 @@ impl<A: Auth> Client<A> {
                 "must be a plain http(s) URL without query or credentials".into(),
             ));
         }
+        if base.scheme() == "http" && !allow_insecure_http && !is_loopback(&base) {
+            return Err(invalid(
+                "plain http:// is only allowed to loopback: the credentials would cross the \
+                 network in clear (use https, or set allowInsecureHttp: true)"
+                    .into(),
+            ));
+        }
         // Normalise: no trailing slash, so segments are appended predictably.
         let trimmed = base.path().trim_end_matches('/').to_owned();
         base.set_path(&trimmed);
@@ -169,6 +186,7 @@ impl<A: Auth> Client<A> {
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(timeout)
             .user_agent(concat!("gpu-vk/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|source| InitError::BuildClient {
                 provider: provider.to_owned(),
@@ -179,7 +197,15 @@ impl<A: Auth> Client<A> {
             base,
             auth,
             peer: None,
+            max_body: MAX_BODY_BYTES,
         })
+    }
+
+    /// Reads answers up to `bytes` (tests use a small bound).
+    #[cfg(test)]
+    pub fn with_max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
     }
 
     /// The authentication, for adapter-specific explanations of its failures.
@@ -225,7 +251,7 @@ impl<A: Auth> Client<A> {
         if let Some(body) = body {
             req = req.json(body);
         }
-        read(req, &what, secret).await
+        read(req, &what, secret, self.max_body).await
     }
 
     /// Fetches a URL the provider handed out (for example a pre-signed log download), without
@@ -237,7 +263,7 @@ impl<A: Auth> Client<A> {
             .map(|c| c.secret)
             .unwrap_or_default();
         let what = self.describe(&Method::GET, &url);
-        read(self.http.get(url), &what, secret).await
+        read(self.http.get(url), &what, secret, self.max_body).await
     }
 
     fn describe(&self, method: &Method, url: &Url) -> String {
@@ -248,26 +274,54 @@ impl<A: Auth> Client<A> {
     }
 }
 
-/// Sends a built request and reads the whole answer.
+/// True when the URL's host is a loopback address or `localhost`.
+fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Sends a built request and reads the whole answer, refusing one larger than `max_body`.
 async fn read(
     req: reqwest::RequestBuilder,
     what: &str,
     secret: Secret,
+    max_body: usize,
 ) -> Result<RawResponse, ProviderError> {
-    let resp = req
+    let mut resp = req
         .send()
         .await
         .map_err(|e| transport_error(what, &e, &secret))?;
     let status = resp.status();
     let retry_after = parse_retry_after(resp.headers());
-    let body = resp
-        .bytes()
+    let too_large = || {
+        ProviderError::transient(format!(
+            "{what}: the answer is larger than {max_body} bytes; not read"
+        ))
+    };
+    if resp.content_length().is_some_and(|n| n > max_body as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
         .await
-        .map_err(|e| transport_error(what, &e, &secret))?;
+        .map_err(|e| transport_error(what, &e, &secret))?
+    {
+        if body.len() + chunk.len() > max_body {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
     Ok(RawResponse {
         status,
         retry_after,
-        body,
+        body: Bytes::from(body),
         secret,
     })
 }
@@ -421,5 +475,95 @@ mod tests {
         assert_eq!(resp.detail_or_reason(String::new()), "Bad Gateway");
         let long = resp.message("Svc", &"x".repeat(2 * MAX_MESSAGE_CHARS));
         assert_eq!(long.chars().count(), MAX_MESSAGE_CHARS + 3);
+    }
+
+    fn client(base: &str, allow_insecure_http: bool) -> Result<Client<Bearer>, InitError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let auth = Bearer::new("p", "k3y-very-secret")?;
+        Client::new("p", base, auth, Duration::from_secs(5), allow_insecure_http)
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback_unless_allowed() {
+        for ok in [
+            "http://127.0.0.1:8080/v2",
+            "http://localhost:6820",
+            "http://[::1]:9000",
+            "https://rest.runpod.io/v1",
+            "https://10.0.0.5:6820",
+        ] {
+            assert!(client(ok, false).is_ok(), "{ok}");
+        }
+        for refused in [
+            "http://10.0.0.5:6820",
+            "http://slurmrestd.hpc:6820",
+            "http://[::2]:1",
+        ] {
+            let e = client(refused, false).err().map(|e| e.to_string());
+            assert!(
+                e.as_deref()
+                    .is_some_and(|e| e.contains("only allowed to loopback")),
+                "{refused}: {e:?}"
+            );
+            assert!(
+                client(refused, true).is_ok(),
+                "{refused} with allowInsecureHttp"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed_so_credentials_stay_home() {
+        use wiremock::matchers::any;
+        use wiremock::{Mock, MockServer, ResponseTemplate};
+        let elsewhere = MockServer::start().await;
+        Mock::given(any())
+            .respond_with(ResponseTemplate::new(200).set_body_string("{}"))
+            .mount(&elsewhere)
+            .await;
+        let home = MockServer::start().await;
+        Mock::given(any())
+            .respond_with(
+                ResponseTemplate::new(302).insert_header("location", elsewhere.uri() + "/steal"),
+            )
+            .mount(&home)
+            .await;
+        let c = client(&home.uri(), false).unwrap_or_else(|e| panic!("{e}"));
+        let r = c
+            .send(Method::GET, c.url(&["pods"], false), None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.status, StatusCode::FOUND);
+        let leaked = elsewhere.received_requests().await.unwrap_or_default();
+        assert!(leaked.is_empty(), "the redirect was followed: {leaked:?}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_bound_is_refused() {
+        use wiremock::matchers::any;
+        use wiremock::{Mock, MockServer, ResponseTemplate};
+        let server = MockServer::start().await;
+        Mock::given(any())
+            .respond_with(ResponseTemplate::new(200).set_body_string("x".repeat(4096)))
+            .mount(&server)
+            .await;
+        let c = client(&server.uri(), false)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_max_body(1024);
+        let e = c
+            .send(Method::GET, c.url(&["pods"], false), None)
+            .await
+            .err();
+        assert!(
+            matches!(&e, Some(ProviderError::Transient { message, .. }) if message.contains("larger than 1024 bytes")),
+            "{e:?}"
+        );
+        let roomy = client(&server.uri(), false)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_max_body(4096);
+        let ok = roomy
+            .send(Method::GET, roomy.url(&["pods"], false), None)
+            .await;
+        assert_eq!(ok.map(|r| r.body.len()).ok(), Some(4096));
     }
 }

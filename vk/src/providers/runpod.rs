@@ -91,7 +91,7 @@ impl RunPod {
         }
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
         let auth = Bearer::new(&name, &cfg.api_key)?;
-        let api = Client::new(&name, &cfg.base_url, auth, timeout)?;
+        let api = Client::new(&name, &cfg.base_url, auth, timeout, cfg.allow_insecure_http)?;
         Ok(Self {
             name,
             cfg,

@@ -138,7 +138,14 @@ impl Slurm {
         };
         let auth = SlurmAuth::new(cfg.user_name.trim(), token);
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
-        let client = Client::new(&name, &cfg.base_url, cfg.dialect, auth, timeout)?;
+        let client = Client::new(
+            &name,
+            &cfg.base_url,
+            cfg.dialect,
+            auth,
+            timeout,
+            cfg.allow_insecure_http,
+        )?;
         let client = Arc::new(client);
         Ok(Self {
             name,

@@ -43,10 +43,12 @@ fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) ->
     let owner = owner();
     let offers = offers();
     let timings = timings();
+    let admission = Admission::default();
     let rules = Rules {
         owner: &owner,
         offers: &offers,
         timings: &timings,
+        admission: &admission,
     };
     let found = found.map(|(provider, observed)| Found { provider, observed });
     decide(&rules, pod, found, &memory, ts(NOW))

@@ -65,6 +65,10 @@ pub struct RunPodConfig {
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
+    /// Allow a plain `http://` base URL to a host other than loopback (the credentials then
+    /// cross the network in clear). Off by default.
+    #[serde(default)]
+    pub allow_insecure_http: bool,
 }
 
 fn default_base_url() -> String {
@@ -92,6 +96,7 @@ impl Default for RunPodConfig {
             container_disk_gb: default_disk_gb(),
             max_gpus_per_workload: default_max_gpus(),
             request_timeout_secs: default_timeout_secs(),
+            allow_insecure_http: false,
         }
     }
 }
@@ -121,6 +126,7 @@ impl fmt::Debug for RunPodConfig {
             .field("container_disk_gb", &self.container_disk_gb)
             .field("max_gpus_per_workload", &self.max_gpus_per_workload)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("allow_insecure_http", &self.allow_insecure_http)
             .finish()
     }
 }

@@ -1,14 +1,11 @@
 //! The [`Provider`] implementation of [`Slurm`]: submit (with leftovers cancelled after a
 //! refusal), cancel, list, logs and exec.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use tracing::{info, warn};
 
 use super::wire::{self, SubmitAnswer};
 use super::{ExecMode, Slurm, exec, logs, observe};
-use crate::naming::WorkloadId;
 use crate::provider::{
     Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
     ProviderError, Workload, WorkloadState,
@@ -67,8 +64,10 @@ impl Provider for Slurm {
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let jobs = self.client.jobs().await?;
-        // A workload id names one job; should a lost create have made two, the newest wins.
-        let mut by_id: HashMap<WorkloadId, Observed> = HashMap::new();
+        // Every job of ours, even two carrying one workload id (a finished job and its
+        // restart, or a create that was lost and retried): the pipeline picks one and deletes
+        // live extras (`pods::duplicates`).
+        let mut out: Vec<Observed> = Vec::with_capacity(jobs.len());
         for job in &jobs {
             let Some(obs) = observe(&self.owner, job) else {
                 continue;
@@ -76,20 +75,8 @@ impl Provider for Slurm {
             if let WorkloadState::Unknown { raw } = &obs.state {
                 warn!(provider = %self.name, workload = %obs.id, job_state = %raw, "unknown Slurm job state");
             }
-            let newer = |old: &Observed| {
-                let n = |o: &Observed| o.provider_id.parse::<u64>().unwrap_or(0);
-                n(&obs) > n(old)
-            };
-            match by_id.get(&obs.id) {
-                Some(old) if !newer(old) => {
-                    warn!(provider = %self.name, workload = %obs.id, kept = %old.provider_id, other = %obs.provider_id, "two Slurm jobs carry one workload id");
-                }
-                _ => {
-                    by_id.insert(obs.id.clone(), obs);
-                }
-            }
+            out.push(obs);
         }
-        let mut out: Vec<Observed> = by_id.into_values().collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }

@@ -92,8 +92,10 @@ impl Client {
         dialect: Dialect,
         auth: SlurmAuth,
         timeout: Duration,
+        allow_insecure_http: bool,
     ) -> Result<Self, InitError> {
-        let http = http::Client::new(provider, base_url, auth, timeout)?.with_peer("slurmrestd");
+        let http = http::Client::new(provider, base_url, auth, timeout, allow_insecure_http)?
+            .with_peer("slurmrestd");
         Ok(Self {
             provider: provider.to_owned(),
             http,

@@ -61,6 +61,10 @@ pub struct SlurmConfig {
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
+    /// Allow a plain `http://` base URL to a host other than loopback (the credentials then
+    /// cross the network in clear). Off by default.
+    #[serde(default)]
+    pub allow_insecure_http: bool,
     /// `kubectl exec`: `off` (default) or `srun` (`srun --jobid=<job> --overlap` from the VK's
     /// host, which needs the Slurm client, munge and the cluster's configuration).
     #[serde(default)]
@@ -117,6 +121,7 @@ impl Default for SlurmConfig {
             max_gpus_per_workload: default_max_gpus(),
             requeue: None,
             request_timeout_secs: default_timeout_secs(),
+            allow_insecure_http: false,
             exec: ExecMode::Off,
             srun_path: default_srun_path(),
             exec_wrapper: Vec::new(),

@@ -47,6 +47,10 @@ pub struct VastConfig {
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
+    /// Allow a plain `http://` base URL to a host other than loopback (the credentials then
+    /// cross the network in clear). Off by default.
+    #[serde(default)]
+    pub allow_insecure_http: bool,
     /// Attempts to download a requested log file before giving up.
     #[serde(default = "default_log_attempts")]
     pub log_fetch_attempts: u32,
@@ -98,6 +102,7 @@ impl Default for VastConfig {
             max_offers_tried: default_max_offers(),
             max_gpus_per_workload: default_max_gpus(),
             request_timeout_secs: default_timeout_secs(),
+            allow_insecure_http: false,
             log_fetch_attempts: default_log_attempts(),
             log_fetch_interval_ms: default_log_interval_ms(),
         }
@@ -132,6 +137,7 @@ impl fmt::Debug for VastConfig {
             .field("max_offers_tried", &self.max_offers_tried)
             .field("max_gpus_per_workload", &self.max_gpus_per_workload)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("allow_insecure_http", &self.allow_insecure_http)
             .field("log_fetch_attempts", &self.log_fetch_attempts)
             .field("log_fetch_interval_ms", &self.log_fetch_interval_ms)
             .finish()
