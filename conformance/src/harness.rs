@@ -851,24 +851,57 @@ impl Vk {
         let node = opts.node_name.clone().unwrap_or_else(|| unique("vk-test"));
         let dir = std::env::temp_dir().join(&node);
         std::fs::create_dir_all(&dir).unwrap();
-        let metrics_port = free_port();
-        let kubelet_port = free_port();
-        let config = format!(
-            "nodeName: {node}\nclusterId: test-cluster\nkubeletPort: {kubelet_port}\nmetricsAddr: 127.0.0.1:{metrics_port}\n\
-             workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\n  lossLists: 3\n  lossWindowMs: {}\nproviders:\n{providers}",
-            opts.poll_ms, opts.gc_grace_ms, opts.restart_backoff_ms, opts.loss_window_ms
-        );
+        let render = |metrics_port: u16, kubelet_port: u16| {
+            format!(
+                "nodeName: {node}\nclusterId: test-cluster\nkubeletPort: {kubelet_port}\nmetricsAddr: 127.0.0.1:{metrics_port}\n\
+                 workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\n  lossLists: 3\n  lossWindowMs: {}\nproviders:\n{providers}",
+                opts.poll_ms, opts.gc_grace_ms, opts.restart_backoff_ms, opts.loss_window_ms
+            )
+        };
+        let config = render(free_port(), free_port());
         std::fs::write(dir.join("config.yaml"), &config).unwrap();
         let mut vk = Self {
-            node,
+            node: node.clone(),
             cluster_id: "test-cluster".into(),
             child: None,
             dir,
             config,
-            rust_log: opts.rust_log,
+            rust_log: opts.rust_log.clone(),
         };
         vk.spawn();
+        // A free port can be taken by another process between our probe and the VK's bind
+        // (scenarios run side by side): start again on fresh ports when that happened.
+        for _ in 0..5 {
+            if !vk.lost_port_race().await {
+                break;
+            }
+            vk.config = render(free_port(), free_port());
+            std::fs::write(vk.dir.join("config.yaml"), &vk.config).unwrap();
+            let _ = std::fs::remove_file(vk.dir.join("vk.log"));
+            vk.spawn();
+        }
         vk
+    }
+
+    /// Waits until the VK has started its servers (true when it exited because a port was
+    /// taken; false when it runs, or ended for any other reason, which the test then sees).
+    async fn lost_port_race(&mut self) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let log = self.log();
+            if log.contains("virtual kubelet started") {
+                return false;
+            }
+            if let Some(status) = self.exited() {
+                let raced = !status.success() && log.contains("Address already in use");
+                if raced {
+                    self.child = None;
+                }
+                return raced;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 
     /// The prefix of this VK's workload names on every provider: `vk-<owner tag>-`.
