@@ -139,7 +139,17 @@ async fn create_applies_pod_options() {
         .option("disk_gb", "75")
         .build();
 
-    adapter(&server).create(&w).await.unwrap();
+    // The operator allows COMMUNITY besides the configured SECURE.
+    let rp = RunPod::new(
+        "runpod".into(),
+        RunPodConfig {
+            allowed_clouds: vec![Cloud::Community],
+            ..config(&server)
+        },
+        owner(),
+    )
+    .unwrap();
+    rp.create(&w).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
     let body: Value = reqs[0].body_json().unwrap();
@@ -168,6 +178,27 @@ async fn invalid_workloads_fail_before_any_request() {
 
     let no_gpu = workload().no_gpu().build();
     let bad_cloud = workload().option("cloud", "MOON").build();
+    // Not allowed by the operator (only the configured SECURE), or above the disk ceiling.
+    let other_cloud = workload().option("cloud", "community").build();
+    let capped = RunPod::new(
+        "runpod".into(),
+        RunPodConfig {
+            max_disk_gb: Some(100),
+            ..config(&server)
+        },
+        owner(),
+    )
+    .unwrap();
+    for (w, want) in [
+        (other_cloud, "not allowed by the operator"),
+        (workload().option("disk_gb", "101").build(), "ceiling"),
+    ] {
+        let err = capped.create(&w).await.unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Invalid { message } if message.contains(want)),
+            "{err:?}"
+        );
+    }
     let too_many = workload().any_gpu(16).build();
     let foreign = workload()
         .owner(&Owner::new("cluster-b", "vk-node"))

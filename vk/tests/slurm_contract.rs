@@ -180,8 +180,20 @@ async fn submit_v0041_sends_the_documented_body() {
         .option("qos", "high")
         .option("account", "proj1")
         .build();
-
-    adapter(&server, Dialect::V0041).create(&w).await.unwrap();
+    // Only values the operator allows; refused before any request otherwise.
+    let strict = adapter(&server, Dialect::V0041);
+    let err = strict.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message } if message.contains("partition=\"short\"") && message.contains("allowed: gpu")),
+        "{err:?}"
+    );
+    let allowing = adapter_with(SlurmConfig {
+        allowed_partitions: vec!["short".into()],
+        allowed_accounts: vec!["proj1".into()],
+        allowed_qos: vec!["high".into()],
+        ..config(&server, Dialect::V0041)
+    });
+    allowing.create(&w).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
     let body: Value = reqs[0].body_json().unwrap();

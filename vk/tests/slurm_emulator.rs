@@ -68,6 +68,8 @@ async fn setup(dialect: Dialect, token_file: Option<PathBuf>) -> Setup {
         user_name: USER.into(),
         output_dir: Some(out.clone()),
         default_time_limit_minutes: Some(30),
+        // So a pod can ask for a partition the cluster does not have (the emulator refuses).
+        allowed_partitions: vec!["nope".into()],
         ..SlurmConfig::default()
     };
     match token_file {

@@ -396,6 +396,49 @@ async fn invalid_workloads_fail_before_any_request() {
         .build();
     let err = capped.create(&greedy).await.unwrap_err();
     assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
+    // Annotations narrow the operator's ceilings, never widen them.
+    let ceilings = adapter_with(VastConfig {
+        max_price_per_hour: Some(1.0),
+        max_disk_gb: Some(100),
+        ..config(&server)
+    });
+    for (key, value) in [("max_price_per_hour", "2.5"), ("disk_gb", "500")] {
+        let w = workload().option(key, value).build();
+        let err = ceilings.create(&w).await.unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Invalid { message } if message.contains("ceiling") && message.contains(key)),
+            "{key}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lower_price_or_disk_than_the_operators_is_honoured() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.1)])).await;
+    Mock::given(method("PUT"))
+        .respond_with(rented())
+        .mount(&server)
+        .await;
+    let vast = adapter_with(VastConfig {
+        max_price_per_hour: Some(1.0),
+        max_disk_gb: Some(100),
+        ..config(&server)
+    });
+    let w = workload()
+        .option("max_price_per_hour", "0.6")
+        .option("disk_gb", "40")
+        .build();
+    vast.create(&w).await.unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    let search: Value = reqs
+        .iter()
+        .find(|r| r.url.path().contains("bundles"))
+        .map(|r| r.body_json().unwrap())
+        .expect("an offer search");
+    assert_eq!(search["dph_total"], json!({"lte": 0.6}), "{search}");
+    assert_eq!(search["disk_space"], json!({"gte": 40.0}), "{search}");
 }
 
 /// Runs a create whose rent (`PUT /asks`) answers `resp`.

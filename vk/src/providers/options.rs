@@ -66,6 +66,55 @@ impl<'a> Options<'a> {
         }
     }
 
+    /// A text option the operator bounds: the pod may choose the configured `default` or one of
+    /// `allowed`, nothing else (an annotation narrows what the operator configured, it never
+    /// widens it). Unset: the default.
+    pub fn within(
+        &self,
+        key: &str,
+        default: Option<&str>,
+        allowed: &[String],
+    ) -> Result<Option<String>, ProviderError> {
+        let Some(chosen) = self.text(key) else {
+            return Ok(default.map(str::to_owned));
+        };
+        if default == Some(chosen.as_str()) || allowed.contains(&chosen) {
+            return Ok(Some(chosen));
+        }
+        let mut choices: Vec<&str> = default.into_iter().collect();
+        choices.extend(
+            allowed
+                .iter()
+                .map(String::as_str)
+                .filter(|a| Some(*a) != default),
+        );
+        Err(ProviderError::Invalid {
+            message: format!(
+                "option {key}={chosen:?} is not allowed by the operator (allowed: {})",
+                if choices.is_empty() {
+                    "none".to_owned()
+                } else {
+                    choices.join(", ")
+                }
+            ),
+        })
+    }
+
+    /// A positive number option that may not exceed the operator's `ceiling` (when set).
+    pub fn positive_at_most(
+        &self,
+        key: &str,
+        ceiling: Option<f64>,
+    ) -> Result<Option<f64>, ProviderError> {
+        let value = self.positive(key)?;
+        match (value, ceiling) {
+            (Some(v), Some(c)) if v > c => Err(ProviderError::Invalid {
+                message: format!("option {key}={v} is above the operator's ceiling of {c}"),
+            }),
+            _ => Ok(value),
+        }
+    }
+
     /// A positive whole number of minutes; an empty option counts as unset.
     pub fn minutes(&self, key: &str) -> Result<Option<u32>, ProviderError> {
         let Some(raw) = self.text(key) else {

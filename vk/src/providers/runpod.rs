@@ -127,11 +127,21 @@ impl RunPod {
             .unwrap_or_else(|| neutral.clone());
 
         let options = Options::of(w);
-        let cloud = options.parsed::<Cloud>("cloud")?.unwrap_or(self.cfg.cloud);
+        let cloud = match options.parsed::<Cloud>("cloud")? {
+            Some(c) if c != self.cfg.cloud && !self.cfg.allowed_clouds.contains(&c) => {
+                return Err(invalid(format!(
+                    "option cloud={c:?} is not allowed by the operator (configured {:?}; \
+                     allowedClouds {:?})",
+                    self.cfg.cloud, self.cfg.allowed_clouds
+                )));
+            }
+            Some(c) => c,
+            None => self.cfg.cloud,
+        };
         let data_center_ids = options
             .list(&["data_center_ids", "data_center", "region"])
             .unwrap_or_else(|| self.cfg.data_center_ids.clone());
-        let disk = match options.positive("disk_gb")? {
+        let disk = match options.positive_at_most("disk_gb", self.cfg.max_disk_gb.map(f64::from))? {
             Some(gb) => gb.ceil() as u32,
             None => self.cfg.container_disk_gb,
         };

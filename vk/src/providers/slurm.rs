@@ -208,11 +208,17 @@ impl Slurm {
             environment: [("PATH".to_owned(), self.cfg.path.clone())].into(),
             working_directory: self.cfg.work_dir.clone(),
             standard_output: self.cfg.output_dir.as_deref().map(logs::output_pattern),
-            partition: options
-                .text("partition")
-                .or_else(|| self.cfg.partition.clone()),
-            account: options.text("account").or_else(|| self.cfg.account.clone()),
-            qos: options.text("qos").or_else(|| self.cfg.qos.clone()),
+            partition: options.within(
+                "partition",
+                self.cfg.partition.as_deref(),
+                &self.cfg.allowed_partitions,
+            )?,
+            account: options.within(
+                "account",
+                self.cfg.account.as_deref(),
+                &self.cfg.allowed_accounts,
+            )?,
+            qos: options.within("qos", self.cfg.qos.as_deref(), &self.cfg.allowed_qos)?,
             time_limit_minutes,
             gpus_per_node,
             cpus_per_task: w

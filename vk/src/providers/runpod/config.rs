@@ -62,6 +62,12 @@ pub struct RunPodConfig {
     pub container_disk_gb: u32,
     #[serde(default = "default_max_gpus")]
     pub max_gpus_per_workload: u32,
+    /// Clouds a pod may choose by annotation besides the configured `cloud` (empty: only it).
+    #[serde(default)]
+    pub allowed_clouds: Vec<Cloud>,
+    /// Largest container disk a pod may ask for, GB (unset: no ceiling).
+    #[serde(default)]
+    pub max_disk_gb: Option<u32>,
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
@@ -95,6 +101,8 @@ impl Default for RunPodConfig {
             data_center_ids: Vec::new(),
             container_disk_gb: default_disk_gb(),
             max_gpus_per_workload: default_max_gpus(),
+            allowed_clouds: Vec::new(),
+            max_disk_gb: None,
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
         }

@@ -58,6 +58,14 @@ pub struct SlurmConfig {
     /// Sets the jobs' `requeue` flag; unset keeps the cluster's default (`JobRequeue`).
     #[serde(default)]
     pub requeue: Option<bool>,
+    /// Partitions, accounts and QOS a pod may choose by annotation besides the configured
+    /// `partition`, `account` and `qos` (empty: only those).
+    #[serde(default)]
+    pub allowed_partitions: Vec<String>,
+    #[serde(default)]
+    pub allowed_accounts: Vec<String>,
+    #[serde(default)]
+    pub allowed_qos: Vec<String>,
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
@@ -120,6 +128,9 @@ impl Default for SlurmConfig {
             gpu_types: BTreeMap::new(),
             max_gpus_per_workload: default_max_gpus(),
             requeue: None,
+            allowed_partitions: Vec::new(),
+            allowed_accounts: Vec::new(),
+            allowed_qos: Vec::new(),
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
             exec: ExecMode::Off,

@@ -44,6 +44,9 @@ pub struct VastConfig {
     pub max_offers_tried: usize,
     #[serde(default = "default_max_gpus")]
     pub max_gpus_per_workload: u32,
+    /// Largest disk a pod may ask for, GB (unset: no ceiling).
+    #[serde(default)]
+    pub max_disk_gb: Option<u32>,
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
@@ -101,6 +104,7 @@ impl Default for VastConfig {
             search_limit: default_search_limit(),
             max_offers_tried: default_max_offers(),
             max_gpus_per_workload: default_max_gpus(),
+            max_disk_gb: None,
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
             log_fetch_attempts: default_log_attempts(),

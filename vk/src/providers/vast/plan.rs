@@ -45,9 +45,10 @@ impl Vast {
         let interruptible = options
             .bool("interruptible")?
             .unwrap_or(self.cfg.interruptible);
-        let bid_price = options.positive("bid_price")?;
+        // The operator's maxPricePerHour is a ceiling: a pod may lower it, never raise it.
+        let bid_price = options.positive_at_most("bid_price", self.cfg.max_price_per_hour)?;
         let max_price = options
-            .positive("max_price_per_hour")?
+            .positive_at_most("max_price_per_hour", self.cfg.max_price_per_hour)?
             .or(self.cfg.max_price_per_hour);
         if let (Some(bid), Some(max)) = (bid_price, max_price)
             && interruptible
@@ -57,7 +58,9 @@ impl Vast {
                 "bid_price {bid} is above the maximum of {max} $/h"
             )));
         }
-        let disk = options.positive("disk_gb")?.unwrap_or(self.cfg.disk_gb);
+        let disk = options
+            .positive_at_most("disk_gb", self.cfg.max_disk_gb.map(f64::from))?
+            .unwrap_or(self.cfg.disk_gb);
         let geolocation = options
             .list(&["region", "geolocation"])
             .map(|v| {
