@@ -173,22 +173,5 @@ async fn back_to_one(w: &mut Vkw, secs: u64) {
 #[then(expr = "that replica has an event {string}")]
 async fn replica_event(w: &mut Vkw, reason: String) {
     let (name, _) = w.victim.clone().expect("a replica was picked");
-    let c = w.c();
-    let ns = w.ns.clone();
-    wait_for(
-        Duration::from_secs(15),
-        &format!("event {reason} on {name}"),
-        || {
-            let c = c.clone();
-            let (ns, name, reason) = (ns.clone(), name.clone(), reason.clone());
-            async move {
-                events_for(&c, &ns, &name)
-                    .await
-                    .iter()
-                    .any(|(r, _)| *r == reason)
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    crate::has_event(w, name, reason).await;
 }
