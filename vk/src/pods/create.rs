@@ -15,24 +15,22 @@ use super::reconcile::Action;
 use super::spec::{self, Request};
 use super::translate::{Situation, reason};
 use super::{Error, PodController, env, queue, read, write};
+use crate::naming::WorkloadId;
 use crate::provider::{Observed, WorkloadState};
 
 impl PodController {
-    /// Creates the workload on the first of `candidates` that accepts it. `seen` is when this
+    /// Creates the workload `id` on the first of `candidates` that accepts it. `seen` is when this
     /// process first saw the pod (for the admission latency metric).
     pub(super) async fn create(
         &self,
         pod: &Pod,
+        id: WorkloadId,
         req: &Request,
         candidates: &[usize],
         seen: Instant,
     ) -> Result<Action, Error> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = id.pod_uid().to_owned();
         let assigned = assigned(pod).unwrap_or_default().to_owned();
-        let Some(id) = self.owner.workload_id(&uid) else {
-            // decide() checked the UID already; a pod that changed UID is a new pod.
-            return Ok(Action::await_change());
-        };
         let env = match env::resolve(
             pod,
             &env::KubeSource(self.client.clone()),

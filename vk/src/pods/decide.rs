@@ -15,7 +15,7 @@ use super::restart;
 use super::spec::{self, ANN_ASSIGNED, Request};
 use super::translate::reason;
 use crate::config::Timings;
-use crate::naming::Owner;
+use crate::naming::{Owner, WorkloadId};
 use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
 /// The workload a provider lists for the pod.
@@ -57,8 +57,9 @@ pub enum Step {
     Lost { provider: String },
     /// Look again after this long (a list to come, a restart back-off to expire).
     Wait(Duration),
-    /// Create the workload, trying these providers in this order.
+    /// Create the workload `id`, trying these providers in this order.
     Create {
+        id: WorkloadId,
         request: Box<Request>,
         candidates: Vec<usize>,
     },
@@ -202,13 +203,14 @@ pub fn decide(
         }
     };
     let uid = pod.uid().unwrap_or_default();
-    if rules.owner.workload_id(&uid).is_none() {
+    let Some(id) = rules.owner.workload_id(&uid) else {
         return fail(
             reason::INVALID_SPEC,
             format!("pod UID {uid:?} is not a UUID"),
         );
-    }
+    };
     Step::Create {
+        id,
         request: Box::new(request),
         candidates,
     }

@@ -7,7 +7,7 @@
 //!
 //! Pure bookkeeping per provider: the observer feeds it every successful list.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How much longer an absence must last when a suspect list is part of it.
@@ -60,8 +60,11 @@ impl Evidence {
     ) -> Verdict {
         let known = listed + missing.len();
         let suspect = missing.len() >= 2 && missing.len() * 2 > known;
-        // Workloads listed again (or no longer ours to watch) start from zero.
-        self.absent.retain(|uid, _| missing.contains(uid));
+        // Workloads listed again (or no longer ours to watch) start from zero. A set: in a mass
+        // disappearance both sides hold every workload.
+        let missing_set: HashSet<&str> = missing.iter().map(String::as_str).collect();
+        self.absent
+            .retain(|uid, _| missing_set.contains(uid.as_str()));
         let mut gone = Vec::new();
         for uid in missing {
             let a = self.absent.entry(uid.clone()).or_insert(Absence {

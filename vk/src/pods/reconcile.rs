@@ -174,16 +174,12 @@ impl PodController {
             }
             Step::Wait(d) => Ok(Action::requeue(d)),
             Step::Create {
+                id,
                 request,
                 candidates,
             } => {
-                self.create(
-                    &pod,
-                    &request,
-                    &candidates,
-                    seen.unwrap_or_else(std::time::Instant::now),
-                )
-                .await
+                let seen = seen.unwrap_or_else(std::time::Instant::now);
+                self.create(&pod, id, &request, &candidates, seen).await
             }
         }
     }

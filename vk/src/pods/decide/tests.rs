@@ -339,7 +339,8 @@ fn a_new_pod_is_created_with_candidates_that_fit_in_configuration_order() {
     let pod = PodBuilder::new().gpus("1").build();
     assert!(matches!(
         step(Some(&pod), None, fresh()),
-        Step::Create { candidates, .. } if candidates == vec![0, 1, 2]
+        Step::Create { candidates, id, .. }
+            if candidates == vec![0, 1, 2] && id == crate::test_support::workload_id()
     ));
     let h100 = PodBuilder::new()
         .gpus("1")
@@ -463,6 +464,7 @@ fn decision_table() {
             Step::Create {
                 candidates,
                 request,
+                ..
             } => format!(
                 "Create {{ candidates: {candidates:?}, gpus: {:?} }}",
                 request.gpu.map(|g| g.count)
