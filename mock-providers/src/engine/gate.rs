@@ -202,9 +202,10 @@ pub struct GateState {
 }
 
 /// Body of `POST /_admin/hide`: leave workloads out of the next `lists` list answers (all of
-/// them when `ids` is absent), while they keep running. Models the well-formed but partial or
-/// empty list answers real APIs give during incidents (a list served from a lagging replica or
-/// cache), which a client must not take as proof that the workloads are gone.
+/// them when `ids` is absent), while they keep running. A fault for tests, like `/_admin/faults`,
+/// not a documented behaviour of the services: no provider documents that its list is
+/// complete, and a list served from a lagging replica or cache during an incident can be
+/// partial or empty; a client must not take one such answer as proof that workloads are gone.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HideSpec {

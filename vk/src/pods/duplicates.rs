@@ -10,7 +10,8 @@ use crate::provider::Observed;
 
 /// Splits a list into one workload per pod and the extra ones. The one kept is the one the
 /// pipeline already follows (`followed(pod UID)` is its provider id), else a live one over one
-/// that ended (Slurm lists a finished job for minutes after a restart created the next one),
+/// that ended (slurmctld keeps a finished job's record, and lists it, for `MinJobAge` seconds,
+/// 300 by default per slurm.conf(5), after a restart created the next job of the workload),
 /// else the oldest, else the smallest provider id, so every list makes the same choice.
 pub fn split<'a>(
     list: Vec<Observed>,
