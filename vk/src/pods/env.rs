@@ -5,8 +5,8 @@
 //! kubelet's behaviour) until it appears. Keys of an `envFrom` ConfigMap or Secret that are not
 //! environment variable names are skipped and reported with the kubelet's own event
 //! (`InvalidEnvironmentVariableNames`, `makeEnvironmentVariables` in the kubelet's
-//! `kubelet_pods.go`). Our test is stricter than the kubelet's since 1.32
-//! (RelaxedEnvironmentVariableValidation: any printable ASCII but `=`): a name must be
+//! `kubelet_pods.go`). Our test is stricter than the kubelet's once
+//! RelaxedEnvironmentVariableValidation is on (any printable ASCII but `=`): a name must be
 //! `[A-Za-z_][A-Za-z0-9_]*`, because the keys reach shells (Slurm's batch script) and Vast
 //! reads keys of its `env` object as docker options (`"-p 8080:8080"`, `"-v ..."`; see
 //! `parse_env` in vast-ai/vast-cli `vast.py`), so a key like `-v /:/host` would mount the
