@@ -1,7 +1,8 @@
 //! Harness for cluster tests and the conformance suite: the real testbed (KUBECONFIG from
 //! `make test`), provider emulators served in-process over HTTP (RunPod, Vast, slurmrestd), the
 //! real single-node Slurm of `make slurm-up` observed through its REST API, and the `vk`
-//! binary run as a child process (so scenarios can `kill -9` it).
+//! binary run as a child process (so scenarios can `kill -9` it), or, with `VK_MODE=pod`
+//! (`make e2e KIND=1`), as a pod of a kind cluster installed by the Helm chart ([`pod`]).
 //!
 //! Steps look at the provider side through an [`Observer`]: an emulator's `/_admin` API, or
 //! slurmrestd's own job list for a real Slurm (which has no admin API, so only the generic
@@ -22,6 +23,8 @@ use kube::{Api, Client};
 use mock_providers::config::{EmulatorConfig, ExecutionMode, GpuStock};
 pub use mock_providers::slurm::Dialect as SlurmDialect;
 use serde_json::{Value, json};
+
+pub mod pod;
 
 /// The API key (RunPod, Vast) or JWT (Slurm) every emulator accepts; the VK gets it through
 /// `apiKeyEnv: TEST_PROVIDER_KEY`.
@@ -157,7 +160,7 @@ impl Emulator {
             "the VK presents API_KEY as the Slurm token"
         );
         cfg.dialects = vec![dialect];
-        let output_dir = std::env::temp_dir().join(unique("gpu-vk-slurm-emulator"));
+        let output_dir = pod::shared_dir().join(unique("gpu-vk-slurm-emulator"));
         std::fs::create_dir_all(&output_dir).unwrap();
         let user = cfg.user.clone();
         let partition = cfg.partitions.first().cloned().unwrap_or_default();
@@ -174,7 +177,10 @@ impl Emulator {
 
     async fn serve(router: axum::Router, kind: &'static str, default_gpu: String) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let (addr, task) = mock_providers::spawn(router).await.unwrap();
+        let (addr, task) =
+            mock_providers::spawn_on(SocketAddr::new(pod::emulator_bind(), 0), router)
+                .await
+                .unwrap();
         Self {
             addr,
             kind,
@@ -198,7 +204,8 @@ impl Emulator {
             Some(s) => format!(
                 "- name: {name}\n  kind: slurm\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    \
                  baseUrl: {url}\n    dialect: {dialect}\n    userName: {user}\n    partition: {partition}\n    \
-                 runtime: bare\n    outputDir: {out}\n    defaultTimeLimitMinutes: 60\n",
+                 runtime: bare\n    outputDir: {out}\n    defaultTimeLimitMinutes: 60\n{insecure}",
+                insecure = self.insecure_http(),
                 url = yaml_str(&self.base_url()),
                 dialect = s.dialect.version(),
                 user = yaml_str(&s.user),
@@ -206,11 +213,22 @@ impl Emulator {
                 out = yaml_str(&s.output_dir.to_string_lossy()),
             ),
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{insecure}",
+                insecure = self.insecure_http(),
                 kind = self.kind,
                 url = self.base_url(),
                 gpu = self.default_gpu,
             ),
+        }
+    }
+
+    /// `allowInsecureHttp: true` when the emulator listens beyond loopback (the kind network,
+    /// for a VK pod): the VK accepts plain http only to loopback unless told so.
+    fn insecure_http(&self) -> &'static str {
+        if self.addr.ip().is_loopback() {
+            ""
+        } else {
+            "    allowInsecureHttp: true\n"
         }
     }
 
@@ -797,11 +815,13 @@ pub fn workload_name(cluster_id: &str, node: &str, uid: &str) -> String {
     format!("vk-{}-{uid}", owner_tag(cluster_id, node))
 }
 
-/// The `vk` binary running as a child process.
+/// The `vk` binary running as a child process, or as a pod ([`pod::pod_mode`]).
 pub struct Vk {
     pub node: String,
     pub cluster_id: String,
     child: Option<tokio::process::Child>,
+    /// The Helm release when the VK runs as a pod.
+    pod: Option<pod::PodVk>,
     dir: PathBuf,
     config: String,
     rust_log: String,
@@ -851,19 +871,45 @@ impl Vk {
         let node = opts.node_name.clone().unwrap_or_else(|| unique("vk-test"));
         let dir = std::env::temp_dir().join(&node);
         std::fs::create_dir_all(&dir).unwrap();
-        let render = |metrics_port: u16, kubelet_port: u16| {
+        let render = |metrics_addr: &str, kubelet_port: u16| {
             format!(
-                "nodeName: {node}\nclusterId: test-cluster\nkubeletPort: {kubelet_port}\nmetricsAddr: 127.0.0.1:{metrics_port}\n\
+                "nodeName: {node}\nclusterId: test-cluster\nkubeletPort: {kubelet_port}\nmetricsAddr: {metrics_addr}\n\
                  workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\n  lossLists: 3\n  lossWindowMs: {}\nproviders:\n{providers}",
                 opts.poll_ms, opts.gc_grace_ms, opts.restart_backoff_ms, opts.loss_window_ms
             )
         };
-        let config = render(free_port(), free_port());
+        if pod::pod_mode() {
+            // A pod has its own address: the kubelet's and the metrics' usual ports.
+            let config = render("0.0.0.0:10255", 10250);
+            let release = pod::PodVk::install(
+                &node,
+                &config,
+                &[("TEST_PROVIDER_KEY", API_KEY), ("RUST_LOG", &opts.rust_log)],
+                &dir,
+            );
+            let vk = Self {
+                node,
+                cluster_id: "test-cluster".into(),
+                child: None,
+                pod: Some(release),
+                dir,
+                config,
+                rust_log: opts.rust_log.clone(),
+            };
+            wait_for(Duration::from_secs(120), "the VK pod to start", || async {
+                vk.log().contains("virtual kubelet started").then_some(())
+            })
+            .await;
+            return vk;
+        }
+        let local = |port: u16| format!("127.0.0.1:{port}");
+        let config = render(&local(free_port()), free_port());
         std::fs::write(dir.join("config.yaml"), &config).unwrap();
         let mut vk = Self {
             node: node.clone(),
             cluster_id: "test-cluster".into(),
             child: None,
+            pod: None,
             dir,
             config,
             rust_log: opts.rust_log.clone(),
@@ -875,7 +921,7 @@ impl Vk {
             if !vk.lost_port_race().await {
                 break;
             }
-            vk.config = render(free_port(), free_port());
+            vk.config = render(&local(free_port()), free_port());
             std::fs::write(vk.dir.join("config.yaml"), &vk.config).unwrap();
             let _ = std::fs::remove_file(vk.dir.join("vk.log"));
             vk.spawn();
@@ -937,23 +983,32 @@ impl Vk {
         self.child = Some(child);
     }
 
-    /// The exit status once the VK process has ended by itself (`None` while it runs).
+    /// The exit status once the VK process has ended by itself (`None` while it runs, and
+    /// always for a VK pod, which Kubernetes restarts).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// SIGKILL, no clean-up of any kind.
+    /// SIGKILL, no clean-up of any kind (a pod: deleted with no grace period).
     pub async fn kill9(&mut self) {
+        if let Some(p) = self.pod.as_mut() {
+            tokio::task::block_in_place(|| p.stop(0));
+            return;
+        }
         if let Some(mut c) = self.child.take() {
             c.start_kill().unwrap();
             let _ = c.wait().await;
         }
     }
 
-    /// SIGTERM and wait.
+    /// SIGTERM and wait (a pod: deleted with its grace period).
     pub async fn stop(&mut self) {
+        if let Some(p) = self.pod.as_mut() {
+            tokio::task::block_in_place(|| p.stop(30));
+            return;
+        }
         if let Some(mut c) = self.child.take() {
             if let Some(pid) = c.id() {
                 let _ = std::process::Command::new("kill")
@@ -965,22 +1020,33 @@ impl Vk {
     }
 
     pub fn restart(&mut self) {
+        if let Some(p) = &self.pod {
+            p.start();
+            return;
+        }
         assert!(self.child.is_none(), "stop the VK before restarting it");
         self.spawn();
     }
 
+    /// Everything the VK logged, across restarts.
     pub fn log(&self) -> String {
+        if let Some(p) = &self.pod {
+            return p.logs();
+        }
         std::fs::read_to_string(self.dir.join("vk.log")).unwrap_or_default()
     }
 
     /// Reads one of the VK's own Prometheus counters.
     pub async fn metric(&self, name: &str) -> f64 {
-        let text = reqwest::get(self.metrics_url())
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = match &self.pod {
+            Some(p) => tokio::task::block_in_place(|| p.metrics()),
+            None => reqwest::get(self.metrics_url())
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        };
         text.lines()
             .filter(|l| l.starts_with(name) && !l.starts_with('#'))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -989,7 +1055,10 @@ impl Vk {
 
     /// Deletes the node object this VK registered (best effort).
     pub async fn cleanup(&mut self, c: &Client) {
-        self.stop().await;
+        match self.pod.as_mut() {
+            Some(p) => tokio::task::block_in_place(|| p.uninstall()),
+            None => self.stop().await,
+        }
         let _ = Api::<k8s_openapi::api::core::v1::Node>::all(c.clone())
             .delete(&self.node, &DeleteParams::default())
             .await;

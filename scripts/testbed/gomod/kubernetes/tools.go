@@ -1,11 +1,15 @@
 //go:build tools
 
-// Package tools pins the control plane commands built by scripts/testbed/build.
+// Package tools pins the Kubernetes commands built by scripts/testbed/build (control plane)
+// and scripts/kind/build (the node components of the offline kind node image).
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

@@ -1,0 +1,187 @@
+//! The virtual kubelet as a pod (`VK_MODE=pod`, set by `make e2e KIND=1`): each [`super::Vk`]
+//! is a Helm release of `deploy/helm/gpu-vk` in the namespace [`NAMESPACE`] of the kind
+//! cluster, running the locally built image, with the chart's own RBAC. Stopping it scales the
+//! Deployment to zero and deletes the pod (no grace for a kill); starting it again scales back
+//! to one, so Kubernetes starts a fresh pod. The emulators stay in the test process, listening on
+//! the kind network's gateway address ([`emulator_bind`]), which pods reach; the Slurm
+//! emulator's job output lives in a folder mounted at the same path in every kind node and in
+//! the VK pod ([`shared_dir`]), as a shared filesystem is on a real Slurm cluster.
+//!
+//! Everything here shells out to `helm` and `kubectl` (`HELM`, `TESTBED_KUBECTL`), synchronously:
+//! the calls are short, and the panic path (a log tail in `Drop`) cannot await.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The namespace every VK release lives in.
+pub const NAMESPACE: &str = "gpu-vk-e2e";
+
+/// True when the VK under test runs as a pod (`VK_MODE=pod`).
+pub fn pod_mode() -> bool {
+    std::env::var("VK_MODE").is_ok_and(|m| m == "pod")
+}
+
+/// Where emulators listen: `E2E_EMULATOR_BIND` (the kind network's gateway, reachable from
+/// pods), else loopback.
+pub fn emulator_bind() -> IpAddr {
+    std::env::var("E2E_EMULATOR_BIND")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// A folder the VK pod sees at the same path (`E2E_SHARED_DIR`), for the Slurm emulator's job
+/// output; the system temp folder when the VK is a process.
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("E2E_SHARED_DIR").map_or_else(std::env::temp_dir, PathBuf::from)
+}
+
+fn tool(env: &str, default: &str) -> String {
+    std::env::var(env).unwrap_or_else(|_| default.to_owned())
+}
+
+fn kubectl() -> Command {
+    let mut c = Command::new(tool("TESTBED_KUBECTL", "kubectl"));
+    c.args(["--namespace", NAMESPACE, "--request-timeout=30s"]);
+    c
+}
+
+/// Runs a command, panicking with its output when it fails; returns stdout.
+fn run(mut cmd: Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One VK release.
+pub struct PodVk {
+    release: String,
+    /// Logs of the pods this release had before the current one.
+    past_logs: String,
+}
+
+impl PodVk {
+    /// Installs the chart for `node` with `config` (the VK's config.yaml) and the environment
+    /// `env`, and returns once the pod exists (the caller waits for the VK's start line).
+    pub fn install(node: &str, config: &str, env: &[(&str, &str)], dir: &std::path::Path) -> Self {
+        let release = node.to_owned();
+        let mut values = String::new();
+        values.push_str(&format!("fullnameOverride: {release}\nreplicas: 1\n"));
+        values.push_str(&format!(
+            "image:\n  repository: {}\n  tag: {}\n  pullPolicy: Never\n",
+            tool("VK_IMAGE_REPOSITORY", "gpu-vk/vk"),
+            tool("VK_IMAGE_TAG", "dev")
+        ));
+        values.push_str("config:\n");
+        for line in config.lines() {
+            values.push_str("  ");
+            values.push_str(line);
+            values.push('\n');
+        }
+        values.push_str("extraEnv:\n");
+        for (k, v) in env {
+            values.push_str(&format!("- name: {k}\n  value: {}\n", serde_json::json!(v)));
+        }
+        let shared = shared_dir();
+        let shared = shared.display();
+        values.push_str(&format!(
+            "extraVolumes:\n- name: shared\n  hostPath: {{path: {shared}, type: Directory}}\n\
+             extraVolumeMounts:\n- {{name: shared, mountPath: {shared}, readOnly: true}}\n"
+        ));
+        let file = dir.join("values.yaml");
+        std::fs::write(&file, values).unwrap();
+        let mut helm = Command::new(tool("HELM", "helm"));
+        helm.args(["install", &release, &tool("VK_CHART", "deploy/helm/gpu-vk")])
+            .args(["--namespace", NAMESPACE, "--create-namespace", "--values"])
+            .arg(&file);
+        run(helm, &format!("helm install {release}"));
+        Self {
+            release,
+            past_logs: String::new(),
+        }
+    }
+
+    /// The name of the release's current pod, if one exists.
+    fn pod(&self) -> Option<String> {
+        let mut c = kubectl();
+        c.args(["get", "pods", "-l"])
+            .arg(format!("app.kubernetes.io/instance={}", self.release))
+            .args(["-o", "jsonpath={.items[*].metadata.name}"]);
+        let out = run(c, "kubectl get pods");
+        out.split_whitespace().next().map(str::to_owned)
+    }
+
+    /// Logs of every pod of this release so far, oldest first.
+    pub fn logs(&self) -> String {
+        let mut all = self.past_logs.clone();
+        if let Some(pod) = self.pod() {
+            let mut c = kubectl();
+            c.args(["logs", &pod]);
+            if let Ok(out) = c.output() {
+                all.push_str(&String::from_utf8_lossy(&out.stdout));
+            }
+        }
+        all
+    }
+
+    /// Scales to zero and deletes the pod (`grace` seconds; 0 is a kill), waiting until it is gone.
+    pub fn stop(&mut self, grace: u32) {
+        let pod = self.pod();
+        self.past_logs = self.logs();
+        self.scale(0);
+        if let Some(pod) = pod {
+            let mut c = kubectl();
+            c.args(["delete", "pod", &pod, "--ignore-not-found", "--wait=true"])
+                .arg(format!("--grace-period={grace}"));
+            if grace == 0 {
+                c.arg("--force");
+            }
+            run(c, "kubectl delete pod");
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.pod().is_some() {
+            assert!(Instant::now() < deadline, "the VK pod of {} did not go away", self.release);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Scales back to one replica: Kubernetes starts a fresh pod.
+    pub fn start(&self) {
+        self.scale(1);
+    }
+
+    fn scale(&self, replicas: u32) {
+        let mut c = kubectl();
+        c.args(["scale", "deployment", &self.release])
+            .arg(format!("--replicas={replicas}"));
+        run(c, "kubectl scale");
+    }
+
+    /// The VK's Prometheus text, through the API server's pod proxy.
+    pub fn metrics(&self) -> String {
+        let pod = self.pod().expect("a VK pod");
+        let mut c = kubectl();
+        c.args(["get", "--raw"]).arg(format!(
+            "/api/v1/namespaces/{NAMESPACE}/pods/{pod}:10255/proxy/metrics"
+        ));
+        run(c, "reading the VK's metrics")
+    }
+
+    /// Removes the release (and so the pod).
+    pub fn uninstall(&mut self) {
+        self.past_logs = self.logs();
+        let mut helm = Command::new(tool("HELM", "helm"));
+        helm.args(["uninstall", &self.release, "--namespace", NAMESPACE, "--wait"]);
+        let _ = helm.output();
+    }
+}

@@ -1,0 +1,3 @@
+module vk-kind/runc-caps
+
+go 1.26
