@@ -150,7 +150,11 @@ impl PodVk {
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.pod().is_some() {
-            assert!(Instant::now() < deadline, "the VK pod of {} did not go away", self.release);
+            assert!(
+                Instant::now() < deadline,
+                "the VK pod of {} did not go away",
+                self.release
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -181,7 +185,13 @@ impl PodVk {
     pub fn uninstall(&mut self) {
         self.past_logs = self.logs();
         let mut helm = Command::new(tool("HELM", "helm"));
-        helm.args(["uninstall", &self.release, "--namespace", NAMESPACE, "--wait"]);
+        helm.args([
+            "uninstall",
+            &self.release,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+        ]);
         let _ = helm.output();
     }
 }
