@@ -32,11 +32,12 @@ deps: ## install what the build and the testbed need (apt packages, rust compone
 build: ## cargo build of every crate and target
 	$(CARGO) build --workspace --all-targets
 
-lint: ## rustfmt check, clippy with warnings as errors, shellcheck of the scripts
+lint: ## rustfmt check, clippy with warnings as errors, shellcheck of the scripts, the Helm chart
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	@command -v shellcheck >/dev/null || { echo "shellcheck is not installed (make deps installs it)" >&2; exit 1; }
 	shellcheck -x $(SHELL_SCRIPTS)
+	scripts/lint-chart
 
 fmt: ## format the code
 	$(CARGO) fmt --all

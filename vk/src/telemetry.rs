@@ -163,9 +163,11 @@ impl Metrics {
         out
     }
 
-    /// Serves `/metrics` on `addr` until the process ends.
-    pub async fn serve(self, addr: SocketAddr) -> std::io::Result<()> {
-        let app = Router::new()
+    /// The metrics listener's routes, unauthenticated: `/metrics` (Prometheus text) and
+    /// `/healthz` (`ok` while the process serves; the probe of the Helm chart's Deployment,
+    /// since the kubelet API's `/healthz` needs TLS and credentials).
+    pub fn router(self) -> Router {
+        Router::new()
             .route(
                 "/metrics",
                 get(move || {
@@ -181,9 +183,13 @@ impl Metrics {
                     }
                 }),
             )
-            .route("/healthz", get(|| async { "ok" }));
+            .route("/healthz", get(|| async { "ok" }))
+    }
+
+    /// Serves [`Self::router`] on `addr` until the process ends.
+    pub async fn serve(self, addr: SocketAddr) -> std::io::Result<()> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        axum::serve(listener, app).await
+        axum::serve(listener, self.router()).await
     }
 }
 
@@ -224,6 +230,33 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("failed to renew lease")]
     struct Outer(#[source] std::io::Error);
+
+    async fn get(app: Router, path: &str) -> (u16, String) {
+        use tower::ServiceExt as _;
+        let req = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = app.oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The Helm chart probes `/healthz` on the metrics listener without credentials.
+    #[tokio::test]
+    async fn metrics_listener_serves_healthz_and_metrics_without_credentials() {
+        let metrics = Metrics::new();
+        metrics.status_writes.inc();
+        assert_eq!(
+            get(metrics.clone().router(), "/healthz").await,
+            (200, "ok".to_owned())
+        );
+        let (status, body) = get(metrics.router(), "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(body.contains("gpu_vk_pod_status_writes_total 1"), "{body}");
+    }
 
     #[test]
     fn error_chain_shows_every_source() {

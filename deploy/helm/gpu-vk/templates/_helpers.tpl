@@ -1,0 +1,71 @@
+{{- /* Named templates of the gpu-vk chart: names, labels, and values derived from the VK's config. */ -}}
+
+{{- define "gpu-vk.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release name, with the chart name appended unless the release name contains it. */}}
+{{- define "gpu-vk.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-vk.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-vk.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpu-vk.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gpu-vk.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "gpu-vk.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "gpu-vk.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret mounted at /var/run/secrets/gpu-vk. */}}
+{{- define "gpu-vk.credentialsSecret" -}}
+{{- if .Values.credentials.existingSecret }}
+{{- .Values.credentials.existingSecret }}
+{{- else }}
+{{- printf "%s-credentials" (include "gpu-vk.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The port of config.metricsAddr (host:port or [v6]:port), after checking it is reachable from outside the pod. */}}
+{{- define "gpu-vk.metricsPort" -}}
+{{- $addr := required "config.metricsAddr is required (e.g. 0.0.0.0:10255)" .Values.config.metricsAddr | toString }}
+{{- $host := regexReplaceAll ":[0-9]+$" $addr "" | trimPrefix "[" | trimSuffix "]" }}
+{{- if or (hasPrefix "127." $host) (eq $host "::1" "localhost") }}
+{{- fail (printf "config.metricsAddr %s is a loopback address: the probes and the metrics Service cannot reach it; use 0.0.0.0:PORT" $addr) }}
+{{- end }}
+{{- regexFind "[0-9]+$" $addr | required (printf "config.metricsAddr %s has no port" $addr) }}
+{{- end }}
+
+{{/* Checks of values the chart cannot work with; included by the Deployment. */}}
+{{- define "gpu-vk.validate" -}}
+{{- if gt (int .Values.replicas) 1 }}
+{{- fail (printf "replicas is %v: a Node has exactly one kubelet and the VK has no leader election; use 1 (or 0 to stop it)" .Values.replicas) }}
+{{- end }}
+{{- if and .Values.credentials.existingSecret .Values.credentials.values }}
+{{- fail "set credentials.existingSecret or credentials.values, not both" }}
+{{- end }}
+{{- $_ := required "config.nodeName is required" .Values.config.nodeName }}
+{{- $_ = required "config.clusterId is required (unique per cluster sharing a provider account)" .Values.config.clusterId }}
+{{- $_ = required "config.providers needs at least one provider" .Values.config.providers }}
+{{- end }}

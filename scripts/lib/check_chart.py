@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+# Assertions on what the Helm chart deploy/helm/gpu-vk renders, run by scripts/lint-chart:
+#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml
+# (`helm template` output with the default values, with ci/credentials-values.yaml, that values
+# file itself, and the output with ci/existing-secret-values.yaml). Needs PyYAML (python3-yaml).
+"""Checks the security settings, probes, credential handling and RBAC of the rendered chart."""
+
+import base64
+import sys
+
+import yaml
+
+SECRET_DIR = "/var/run/secrets/gpu-vk"
+
+# deploy/rbac.yaml before the chart existed: least privilege, changed only on purpose.
+CLUSTER_RULES = [
+    ([""], ["nodes"], ["get", "list", "watch", "create", "patch", "update"]),
+    ([""], ["nodes/status"], ["get", "patch", "update"]),
+    ([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
+    ([""], ["pods/status"], ["get", "patch", "update"]),
+    ([""], ["configmaps", "secrets"], ["get"]),
+    (["events.k8s.io"], ["events"], ["create", "patch"]),
+    ([""], ["events"], ["create", "patch"]),
+    (["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+    (["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+    (["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"]),
+]
+LEASE_RULES = [(["coordination.k8s.io"], ["leases"], ["get", "create", "patch", "update"])]
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def one(docs, kind, case):
+    found = [d for d in docs if d.get("kind") == kind]
+    check(len(found) == 1, f"{case}: expected one {kind}, found {len(found)}")
+    return found[0] if found else {}
+
+
+def rules(role):
+    return [(r.get("apiGroups"), r.get("resources"), r.get("verbs")) for r in role.get("rules", [])]
+
+
+def check_rbac(docs, case, sa_name, namespace):
+    check(rules(one(docs, "ClusterRole", case)) == CLUSTER_RULES, f"{case}: ClusterRole rules differ from the least-privilege set")
+    lease = one(docs, "Role", case)
+    check(lease.get("metadata", {}).get("namespace") == "kube-node-lease", f"{case}: the lease Role is not in kube-node-lease")
+    check(rules(lease) == LEASE_RULES, f"{case}: lease Role rules differ")
+    bindings = [d for d in docs if d.get("kind") in ("ClusterRoleBinding", "RoleBinding")]
+    check(len(bindings) == 3, f"{case}: expected 3 bindings, found {len(bindings)}")
+    auth_reader = [b for b in bindings if b["roleRef"]["name"] == "extension-apiserver-authentication-reader"]
+    check(len(auth_reader) == 1 and auth_reader[0]["metadata"].get("namespace") == "kube-system",
+          f"{case}: no kube-system binding to extension-apiserver-authentication-reader")
+    for b in bindings:
+        want = [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}]
+        check(b.get("subjects") == want, f"{case}: {b['kind']} {b['metadata']['name']} binds {b.get('subjects')}, not {want}")
+
+
+def check_deployment(docs, case, secret_name, sa_name):
+    dep = one(docs, "Deployment", case)
+    spec = dep.get("spec", {})
+    pod = spec.get("template", {}).get("spec", {})
+    check(spec.get("strategy") == {"type": "Recreate"}, f"{case}: strategy is not Recreate")
+    check(pod.get("serviceAccountName") == sa_name, f"{case}: serviceAccountName {pod.get('serviceAccountName')} is not {sa_name}")
+    psc = pod.get("securityContext", {})
+    check(psc.get("runAsNonRoot") is True, f"{case}: pod runAsNonRoot is not true")
+    check(psc.get("runAsUser") == 65532, f"{case}: pod runAsUser is not 65532")
+    check(psc.get("seccompProfile") == {"type": "RuntimeDefault"}, f"{case}: pod seccompProfile is not RuntimeDefault")
+    containers = pod.get("containers", [])
+    check(len(containers) == 1, f"{case}: expected one container")
+    c = containers[0] if containers else {}
+    sc = c.get("securityContext", {})
+    check(sc.get("readOnlyRootFilesystem") is True, f"{case}: readOnlyRootFilesystem is not true")
+    check(sc.get("allowPrivilegeEscalation") is False, f"{case}: allowPrivilegeEscalation is not false")
+    check(sc.get("runAsNonRoot") is True, f"{case}: container runAsNonRoot is not true")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{case}: capabilities do not drop ALL")
+    check(not sc.get("capabilities", {}).get("add"), f"{case}: capabilities are added")
+    check(sc.get("privileged") in (None, False), f"{case}: privileged container")
+    check(c.get("args") == ["run", "--config", "/etc/gpu-vk/config.yaml"], f"{case}: args {c.get('args')}")
+    check(c.get("resources", {}).get("requests", {}).get("cpu") and c.get("resources", {}).get("requests", {}).get("memory"),
+          f"{case}: no cpu and memory requests")
+    env = {e["name"]: e for e in c.get("env", [])}
+    check(env.get("VK_INTERNAL_IP", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "status.podIP"}},
+          f"{case}: VK_INTERNAL_IP is not the pod IP")
+    check("VK_LOG_JSON" in env, f"{case}: no VK_LOG_JSON")
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == "/healthz" and get.get("port") == "metrics",
+              f"{case}: {probe} is not GET /healthz on the metrics port: {get}")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    check(volumes.get("credentials", {}).get("secret", {}).get("secretName") == secret_name,
+          f"{case}: the credentials volume is not the Secret {secret_name}")
+    check(mounts.get("credentials", {}).get("mountPath") == SECRET_DIR and mounts["credentials"].get("readOnly") is True,
+          f"{case}: the credentials are not mounted read-only at {SECRET_DIR}")
+    check(mounts.get("config", {}).get("mountPath") == "/etc/gpu-vk", f"{case}: the config is not mounted at /etc/gpu-vk")
+    return dep, c, ports, volumes
+
+
+def check_config(docs, case, dep, ports, volumes):
+    cm = one(docs, "ConfigMap", case)
+    check(volumes.get("config", {}).get("configMap", {}).get("name") == cm.get("metadata", {}).get("name"),
+          f"{case}: the config volume is not the chart's ConfigMap")
+    config = yaml.safe_load(cm.get("data", {}).get("config.yaml", "")) or {}
+    for key in ("nodeName", "clusterId", "providers"):
+        check(config.get(key), f"{case}: config.yaml has no {key}")
+    addr = str(config.get("metricsAddr", ""))
+    host, _, port = addr.rpartition(":")
+    check(host.strip("[]") not in ("127.0.0.1", "::1", "localhost", ""), f"{case}: metricsAddr {addr} is not reachable from outside the pod")
+    check(port.isdigit() and ports.get("metrics") == int(port), f"{case}: metrics containerPort {ports.get('metrics')} is not metricsAddr's port {port}")
+    check(ports.get("kubelet") == config.get("kubeletPort", 10250), f"{case}: kubelet containerPort is not kubeletPort")
+    for p in config.get("providers", []):
+        for key in ("apiKeyFile", "tokenFile"):
+            path = p.get(key) or (p.get("settings") or {}).get(key)
+            if path:
+                check(path.startswith(SECRET_DIR + "/"), f"{case}: provider {p.get('name')} reads {key} {path} outside {SECRET_DIR}")
+    svc = one(docs, "Service", case)
+    selector = svc.get("spec", {}).get("selector", {})
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    check(selector and all(labels.get(k) == v for k, v in selector.items()), f"{case}: the metrics Service does not select the VK pod")
+    check([p.get("targetPort") for p in svc.get("spec", {}).get("ports", [])] == ["metrics"], f"{case}: the Service does not target the metrics port")
+    return cm, config
+
+
+def main(default_path, creds_path, creds_values_path, existing_path):
+    # Default values: everything the chart makes, an empty chart-made Secret, one replica.
+    docs = load(default_path)
+    secret = one(docs, "Secret", "default")
+    sa = one(docs, "ServiceAccount", "default")["metadata"]["name"]
+    dep, c, ports, volumes = check_deployment(docs, "default", secret["metadata"]["name"], sa)
+    check(dep["spec"].get("replicas") == 1, "default: replicas is not 1")
+    check(c.get("imagePullPolicy") == "IfNotPresent", "default: imagePullPolicy is not IfNotPresent")
+    check_config(docs, "default", dep, ports, volumes)
+    check_rbac(docs, "default", sa, secret["metadata"]["namespace"])
+
+    # Credentials from values: in the Secret, and nowhere else.
+    docs = load(creds_path)
+    with open(creds_values_path, encoding="utf-8") as f:
+        values = yaml.safe_load(f)
+    creds = values["credentials"]["values"]
+    secret = one(docs, "Secret", "credentials")
+    data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    check(data == creds, f"credentials: the Secret holds {sorted(data)}, not {sorted(creds)}")
+    sa = one(docs, "ServiceAccount", "credentials")["metadata"]["name"]
+    dep, c, ports, volumes = check_deployment(docs, "credentials", secret["metadata"]["name"], sa)
+    check(dep["spec"].get("replicas") == values["replicas"], f"credentials: replicas is not {values['replicas']}")
+    _, config = check_config(docs, "credentials", dep, ports, volumes)
+    for doc in docs:
+        if doc is secret:
+            continue
+        text = yaml.safe_dump(doc)
+        for key, value in creds.items():
+            check(value not in text and base64.b64encode(value.encode()).decode() not in text,
+                  f"credentials: the value of {key} appears in the {doc.get('kind')} {doc.get('metadata', {}).get('name')}")
+    for p in config.get("providers", []):
+        path = p.get("apiKeyFile") or (p.get("settings") or {}).get("tokenFile")
+        check(path and path[len(SECRET_DIR) + 1:] in data, f"credentials: provider {p.get('name')} reads {path}, not a key of the Secret")
+    check("checksum/credentials" in dep["spec"]["template"]["metadata"].get("annotations", {}),
+          "credentials: no checksum/credentials annotation (a changed key would not restart the VK)")
+
+    # An existing Secret and ServiceAccount: the chart makes neither, and mounts the named one.
+    docs = load(existing_path)
+    check(not [d for d in docs if d.get("kind") == "Secret"], "existing: the chart made a Secret besides credentials.existingSecret")
+    dep, _, _, _ = check_deployment(docs, "existing", "provider-keys", "vk-identity")
+    sa_docs = [d for d in docs if d.get("kind") == "ServiceAccount"]
+    check(len(sa_docs) == 1 and sa_docs[0]["metadata"]["name"] == "vk-identity", "existing: the ServiceAccount is not vk-identity")
+    check_rbac(docs, "existing", "vk-identity", dep["metadata"]["namespace"])
+
+    for f in failures:
+        print(f"check_chart: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5:
+        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml")
+    sys.exit(main(*sys.argv[1:]))
