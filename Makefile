@@ -57,8 +57,12 @@ slurm-up: ## start (or reuse) a real single-node Slurm with slurmrestd on 127.0.
 slurm-down: ## stop the Slurm started by slurm-up and remove its state (KEEP=1 keeps it)
 	@scripts/slurm/down
 
-e2e: deps slurm-up ## the conformance suite against a fresh testbed (KIND=1: a kind cluster, needs Docker)
+e2e: deps slurm-up ## the conformance suite against a fresh testbed (KIND=1: VKs as pods of a kind cluster)
+ifeq ($(KIND),1)
+	@scripts/kind/e2e
+else
 	@TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance
+endif
 
 demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload
 	@scripts/demo

@@ -884,7 +884,8 @@ impl Vk {
             let release = pod::PodVk::install(
                 &node,
                 &config,
-                &[("TEST_PROVIDER_KEY", API_KEY), ("RUST_LOG", &opts.rust_log)],
+                &opts.rust_log,
+                &[("TEST_PROVIDER_KEY", API_KEY)],
                 &dir,
             );
             let vk = Self {

@@ -63,20 +63,31 @@ fn run(mut cmd: Command, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// One VK release.
+/// One VK release; uninstalled when dropped.
 pub struct PodVk {
     release: String,
     /// Logs of the pods this release had before the current one.
     past_logs: String,
+    uninstalled: bool,
 }
 
 impl PodVk {
-    /// Installs the chart for `node` with `config` (the VK's config.yaml) and the environment
-    /// `env`, and returns once the pod exists (the caller waits for the VK's start line).
-    pub fn install(node: &str, config: &str, env: &[(&str, &str)], dir: &std::path::Path) -> Self {
+    /// Installs the chart for `node` with `config` (the VK's config.yaml), the log filter
+    /// `rust_log` and the environment `env`, and returns at once (the caller waits for the VK's
+    /// start line).
+    pub fn install(
+        node: &str,
+        config: &str,
+        rust_log: &str,
+        env: &[(&str, &str)],
+        dir: &std::path::Path,
+    ) -> Self {
         let release = node.to_owned();
         let mut values = String::new();
-        values.push_str(&format!("fullnameOverride: {release}\nreplicas: 1\n"));
+        values.push_str(&format!(
+            "fullnameOverride: {release}\nreplicas: 1\nlogJson: false\nlogLevel: {}\n",
+            serde_json::json!(rust_log)
+        ));
         values.push_str(&format!(
             "image:\n  repository: {}\n  tag: {}\n  pullPolicy: Never\n",
             tool("VK_IMAGE_REPOSITORY", "gpu-vk/vk"),
@@ -108,6 +119,7 @@ impl PodVk {
         Self {
             release,
             past_logs: String::new(),
+            uninstalled: false,
         }
     }
 
@@ -181,17 +193,28 @@ impl PodVk {
         run(c, "reading the VK's metrics")
     }
 
-    /// Removes the release (and so the pod).
+    /// Removes the release (and so the pod), waiting for it to go.
     pub fn uninstall(&mut self) {
         self.past_logs = self.logs();
+        self.helm_uninstall(true);
+    }
+
+    fn helm_uninstall(&mut self, wait: bool) {
         let mut helm = Command::new(tool("HELM", "helm"));
-        helm.args([
-            "uninstall",
-            &self.release,
-            "--namespace",
-            NAMESPACE,
-            "--wait",
-        ]);
+        helm.args(["uninstall", &self.release, "--namespace", NAMESPACE]);
+        if wait {
+            helm.arg("--wait");
+        }
         let _ = helm.output();
+        self.uninstalled = true;
+    }
+}
+
+impl Drop for PodVk {
+    /// A scenario that failed half-way leaves no VK running in the cluster.
+    fn drop(&mut self) {
+        if !self.uninstalled {
+            self.helm_uninstall(false);
+        }
     }
 }
