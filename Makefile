@@ -1,7 +1,9 @@
 # Entry points for users and CI. `make help` lists them.
 #
 #   make demo           testbed + emulated providers + virtual kubelet + a sample GPU workload
-#   make test           everything CI runs (deps, lint, cargo test against a fresh testbed)
+#   make test           everything CI runs (deps, lint, cargo test against a fresh testbed, then
+#                       the conformance suite with the VK as a pod of a kind cluster)
+#   make e2e KIND=1     only the kind conformance run
 #   eval "$(make -s testbed-up)"   a local control plane in this shell; `make testbed-down` ends it
 #
 # TESTBED_NAME selects a testbed (default "default"), so several run side by side.
@@ -48,8 +50,10 @@ testbed-up: ## start a local control plane; prints `export KUBECONFIG=...` (use 
 testbed-down: ## stop the testbed and remove its state (KEEP=1 keeps logs and data)
 	@scripts/testbed/down
 
-test: deps lint slurm-up ## everything CI runs: lint, then cargo test against a fresh testbed named "test"
+test: deps lint slurm-up ## everything CI runs: lint, cargo test on a fresh testbed, then the conformance suite on kind
 	@TESTBED_NAME=test scripts/testbed/with scripts/test
+	@echo; echo "==> conformance suite on kind (VKs as pods; scripts/kind/e2e)"
+	@QUIET=1 scripts/kind/e2e
 
 slurm-up: ## start (or reuse) a real single-node Slurm with slurmrestd on 127.0.0.1 (scripts/slurm/up)
 	@scripts/slurm/up >/dev/null

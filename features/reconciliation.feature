@@ -19,6 +19,14 @@ Feature: Reconciliation
     And every pod has exactly one workload at the provider
     And no workload was created twice
 
+  Scenario: A replaced virtual kubelet touches nothing that did not change
+    Given a GPU pod "steady" is Running
+    And a GPU pod "also-steady" is Running
+    When the virtual kubelet is replaced
+    Then the new virtual kubelet has finished its start-up reconcile
+    And pod "steady" is Running with the same workload as before
+    And the provider saw no new create and no pod was written
+
   Scenario: A change at the provider reaches the pod's status
     Given the provider supports fault injection
     And a GPU pod "job" with restart policy "Never" is Running

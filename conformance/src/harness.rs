@@ -901,6 +901,7 @@ impl Vk {
                 vk.log().contains("virtual kubelet started").then_some(())
             })
             .await;
+            tokio::task::block_in_place(|| vk.pod.as_ref().unwrap().wait_ready());
             return vk;
         }
         let local = |port: u16| format!("127.0.0.1:{port}");
@@ -1027,6 +1028,17 @@ impl Vk {
         }
         assert!(self.child.is_none(), "stop the VK before restarting it");
         self.spawn();
+    }
+
+    /// Replaces the VK as its supervisor would after a crash: a VK pod is deleted with no grace
+    /// period and its Deployment starts a new one; a VK process is killed and started again.
+    pub async fn replace(&mut self) {
+        if let Some(p) = self.pod.as_mut() {
+            tokio::task::block_in_place(|| p.replace());
+            return;
+        }
+        self.kill9().await;
+        self.restart();
     }
 
     /// Everything the VK logged, across restarts.

@@ -8,6 +8,8 @@
 
 #[path = "conformance/observability.rs"]
 mod observability;
+#[path = "conformance/replacement.rs"]
+mod replacement;
 #[path = "conformance/resilience.rs"]
 mod resilience;
 
@@ -96,6 +98,8 @@ struct Vkw {
     cpu_target: Option<(String, u64)>,
     /// What was true when a provider incident began (see `resilience`).
     incident: Option<resilience::Incident>,
+    /// What was true before the VK was replaced (see `replacement`).
+    before_replacement: Option<replacement::Before>,
 }
 
 impl std::fmt::Debug for Vkw {
@@ -123,6 +127,7 @@ impl Vkw {
             all_uids: HashSet::new(),
             cpu_target: None,
             incident: None,
+            before_replacement: None,
         }
     }
 

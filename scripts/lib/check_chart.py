@@ -26,6 +26,8 @@ CLUSTER_RULES = [
     (["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"]),
 ]
 LEASE_RULES = [(["coordination.k8s.io"], ["leases"], ["get", "create", "patch", "update"])]
+# Reading the kubelet Service's address: that one Service only (resourceNames checked below).
+ADDRESS_RULES = [([""], ["services"], ["get"])]
 
 failures = []
 
@@ -52,11 +54,18 @@ def rules(role):
 
 def check_rbac(docs, case, sa_name, namespace):
     check(rules(one(docs, "ClusterRole", case)) == CLUSTER_RULES, f"{case}: ClusterRole rules differ from the least-privilege set")
-    lease = one(docs, "Role", case)
+    roles = {d["metadata"]["name"].rsplit("-", 1)[-1]: d for d in docs if d.get("kind") == "Role"}
+    check(sorted(roles) == ["address", "lease"], f"{case}: expected the Roles *-lease and *-address, found {sorted(roles)}")
+    lease = roles.get("lease", {})
     check(lease.get("metadata", {}).get("namespace") == "kube-node-lease", f"{case}: the lease Role is not in kube-node-lease")
     check(rules(lease) == LEASE_RULES, f"{case}: lease Role rules differ")
+    address = roles.get("address", {})
+    check(rules(address) == ADDRESS_RULES, f"{case}: address Role rules differ")
+    services = [d["metadata"]["name"] for d in docs if d.get("kind") == "Service" and d["metadata"]["name"].endswith("-kubelet")]
+    check([r.get("resourceNames") for r in address.get("rules", [])] == [services],
+          f"{case}: the address Role is not limited to the kubelet Service {services}")
     bindings = [d for d in docs if d.get("kind") in ("ClusterRoleBinding", "RoleBinding")]
-    check(len(bindings) == 3, f"{case}: expected 3 bindings, found {len(bindings)}")
+    check(len(bindings) == 4, f"{case}: expected 4 bindings, found {len(bindings)}")
     auth_reader = [b for b in bindings if b["roleRef"]["name"] == "extension-apiserver-authentication-reader"]
     check(len(auth_reader) == 1 and auth_reader[0]["metadata"].get("namespace") == "kube-system",
           f"{case}: no kube-system binding to extension-apiserver-authentication-reader")
@@ -92,6 +101,8 @@ def check_deployment(docs, case, secret_name, sa_name):
     check(env.get("VK_INTERNAL_IP", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "status.podIP"}},
           f"{case}: VK_INTERNAL_IP is not the pod IP")
     check("VK_LOG_JSON" in env, f"{case}: no VK_LOG_JSON")
+    svc = env.get("VK_ADDRESS_SERVICE", {}).get("value", "")
+    check(svc.endswith("-kubelet") and "/" in svc, f"{case}: VK_ADDRESS_SERVICE {svc!r} does not name the kubelet Service")
     ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
     for probe in ("livenessProbe", "readinessProbe"):
         get = c.get(probe, {}).get("httpGet", {})
@@ -124,11 +135,14 @@ def check_config(docs, case, dep, ports, volumes):
             path = p.get(key) or (p.get("settings") or {}).get(key)
             if path:
                 check(path.startswith(SECRET_DIR + "/"), f"{case}: provider {p.get('name')} reads {key} {path} outside {SECRET_DIR}")
-    svc = one(docs, "Service", case)
-    selector = svc.get("spec", {}).get("selector", {})
+    services = {d["metadata"]["name"].rsplit("-", 1)[-1]: d for d in docs if d.get("kind") == "Service"}
+    check(sorted(services) == ["kubelet", "metrics"], f"{case}: expected the Services *-metrics and *-kubelet, found {sorted(services)}")
     labels = dep["spec"]["template"]["metadata"]["labels"]
-    check(selector and all(labels.get(k) == v for k, v in selector.items()), f"{case}: the metrics Service does not select the VK pod")
-    check([p.get("targetPort") for p in svc.get("spec", {}).get("ports", [])] == ["metrics"], f"{case}: the Service does not target the metrics port")
+    for port, svc in services.items():
+        selector = svc.get("spec", {}).get("selector", {})
+        check(selector and all(labels.get(k) == v for k, v in selector.items()), f"{case}: the {port} Service does not select the VK pod")
+        check([p.get("targetPort") for p in svc.get("spec", {}).get("ports", [])] == [port], f"{case}: the {port} Service does not target the {port} port")
+    check(services.get("kubelet", {}).get("spec", {}).get("type") == "ClusterIP", f"{case}: the kubelet Service has no ClusterIP")
     return cm, config
 
 

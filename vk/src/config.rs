@@ -48,6 +48,11 @@ pub struct Config {
     /// Address advertised as the node's InternalIP (where the kubelet API listens).
     #[serde(default = "default_internal_ip")]
     pub internal_ip: String,
+    /// Address the kubelet API binds, when `internalIp` is not a local address but one that
+    /// forwards to this process (a Service's ClusterIP, see `vk run --address-service`).
+    /// Default: `internalIp`.
+    #[serde(default)]
+    pub kubelet_bind_ip: Option<String>,
     /// Port of the kubelet API, advertised in `daemonEndpoints`.
     #[serde(default = "default_kubelet_port")]
     pub kubelet_port: u16,

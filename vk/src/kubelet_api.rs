@@ -121,18 +121,19 @@ impl Server {
     }
 }
 
-/// Binds `internal_ip:kubelet_port`, sets up TLS and client authentication, and serves the API
-/// in the background until the process ends or [`Server::abort`].
+/// Binds `kubelet_bind_ip` (default `internal_ip`) on `kubelet_port`, sets up TLS and client
+/// authentication, and serves the API in the background until the process ends or
+/// [`Server::abort`].
 pub async fn start(
     fw: Arc<PodController>,
     cfg: Arc<Config>,
     client: Client,
 ) -> Result<Server, Error> {
-    let ip = cfg
-        .internal_ip
+    let bind = cfg.kubelet_bind_ip.as_deref().unwrap_or(&cfg.internal_ip);
+    let ip = bind
         .parse::<std::net::IpAddr>()
         .map_err(|source| Error::ParseAddress {
-            addr: cfg.internal_ip.clone(),
+            addr: bind.to_owned(),
             source,
         })?;
     let addr = SocketAddr::new(ip, cfg.kubelet_port);

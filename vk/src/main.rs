@@ -33,6 +33,11 @@ enum Command {
         /// Overrides the config's `internalIp` (in a pod: the pod IP from the downward API).
         #[arg(long, env = "VK_INTERNAL_IP")]
         internal_ip: Option<String>,
+        /// `NAMESPACE/NAME` of a Service in front of this VK's kubelet port: its ClusterIP is
+        /// advertised as the node's address (stable when Kubernetes replaces the VK pod, so no
+        /// pod's hostIP changes), and the kubelet API binds `internalIp` (the pod IP) instead.
+        #[arg(long, env = "VK_ADDRESS_SERVICE", value_name = "NAMESPACE/NAME")]
+        address_service: Option<String>,
     },
     /// Validate a configuration file (and that every provider's credentials can be read).
     CheckConfig {
@@ -68,22 +73,34 @@ fn main() -> anyhow::Result<()> {
             Command::Run {
                 config,
                 internal_ip,
-            } => run(config, internal_ip).await,
+                address_service,
+            } => run(config, internal_ip, address_service).await,
         }
     })
 }
 
-async fn run(path: PathBuf, internal_ip: Option<String>) -> anyhow::Result<()> {
+async fn run(
+    path: PathBuf,
+    internal_ip: Option<String>,
+    address_service: Option<String>,
+) -> anyhow::Result<()> {
     let mut cfg = Config::load(&path)?;
     if let Some(ip) = internal_ip {
         cfg.internal_ip = ip;
     }
-    let cfg = Arc::new(cfg);
     let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
     let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
     let client = kube::Client::try_default()
         .await
         .context("failed to build a Kubernetes client")?;
+    if let Some(service) = address_service {
+        let cluster_ip = vk::node::service_address(&client, &service)
+            .await
+            .with_context(|| format!("cannot advertise the address of Service {service}"))?;
+        info!(service = %service, address = %cluster_ip, bind = %cfg.internal_ip, "advertising the Service's address");
+        cfg.kubelet_bind_ip = Some(std::mem::replace(&mut cfg.internal_ip, cluster_ip));
+    }
+    let cfg = Arc::new(cfg);
     let metrics = Metrics::new();
     let metrics_addr: SocketAddr = cfg.metrics_addr.parse().context("invalid metricsAddr")?;
     let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)

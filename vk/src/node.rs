@@ -19,6 +19,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+mod address;
+pub use address::service_address;
+
 use crate::config::Config;
 use crate::telemetry::ErrorChain;
 

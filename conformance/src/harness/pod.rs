@@ -171,6 +171,48 @@ impl PodVk {
         }
     }
 
+    /// Deletes the current pod with no grace period and leaves the Deployment as it is, so
+    /// Kubernetes starts a new one (the way a node failure or an eviction replaces a VK);
+    /// returns once the new pod exists.
+    pub fn replace(&mut self) {
+        let old = self.pod().expect("a VK pod to replace");
+        self.past_logs = self.logs();
+        let mut c = kubectl();
+        c.args([
+            "delete",
+            "pod",
+            &old,
+            "--grace-period=0",
+            "--force",
+            "--wait=true",
+        ]);
+        run(c, "kubectl delete pod");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.pod().is_none_or(|p| p == old) {
+            assert!(
+                Instant::now() < deadline,
+                "Kubernetes started no new VK pod for {}",
+                self.release
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until the release's pod is Ready: its readiness probe passed, so the kubelet
+    /// Service routes to it (the API server reaches the VK's kubelet API through that Service).
+    pub fn wait_ready(&self) {
+        let mut c = kubectl();
+        c.args([
+            "wait",
+            "pod",
+            "--for=condition=Ready",
+            "--timeout=90s",
+            "-l",
+        ])
+        .arg(format!("app.kubernetes.io/instance={}", self.release));
+        run(c, "waiting for the VK pod to be Ready");
+    }
+
     /// Scales back to one replica: Kubernetes starts a fresh pod.
     pub fn start(&self) {
         self.scale(1);
