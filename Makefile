@@ -68,11 +68,19 @@ else
 	@TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance
 endif
 
-demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload
+demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload (KIND=1: the VK as a pod of kind)
+ifeq ($(KIND),1)
+	@scripts/kind/demo
+else
 	@scripts/demo
+endif
 
-demo-stop: ## stop what `make demo` started
+demo-stop: ## stop what `make demo` started (KIND=1: delete the demo's kind cluster)
+ifeq ($(KIND),1)
+	@scripts/kind/demo stop
+else
 	@scripts/demo stop
+endif
 
 bench: ## VK benchmark on a dedicated testbed -> target/bench/report.{json,md} (BENCH_ARGS="--quick")
 	@scripts/bench $(BENCH_ARGS)

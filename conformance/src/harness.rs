@@ -459,11 +459,13 @@ impl Observer {
     }
 
     /// How many workloads were created for names starting with `prefix`: the emulator's
-    /// `create` counter (every accepted or refused create call), or for a real Slurm the jobs
-    /// with such names it still lists (finished ones included, for `MinJobAge`).
+    /// `created` counter (accepted create calls; a Vast offer rented by someone else meanwhile is
+    /// refused and creates nothing), or for a real Slurm the jobs with such names it still lists
+    /// (finished ones included, for `MinJobAge`).
     pub async fn creates(&self, prefix: &str) -> usize {
         match self {
-            Self::Emulator(e) => e.counter("create").await as usize,
+            // Accepted creates: a refused call (a Vast offer taken meanwhile) created nothing.
+            Self::Emulator(e) => e.counter("created").await as usize,
             Self::Slurm(s) => s
                 .workloads()
                 .await

@@ -1025,11 +1025,15 @@ fn main() {
         .filter(|p| !p.is_empty())
     {
         *TARGET.lock().unwrap() = p.to_owned();
+        // The run with VKs as pods (kind) keeps its own reports beside the local testbed's.
+        let pods = conformance::harness::pod::pod_mode();
+        let mode = if pods { "kind-" } else { "" };
         println!(
-            "\n=== conformance: provider {p} (capabilities: {}) ===",
+            "\n=== conformance: provider {p}{} (capabilities: {}) ===",
+            if pods { ", VKs as pods" } else { "" },
             capabilities(p).join(", ")
         );
-        let junit = std::fs::File::create(report_dir.join(format!("junit-{p}.xml"))).unwrap();
+        let junit = std::fs::File::create(report_dir.join(format!("junit-{mode}{p}.xml"))).unwrap();
         let mut cucumber = Vkw::cucumber()
             // The real Slurm runs 2 jobs at a time: its scenarios take turns.
             .max_concurrent_scenarios(if p == "slurm-real" { 1 } else { 4 })

@@ -410,7 +410,10 @@ fn create_inner(engine: &Engine, body: &[u8]) -> Response {
     let seq = {
         let mut inner = engine.lock();
         match engine.create_locked(&mut inner, new, now) {
-            Ok(seq) => seq,
+            Ok(seq) => {
+                inner.gate.note_created();
+                seq
+            }
             Err(AllocError::NoCapacity { .. } | AllocError::UnknownType(_)) => {
                 return problem(StatusCode::BAD_REQUEST, CAPACITY_DETAIL, Vec::new());
             }

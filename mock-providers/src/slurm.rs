@@ -362,6 +362,9 @@ async fn submit(
     let mut inner = emu.lock();
     let now = Instant::now();
     let result = inner.jobs.submit(&emu.cfg.user, spec, now);
+    if result.is_ok() {
+        inner.gate.note_created();
+    }
     emu.settle(&mut inner);
     match result {
         Ok(id) => match dialect {

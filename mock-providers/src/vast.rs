@@ -1704,6 +1704,7 @@ fn create_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
     };
     match engine.create_locked(&mut inner, new, now) {
         Ok(seq) => {
+            inner.gate.note_created();
             let id = inner
                 .workloads
                 .get(&seq)

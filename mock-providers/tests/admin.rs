@@ -428,14 +428,25 @@ async fn counters_count_each_route_kind_and_reset_clears_everything() {
     emu.delete(&format!("/v2/pods/{id}")).send().await.unwrap();
     // Unauthenticated calls count too.
     emu.client.get(emu.url("/v2/pods")).send().await.unwrap();
+    // A create the provider refuses (more GPUs than it has) is a call, not a workload.
+    let refused = emu
+        .post("/v2/pods")
+        .json(
+            &json!({"name": "too-big", "image": "img", "gpu": {"id": "A100-80GB", "count": 4096}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     let c = emu.counters().await;
-    assert_eq!(c["create"], 1);
+    assert_eq!(c["create"], 2);
+    assert_eq!(c["created"], 1);
     assert_eq!(c["list"], 3);
     assert_eq!(c["get"], 1);
     assert_eq!(c["action"], 1);
     assert_eq!(c["delete"], 1);
     assert_eq!(c["logs"], 0);
-    assert_eq!(c["total"], 7);
+    assert_eq!(c["total"], 8);
 
     runpod_pod(&emu, "d", 8).await;
     emu.admin_post("/_admin/faults", json!({"route": "list", "status": 500}))
@@ -450,6 +461,7 @@ async fn counters_count_each_route_kind_and_reset_clears_everything() {
     assert!(emu.workloads().await.is_empty());
     let c = emu.counters().await;
     assert_eq!(c["total"], 0);
+    assert_eq!(c["created"], 0);
     // Faults are gone and the GPUs are free again.
     assert_eq!(
         emu.get("/v2/pods").send().await.unwrap().status(),

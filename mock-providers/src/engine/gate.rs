@@ -196,6 +196,9 @@ pub struct RateInfo {
 #[derive(Debug, Default)]
 pub struct GateState {
     counters: BTreeMap<RouteKind, u64>,
+    /// Create calls the provider accepted (a workload exists because of each): `create` counts
+    /// calls, refused ones included (a Vast offer taken by someone else, no capacity).
+    created: u64,
     faults: Vec<FaultRule>,
     window: Option<(Instant, u32)>,
     hidden: Vec<HideRule>,
@@ -345,13 +348,19 @@ impl GateState {
         self.faults.len()
     }
 
-    /// Counters for every kind (zeros included).
+    /// Notes a create call the provider accepted.
+    pub fn note_created(&mut self) {
+        self.created += 1;
+    }
+
+    /// Counters for every kind (zeros included), `total`, and `created` (accepted creates).
     pub fn counters(&self) -> BTreeMap<&'static str, u64> {
         let mut out: BTreeMap<&'static str, u64> = RouteKind::ALL
             .into_iter()
             .map(|k| (k.as_str(), self.counters.get(&k).copied().unwrap_or(0)))
             .collect();
         out.insert("total", self.counters.values().sum());
+        out.insert("created", self.created);
         out
     }
 }
