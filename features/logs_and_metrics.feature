@@ -18,6 +18,11 @@ Feature: Logs and metrics through the kubelet API
     And a GPU pod "quiet" is Running
     Then the logs of pod "quiet" are refused as not supported by the provider
 
+  Scenario: kubectl exec on a provider without exec says so
+    Given the provider does not support exec
+    And a GPU pod "sealed" is Running
+    Then kubectl exec into pod "sealed" is refused as not supported by the provider
+
   @slow
   Scenario: An HPA scales a Deployment on the CPU the provider reports
     Given the provider supports metrics

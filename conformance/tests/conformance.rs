@@ -47,6 +47,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "fault injection",
             "metrics",
             "does not support logs",
+            "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
         ],
@@ -55,22 +56,30 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "fault injection",
             "preemption",
             "logs",
+            "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
         ],
         // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
-        // become Preempted pods; job output files are served as logs; no usage figures.
+        // become Preempted pods; job output files are served as logs; no usage figures; exec
+        // (srun) needs a real Slurm and is off in the adapter's settings.
         "slurm" | "slurm-v0.0.41" => &[
             "fault injection",
             "preemption",
             "logs",
+            "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
         ],
         // The real single-node Slurm of `make slurm-up`: no admin API (no fault, exit or
         // preemption on demand), but anyone can submit jobs through slurmrestd; job output
-        // files are served as logs; 2 CPUs and 2 GPUs, so at most 2 jobs run at a time.
-        "slurm-real" => &["logs", "workloads created outside the virtual kubelet"],
+        // files are served as logs; 2 CPUs and 2 GPUs, so at most 2 jobs run at a time. Exec
+        // (srun) is off in the provider settings the suite uses (vk/tests/exec.rs covers it).
+        "slurm-real" => &[
+            "logs",
+            "does not support exec",
+            "workloads created outside the virtual kubelet",
+        ],
         _ => &[],
     }
 }

@@ -52,6 +52,23 @@ async fn logs_refused(w: &mut Vkw, name: String) {
     );
 }
 
+#[then(expr = "kubectl exec into pod {string} is refused as not supported by the provider")]
+async fn exec_refused(w: &mut Vkw, name: String) {
+    // The testbed's kubectl: a WebSocket through the API server to the VK's kubelet API.
+    let kubectl = std::env::var("TESTBED_KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let out = tokio::process::Command::new(kubectl)
+        .args(["exec", "--namespace", &w.ns, &name, "--", "true"])
+        .output()
+        .await
+        .expect("kubectl runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exec succeeded: {stderr}");
+    assert!(
+        stderr.contains("not supported") && stderr.contains(&crate::target()),
+        "unclear refusal: {stderr}"
+    );
+}
+
 #[given(
     expr = "a HorizontalPodAutoscaler keeps deployment {string} at {int}% CPU with {int} to {int} replicas"
 )]
