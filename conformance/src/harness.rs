@@ -714,15 +714,7 @@ impl RealSlurm {
         if let Some(conf) = &self.slurm_conf {
             cmd.env("SLURM_CONF", conf);
         }
-        let out = cmd
-            .output()
-            .unwrap_or_else(|e| panic!("squeue failed to run: {e}"));
-        assert!(
-            out.status.success(),
-            "squeue failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
+        pod::run(cmd, "squeue")
             .lines()
             .filter_map(|l| {
                 let mut p = l.splitn(3, '|');

@@ -1639,6 +1639,9 @@ fn create_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
     let now = Instant::now();
     let mut inner = engine.lock();
     engine.settle(&mut inner, now);
+    // An offer rented by someone else (or whose machine changed) is refused with 404/410
+    // `no_such_ask`, and the client tries the next offer (vast-ai/docs api-reference/openapi.yaml,
+    // `PUT /api/v0/asks/{id}/`): a refused call, counted under `create` but not `created`.
     let no_such_ask = |status: StatusCode| {
         (
             status,

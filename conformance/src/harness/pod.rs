@@ -49,7 +49,7 @@ fn kubectl() -> Command {
 }
 
 /// Runs a command, panicking with its output when it fails; returns stdout.
-fn run(mut cmd: Command, what: &str) -> String {
+pub(crate) fn run(mut cmd: Command, what: &str) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));

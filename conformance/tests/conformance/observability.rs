@@ -128,7 +128,9 @@ async fn set_usage(w: &Vkw, app: &str, millis: u64) {
 async fn metrics_api(w: &mut Vkw, millis: u64, app: String) {
     let c = w.c();
     let ns = w.ns.clone();
-    // metrics-server derives CPU from two scrapes 15 s apart after the change; with the whole
+    // metrics-server derives CPU from two scrapes 15 s apart after the change (it computes a rate
+    // from the cumulative usageCoreNanoSeconds of consecutive scrapes: metrics-server's
+    // pkg/storage/pod.go; --metric-resolution=15s on both testbeds); with the whole
     // suite running side by side a scrape can be late or time out, so allow several cycles
     // (the same bound as the scaling step below). How fast is for `make bench`, not for here.
     wait_for(
