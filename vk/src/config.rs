@@ -86,6 +86,9 @@ pub struct Config {
     /// authorized by SubjectAccessReview). Off by default: they get 401.
     #[serde(default)]
     pub anonymous_auth: bool,
+    /// Several replicas for one node: one leads (see `crate::leader`), the others stand by.
+    #[serde(default)]
+    pub leader_election: LeaderElection,
 }
 
 /// Capacity the node reports. Defaults are large enough to never be the limit for offloaded
@@ -235,6 +238,74 @@ impl Default for TlsConfig {
     }
 }
 
+/// The `leaderElection` block: replicas of the VK for one node elect a leader through a Lease
+/// (`crate::leader`). Defaults are client-go's (15 s, 10 s, 2 s), as the controller-manager uses.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaderElection {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Namespace of the Lease (default `kube-node-lease`, beside the node's heartbeat Lease).
+    #[serde(default = "default_leader_namespace")]
+    pub namespace: String,
+    /// Name of the Lease (default `gpu-vk-leader-<nodeName>`).
+    #[serde(default)]
+    pub lease_name: Option<String>,
+    /// A standby takes over once the Lease went unrenewed this long (whole seconds, as the
+    /// Lease records it).
+    #[serde(default = "default_lease_duration_ms")]
+    pub lease_duration_ms: u64,
+    /// The leader stops leading once it could not renew for this long (less than the duration).
+    #[serde(default = "default_renew_deadline_ms")]
+    pub renew_deadline_ms: u64,
+    /// Interval between renewals, and between a standby's attempts.
+    #[serde(default = "default_retry_period_ms")]
+    pub retry_period_ms: u64,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            namespace: default_leader_namespace(),
+            lease_name: None,
+            lease_duration_ms: default_lease_duration_ms(),
+            renew_deadline_ms: default_renew_deadline_ms(),
+            retry_period_ms: default_retry_period_ms(),
+        }
+    }
+}
+
+impl LeaderElection {
+    pub fn lease_duration(&self) -> Duration {
+        Duration::from_secs(u64::from(self.lease_duration_seconds().unsigned_abs()))
+    }
+    /// The duration as the Lease records it: whole seconds, rounded up.
+    pub fn lease_duration_seconds(&self) -> i32 {
+        i32::try_from(self.lease_duration_ms.div_ceil(1000)).unwrap_or(i32::MAX)
+    }
+    pub fn renew_deadline(&self) -> Duration {
+        Duration::from_millis(self.renew_deadline_ms)
+    }
+    pub fn retry_period(&self) -> Duration {
+        Duration::from_millis(self.retry_period_ms)
+    }
+    fn validate(&self) -> Result<(), Error> {
+        let (d, r, p) = (
+            self.lease_duration().as_millis(),
+            u128::from(self.renew_deadline_ms),
+            u128::from(self.retry_period_ms),
+        );
+        if !(p > 0 && p < r && r < d) {
+            return Err(Error::Invalid(format!(
+                "leaderElection: need 0 < retryPeriodMs ({p}) < renewDeadlineMs ({r}) < \
+                 leaseDurationMs ({d}, whole seconds), so a leader stops before a standby takes over"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A credential resolved from the environment or a file; `Debug` never shows it.
 #[derive(Clone, Default)]
 pub struct Secret(String);
@@ -323,6 +394,7 @@ impl Config {
                 "pollIntervalMs and workers must be positive".into(),
             ));
         }
+        self.leader_election.validate()?;
         if self.timings.loss_lists == 0 {
             return Err(Error::Invalid(
                 "lossLists must be at least 1: one list proves nothing".into(),
@@ -385,6 +457,18 @@ fn default_loss_lists() -> u32 {
 fn default_loss_window_ms() -> u64 {
     30_000
 }
+fn default_leader_namespace() -> String {
+    "kube-node-lease".into()
+}
+fn default_lease_duration_ms() -> u64 {
+    15_000
+}
+fn default_renew_deadline_ms() -> u64 {
+    10_000
+}
+fn default_retry_period_ms() -> u64 {
+    2_000
+}
 
 #[cfg(test)]
 mod tests {
@@ -420,6 +504,28 @@ mod tests {
             parse("nodeName: vk\nclusterId: c\nbogus: 1\nproviders:\n- {name: a, kind: runpod}\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn leader_election_timings_must_let_a_leader_stop_before_a_standby_takes_over() {
+        let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+        let cfg = parse(base).unwrap();
+        assert!(!cfg.leader_election.enabled);
+        assert_eq!(cfg.leader_election.lease_duration_seconds(), 15);
+        let with = |le: &str| parse(&format!("{base}leaderElection: {le}\n"));
+        assert!(
+            with(
+                "{enabled: true, leaseDurationMs: 4000, renewDeadlineMs: 3000, retryPeriodMs: 500}"
+            )
+            .is_ok()
+        );
+        // A renew deadline at or past the duration would let two replicas lead at once.
+        let err =
+            with("{enabled: true, leaseDurationMs: 4000, renewDeadlineMs: 4000}").unwrap_err();
+        assert!(err.to_string().contains("renewDeadlineMs"), "{err}");
+        // 3.5 s is recorded as 4 whole seconds: the deadline compares against that.
+        assert!(with("{leaseDurationMs: 3500, renewDeadlineMs: 3800, retryPeriodMs: 500}").is_ok());
+        assert!(with("{retryPeriodMs: 0}").is_err());
     }
 
     #[test]

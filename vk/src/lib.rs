@@ -4,11 +4,13 @@
 //! the pure `decide`, create/restart/delete, provider observation, garbage collection, status
 //! writes, start-up); [`provider`] is the adapter contract (and the call layer every provider
 //! sits behind) and [`providers`] the adapters, which [`providers::registry`] builds from
-//! [`config`]; [`kubelet_api`] serves logs, exec and stats; [`telemetry`] is metrics and logs.
+//! [`config`]; [`kubelet_api`] serves logs, exec and stats; [`telemetry`] is metrics and logs;
+//! [`leader`] lets several replicas serve one node, one at a time.
 //! `docs/architecture.md` draws the data flow and what may import what.
 
 pub mod config;
 pub mod kubelet_api;
+pub mod leader;
 pub mod naming;
 pub mod node;
 pub mod pods;

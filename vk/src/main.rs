@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use tracing::info;
 
 use vk::config::Config;
+use vk::leader::{Elector, PodRef};
 use vk::naming::Owner;
 use vk::node::NodeManager;
 use vk::pods::PodController;
@@ -38,6 +39,22 @@ enum Command {
         /// pod's hostIP changes), and the kubelet API binds `internalIp` (the pod IP) instead.
         #[arg(long, env = "VK_ADDRESS_SERVICE", value_name = "NAMESPACE/NAME")]
         address_service: Option<String>,
+        /// Overrides the config's `metricsAddr` (replicas sharing one config on one host).
+        #[arg(long, env = "VK_METRICS_ADDR")]
+        metrics_addr: Option<String>,
+        /// Overrides the config's `kubeletPort`.
+        #[arg(long, env = "VK_KUBELET_PORT")]
+        kubelet_port: Option<u16>,
+        /// This replica's name in leader election (default: `VK_POD_NAME`, else host name and
+        /// process id).
+        #[arg(long, env = "VK_IDENTITY")]
+        identity: Option<String>,
+        /// The pod this replica runs in (downward API), labelled `gpu-vk.io/leader=true` while
+        /// it leads.
+        #[arg(long, env = "VK_POD_NAME")]
+        pod_name: Option<String>,
+        #[arg(long, env = "VK_POD_NAMESPACE")]
+        pod_namespace: Option<String>,
     },
     /// Validate a configuration file (and that every provider's credentials can be read).
     CheckConfig {
@@ -74,20 +91,51 @@ fn main() -> anyhow::Result<()> {
                 config,
                 internal_ip,
                 address_service,
-            } => run(config, internal_ip, address_service).await,
+                metrics_addr,
+                kubelet_port,
+                identity,
+                pod_name,
+                pod_namespace,
+            } => {
+                let pod = pod_name
+                    .zip(pod_namespace)
+                    .map(|(name, namespace)| PodRef { namespace, name });
+                let overrides = Overrides {
+                    internal_ip,
+                    address_service,
+                    metrics_addr,
+                    kubelet_port,
+                    identity,
+                    pod,
+                };
+                run(config, overrides).await
+            }
         }
     })
 }
 
-async fn run(
-    path: PathBuf,
+/// What the command line (or the pod's environment) sets over the config file.
+struct Overrides {
     internal_ip: Option<String>,
     address_service: Option<String>,
-) -> anyhow::Result<()> {
+    metrics_addr: Option<String>,
+    kubelet_port: Option<u16>,
+    identity: Option<String>,
+    pod: Option<PodRef>,
+}
+
+async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
     let mut cfg = Config::load(&path)?;
-    if let Some(ip) = internal_ip {
+    if let Some(ip) = o.internal_ip {
         cfg.internal_ip = ip;
     }
+    if let Some(addr) = o.metrics_addr {
+        cfg.metrics_addr = addr;
+    }
+    if let Some(port) = o.kubelet_port {
+        cfg.kubelet_port = port;
+    }
+    let address_service = o.address_service;
     let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
     let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
     let client = kube::Client::try_default()
@@ -107,10 +155,49 @@ async fn run(
         .await
         .with_context(|| format!("failed to bind metrics address {metrics_addr}"))?;
     drop(metrics_listener);
+
+    // With leader election, a replica first clears the leader label its pod may still carry,
+    // then serves /healthz and metrics as a standby until it leads.
+    let elector = cfg.leader_election.enabled.then(|| {
+        let identity = o
+            .identity
+            .or_else(|| o.pod.as_ref().map(|p| p.name.clone()))
+            .unwrap_or_else(default_identity);
+        Elector::new(
+            client.clone(),
+            cfg.leader_election.clone(),
+            &cfg.node_name,
+            identity,
+            o.pod.clone(),
+        )
+    });
+    if let Some(e) = &elector {
+        e.clear_label().await;
+    }
     tokio::spawn(metrics.clone().serve(metrics_addr));
+    let mut term = match elector {
+        None => None,
+        Some(e) => {
+            info!(node = %cfg.node_name, me = e.identity(), "leader election: waiting to lead");
+            match e.acquire(shutdown_signal()).await {
+                Some(t) => Some(t),
+                None => {
+                    info!("signal received while standing by, shutting down");
+                    return Ok(());
+                }
+            }
+        }
+    };
+    metrics.leader.set(1);
 
     let names = providers.iter().map(|p| p.name().to_owned()).collect();
     let node = Arc::new(NodeManager::new(client.clone(), cfg.clone(), names));
+    let lost = async {
+        match term.as_mut() {
+            Some(t) => t.lost().await,
+            None => std::future::pending().await,
+        }
+    };
     node.claim()
         .await
         .context("refusing to start: the node name is taken")?;
@@ -140,6 +227,7 @@ async fn run(
             Ok(()) => "the node manager stopped".to_owned(),
             Err(e) => format!("the node manager task failed: {e}"),
         }),
+        () = lost => Some("lost the leader lease (another replica leads now)".to_owned()),
     };
     let _ = stop_tx.send(true);
     if let Some(why) = failed {
@@ -152,7 +240,18 @@ async fn run(
     let _ = fw_task.await;
     let _ = node_task.await;
     kubelet_api.abort();
+    if let Some(t) = term {
+        t.release().await;
+    }
     Ok(())
+}
+
+/// A replica's identity outside a pod: host name and process id.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "vk".into());
+    format!("{host}-{}", std::process::id())
 }
 
 async fn shutdown_signal() {

@@ -362,7 +362,7 @@ impl NodeManager {
     }
 
     /// Keeps the node registered, its lease renewed and its status fresh until `shutdown`,
-    /// then marks it not ready.
+    /// then marks it not ready (unless another replica is to take over: leader election).
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         let renew = Duration::from_millis(self.cfg.timings.lease_renew_ms);
         let status_every = Duration::from_millis(self.cfg.timings.node_status_ms);
@@ -421,6 +421,12 @@ impl NodeManager {
             _ = shutdown => {}
         }
         watch.abort();
+        if self.cfg.leader_election.enabled {
+            // Another replica takes over (the leader lease is released next): a not-ready blip
+            // would only taint the node and unsettle its pods.
+            info!(node = %self.cfg.node_name, "leaving the node to the next leader");
+            return;
+        }
         match self.post_status(false).await {
             Ok(()) => info!(node = %self.cfg.node_name, "node marked not ready"),
             Err(e) => warn!(error = %ErrorChain(&e), "failed to mark node not ready on shutdown"),

@@ -51,6 +51,8 @@ pub struct Metrics {
     /// Seconds from a provider list showing a workload's new state to the pod status write
     /// that reports it (not counting the wait for the next poll).
     pub status_latency: Histogram,
+    /// 1 while this replica leads (always, without leader election), 0 while it stands by.
+    pub leader: Gauge,
 }
 
 /// Latency buckets, seconds: 1 ms to 60 s.
@@ -129,6 +131,12 @@ impl Metrics {
             "Seconds from a provider list showing a workload state change to the pod status write reporting it",
             status_latency.clone(),
         );
+        let leader = Gauge::default();
+        r.register(
+            "leader",
+            "1 while this replica leads its node, 0 while it stands by (leader election)",
+            leader.clone(),
+        );
         Self {
             registry: Arc::new(r),
             reconciles,
@@ -142,6 +150,7 @@ impl Metrics {
             pods,
             create_latency,
             status_latency,
+            leader,
         }
     }
 
