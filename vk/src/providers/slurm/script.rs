@@ -114,7 +114,8 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
         .iter()
         .map(|(e, t)| (t.clone(), e.value.clone()))
         .collect();
-    let (exportable, odd): (Vec<&(&EnvVar, String)>, Vec<&(&EnvVar, String)>) = transported
+    type Transported<'a> = Vec<&'a (&'a EnvVar, String)>;
+    let (exportable, odd): (Transported<'_>, Transported<'_>) = transported
         .iter()
         .partition(|(e, _)| exportable_name(&e.name));
 
