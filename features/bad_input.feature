@@ -38,3 +38,11 @@ Feature: Bad input
   Scenario: A missing optional source does not block the pod
     When I create a GPU pod "optional" with an optional env var from the missing Secret "absent"
     Then pod "optional" becomes Running
+
+  Scenario: A provider that may not receive Secrets is sent none
+    Given the provider under test may not receive Secret values
+    When the Secret "creds" is created
+    And I create a GPU pod "secretive" with an env var from the Secret "creds"
+    Then pod "secretive" becomes Failed with reason "SecretsNotAllowed"
+    And pod "secretive" has an event "SecretsNotAllowed"
+    And no workload exists for pod "secretive"

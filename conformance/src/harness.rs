@@ -212,8 +212,10 @@ impl Emulator {
                 partition = yaml_str(&s.partition),
                 out = yaml_str(&s.output_dir.to_string_lossy()),
             ),
+            // The clouds deny Secret env by default; the suites pass Secrets to them on
+            // purpose (env resolution, log redaction), so the test operator allows it.
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{insecure}",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{insecure}",
                 insecure = self.insecure_http(),
                 kind = self.kind,
                 url = self.base_url(),

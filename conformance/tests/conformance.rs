@@ -233,6 +233,10 @@ impl Vkw {
 
     async fn start_vk(&mut self) {
         let providers = self.obs().provider_yaml(&target());
+        self.start_vk_with(providers).await;
+    }
+
+    async fn start_vk_with(&mut self, providers: String) {
         let vk = Vk::start_with(providers, VkOptions::default()).await;
         let c = self.c();
         let node = vk.node.clone();
@@ -297,6 +301,21 @@ async fn setup(w: &mut Vkw) {
     });
     w.ns = namespace(&c, "conf").await;
     w.start_vk().await;
+}
+
+/// Replaces the scenario's VK with one whose provider has `secretEnv: deny`.
+#[given("the provider under test may not receive Secret values")]
+async fn deny_secrets(w: &mut Vkw) {
+    let c = w.c();
+    if let Some(mut vk) = w.vk.take() {
+        vk.cleanup(&c).await;
+    }
+    let providers = w
+        .obs()
+        .provider_yaml(&target())
+        .replace("  secretEnv: allow\n", "")
+        + "  secretEnv: deny\n";
+    w.start_vk_with(providers).await;
 }
 
 #[given("the provider has no GPUs left")]
@@ -413,6 +432,16 @@ async fn create_optional_env(w: &mut Vkw, name: String, kind: String, source: St
     let mut p = gpu_pod(&name, &node, 1, &[]);
     p.spec.as_mut().unwrap().containers[0].env = Some(vec![
         serde_json::from_value(env_from(&kind, &source, true)).unwrap(),
+    ]);
+    w.create_pod(p).await;
+}
+
+#[when(regex = r#"^I create a GPU pod "([^"]+)" with an env var from the Secret "([^"]+)"$"#)]
+async fn create_secret_env(w: &mut Vkw, name: String, source: String) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    p.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(env_from("Secret", &source, false)).unwrap(),
     ]);
     w.create_pod(p).await;
 }

@@ -400,6 +400,11 @@ fn parse_submission(dialect: Dialect, v: &Value) -> Result<NewJob, SlurmErr> {
     .map(str::to_owned)
     .filter(|s| !s.is_empty())
     .ok_or_else(|| SlurmErr::new(2009, "Batch script is empty", "script is required"))?;
+    // The job's environment, which the batch script runs in (process mode passes it, and only
+    // it, to bash): v0.0.38 `job.environment` is an object, the data_parser's
+    // `job_desc_msg.environment` (v0.0.40 on) an array of `NAME=value` ("Environment variables
+    // to be set for the job", `src/plugins/data_parser/v0.0.41/parsers.c` in SchedMD/slurm),
+    // split at the first `=` as slurmd's env handling does, so a value may hold `=`.
     let environment: BTreeMap<String, String> = match job.get("environment") {
         Some(Value::Object(map)) => map
             .iter()

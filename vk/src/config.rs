@@ -79,6 +79,11 @@ pub struct Config {
     #[serde(default = "default_workers")]
     pub workers: usize,
     pub providers: Vec<ProviderConfig>,
+    /// Whether a pod whose environment comes from a Secret fails over to the next provider when
+    /// the first has no capacity. Off: it waits for the first eligible provider, so one pod's
+    /// Secrets are never sent to several providers.
+    #[serde(default)]
+    pub secret_failover: bool,
     /// Kubelet API serving certificate and client certificate authentication.
     #[serde(default)]
     pub tls: TlsConfig,
@@ -197,6 +202,32 @@ pub struct ProviderConfig {
     /// Extra node labels contributed by this provider.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Whether pods whose environment comes from a Secret may run here (their values are sent
+    /// to the provider). Unset: [`SecretEnv::default_for`] the kind.
+    #[serde(default)]
+    pub secret_env: Option<SecretEnv>,
+}
+
+/// May a provider receive Secret-sourced environment values?
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretEnv {
+    Allow,
+    Deny,
+}
+
+impl SecretEnv {
+    /// The default of a provider kind: `allow` for `slurm`, the operator's own cluster whose
+    /// jobs run as the VK's own Slurm user; `deny` for the GPU clouds (`runpod`, `vast`),
+    /// whose machines are run by third parties (Vast's hosts are individuals with root on the
+    /// machine), so a Secret reaches them only once the operator says so.
+    pub fn default_for(kind: &str) -> Self {
+        if kind == "slurm" {
+            Self::Allow
+        } else {
+            Self::Deny
+        }
+    }
 }
 
 /// The `tls` block of the config file: the kubelet API's serving certificate and client
@@ -326,6 +357,12 @@ impl std::fmt::Debug for Secret {
 }
 
 impl ProviderConfig {
+    /// This provider's `secretEnv`, or its kind's default.
+    pub fn secret_env(&self) -> SecretEnv {
+        self.secret_env
+            .unwrap_or_else(|| SecretEnv::default_for(&self.kind))
+    }
+
     /// Reads the provider's API key from its environment variable or file (empty if neither).
     pub fn api_key(&self) -> Result<Secret, Error> {
         if let Some(var) = &self.api_key_env {
@@ -526,6 +563,29 @@ mod tests {
         // 3.5 s is recorded as 4 whole seconds: the deadline compares against that.
         assert!(with("{leaseDurationMs: 3500, renewDeadlineMs: 3800, retryPeriodMs: 500}").is_ok());
         assert!(with("{retryPeriodMs: 0}").is_err());
+    }
+
+    #[test]
+    fn secret_env_defaults_by_kind_and_is_overridden() {
+        let cfg = parse(
+            "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
+             - {name: v, kind: vast}\n- {name: hpc, kind: slurm}\n\
+             - {name: rp2, kind: runpod, secretEnv: allow}\n- {name: hpc2, kind: slurm, secretEnv: deny}\n",
+        )
+        .unwrap();
+        let got: Vec<SecretEnv> = cfg.providers.iter().map(|p| p.secret_env()).collect();
+        use SecretEnv::{Allow, Deny};
+        assert_eq!(got, [Deny, Deny, Allow, Allow, Deny]);
+        assert!(!cfg.secret_failover);
+        let on = parse(
+            "nodeName: vk\nclusterId: c\nsecretFailover: true\nproviders:\n- {name: a, kind: runpod}\n",
+        )
+        .unwrap();
+        assert!(on.secret_failover);
+        assert!(
+            parse("nodeName: vk\nclusterId: c\nproviders:\n- {name: a, kind: runpod, secretEnv: maybe}\n")
+                .is_err()
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod observe;
 pub mod queue;
 pub mod reconcile;
 pub mod restart;
+pub mod secrets;
 pub mod spec;
 pub mod startup;
 pub mod status;
@@ -154,9 +155,20 @@ impl PodController {
             .collect();
         let offers = slots
             .iter()
-            .map(|s| dispatch::Offer {
-                name: s.provider.name().to_owned(),
-                capabilities: s.provider.capabilities(),
+            .map(|s| {
+                let name = s.provider.name().to_owned();
+                // A provider without an entry in the file (tests build some) follows the
+                // strictest default.
+                let secret_env = cfg
+                    .providers
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map_or(crate::config::SecretEnv::Deny, |p| p.secret_env());
+                dispatch::Offer {
+                    name,
+                    capabilities: s.provider.capabilities(),
+                    secret_env,
+                }
             })
             .collect();
         let admission = decide::Admission {

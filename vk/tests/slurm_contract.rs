@@ -222,6 +222,73 @@ async fn submit_v0041_sends_the_documented_body() {
     insta::assert_json_snapshot!("slurm_submit_v0041", body);
 }
 
+/// A Secret's value (the pod's `HF_TOKEN`) never appears in the batch script, which Slurm
+/// sites archive (`AccountingStoreFlags=job_script`) and plugins read: it travels in the job's
+/// `environment`, which the script reads it from, in both dialects.
+#[tokio::test]
+async fn secret_values_travel_in_the_environment_never_in_the_script() {
+    const SECRET: &str = "hf_s3cr3t-Value-9c1e";
+    for dialect in [Dialect::V0038, Dialect::V0041] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(format!("{}/job/submit", prefix(dialect))))
+            .respond_with(ResponseTemplate::new(200).set_body_json(
+                json!({"meta": meta(), "errors": [], "job_id": 42, "result": {"job_id": 42}}),
+            ))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let w = workload()
+            .env("HF_TOKEN", SECRET)
+            .env("my.key", SECRET)
+            .build();
+        adapter(&server, dialect).create(&w).await.unwrap();
+        let body: Value = server.received_requests().await.unwrap()[0]
+            .body_json()
+            .unwrap();
+        let script = match dialect {
+            Dialect::V0038 => body["script"].as_str(),
+            Dialect::V0041 => body["job"]["script"].as_str(),
+        }
+        .unwrap();
+        assert!(
+            !script.contains(SECRET),
+            "{dialect}: secret in the script:\n{script}"
+        );
+        assert!(
+            script.contains("export HF_TOKEN=\"$_GPUVK_ENV_"),
+            "{script}"
+        );
+        let env: Vec<(String, String)> = match dialect {
+            Dialect::V0038 => body["job"]["environment"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect(),
+            Dialect::V0041 => body["job"]["environment"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.as_str().unwrap().split_once('=').unwrap();
+                    (k.to_owned(), v.to_owned())
+                })
+                .collect(),
+        };
+        let carrying: Vec<&str> = env
+            .iter()
+            .filter(|(_, v)| v == SECRET)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(carrying.len(), 2, "{dialect}: {env:?}");
+        for k in carrying {
+            assert!(k.starts_with("_GPUVK_ENV_") && script.contains(&format!("\"${k}\"")));
+        }
+        assert!(env.iter().any(|(k, _)| k == "PATH"), "{env:?}");
+    }
+}
+
 #[tokio::test]
 async fn typed_gpus_and_runtimes_shape_the_job() {
     let server = MockServer::start().await;

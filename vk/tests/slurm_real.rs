@@ -131,6 +131,21 @@ fn scancel(env: &Env, job_id: &str) {
     );
 }
 
+/// The batch script slurmctld stores for `job_id` (`scontrol write batch_script ID -`).
+fn batch_script(env: &Env, job_id: &str) -> String {
+    let out = std::process::Command::new("scontrol")
+        .args(["write", "batch_script", job_id, "-"])
+        .env("SLURM_CONF", &env.slurm_conf)
+        .output()
+        .expect("scontrol runs");
+    assert!(
+        out.status.success(),
+        "scontrol write batch_script {job_id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn squeue_names(env: &Env) -> String {
     let out = std::process::Command::new("squeue")
         .args(["-h", "-o", "%j %T"])
@@ -171,6 +186,13 @@ async fn a_command_runs_and_its_exit_code_and_output_come_back() {
     assert!(
         text.contains("hello it's \"quoted\" $HOME\n"),
         "stdout of the job, env quoted safely: {text:?}"
+    );
+    // The value came through the job's environment: the script slurmctld keeps (what
+    // `scontrol write batch_script` and an archive of job scripts show) does not hold it.
+    let stored = batch_script(&env, &o.provider_id);
+    assert!(
+        stored.contains("export GREETING=\"$_GPUVK_ENV_") && !stored.contains("quoted"),
+        "the stored batch script holds the value: {stored}"
     );
     assert!(
         text.contains("to-stderr\n"),

@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use super::dispatch::{self, Offer};
 use super::memory::{Listed, Memory};
 use super::restart;
+use super::secrets;
 use super::spec::{self, ANN_ASSIGNED, Request};
 use super::translate::reason;
 use crate::config::Timings;
@@ -71,6 +72,8 @@ pub struct Rules<'a> {
     pub offers: &'a [Offer],
     pub timings: &'a Timings,
     pub admission: &'a Admission,
+    /// `secretFailover`: a pod reading Secrets may move on to the next provider.
+    pub secret_failover: bool,
 }
 
 /// Who may have workloads created at the providers: checked before every create, because a
@@ -202,6 +205,12 @@ pub fn decide(
             return fail(r, e.to_string());
         }
     };
+    let secrets = secrets::referenced(pod);
+    let candidates =
+        match secrets::restrict(rules.offers, candidates, &secrets, rules.secret_failover) {
+            Ok(c) => c,
+            Err(why) => return fail(reason::SECRETS_NOT_ALLOWED, why),
+        };
     let uid = pod.uid().unwrap_or_default();
     let Some(id) = rules.owner.workload_id(&uid) else {
         return fail(
@@ -321,6 +330,9 @@ pub fn after_create_error(provider: &str, e: &ProviderError) -> AfterCreateError
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod secret_tests;
 
 #[cfg(test)]
 mod failover_tests {
@@ -453,6 +465,7 @@ mod admission_tests {
             offers: &[],
             timings: &timings,
             admission: &a,
+            secret_failover: false,
         };
         let memory = Memory::fresh();
         let pod = PodBuilder::new().gpus("1").build();

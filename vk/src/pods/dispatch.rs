@@ -5,14 +5,17 @@
 //! configured provider whose capabilities fit the request, in configuration order; a capacity
 //! error moves on to the next. Richer policies (price, health) slot in by reordering here.
 
+use crate::config::SecretEnv;
 use crate::pods::spec::Request;
 use crate::provider::Capabilities;
 
-/// A provider as dispatch sees it: its name and what it can run.
+/// A provider as dispatch sees it: its name, what it can run, and whether it may receive
+/// Secret-sourced environment values (see [`super::secrets`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Offer {
     pub name: String,
     pub capabilities: Capabilities,
+    pub secret_env: SecretEnv,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +98,7 @@ mod tests {
                 max_gpus_per_workload: max,
                 ..Default::default()
             },
+            secret_env: SecretEnv::Allow,
         }
     }
 

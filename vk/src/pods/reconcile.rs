@@ -89,6 +89,7 @@ impl PodController {
             offers: &self.offers,
             timings: &self.cfg.timings,
             admission: &self.admission,
+            secret_failover: self.cfg.secret_failover,
         };
         let step = decide::decide(
             &rules,

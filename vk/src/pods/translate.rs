@@ -24,6 +24,7 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const UNKNOWN_PROVIDER: &str = "UnknownProvider";
     pub const NOT_ALLOWED: &str = "NotAllowed";
+    pub const SECRETS_NOT_ALLOWED: &str = "SecretsNotAllowed";
     pub const CONFIG_ERROR: &str = "CreateContainerConfigError";
     pub const CREATING: &str = "ContainerCreating";
     pub const CRASH_LOOP: &str = "CrashLoopBackOff";

@@ -30,9 +30,10 @@
 //! - Job name = workload id; the comment carries the owner marker (cluster, node), the pod
 //!   and the id, so jobs are recoverable after a restart. `list()` keeps only jobs whose name
 //!   parses as a workload id of this VK.
-//! - The pod's container becomes a `#!/bin/bash` script ([`script`]): env exported with
-//!   single-quote quoting, `cd` to workingDir, the command run through the configured
-//!   runtime. The job's own `environment` holds only `PATH` (slurmrestd needs one).
+//! - The pod's container becomes a `#!/bin/bash` script ([`script`]): env exported from the
+//!   job's `environment` (no value is written into the script), `cd` to workingDir, the
+//!   command run through the configured runtime. The job's `environment` holds `PATH`
+//!   (slurmrestd needs one) and the pod's values under transport names.
 //! - State mapping: see [`wire::workload_state`] and `docs/slurm.md`. CANCELLED is Evicted:
 //!   we only cancel jobs of pods being deleted, which the framework no longer reports.
 //! - Error numbers: 2017 NotFound; 2021 (already done) on delete is success; -1, 1007,
@@ -190,7 +191,10 @@ impl Slurm {
         let time_limit_minutes = options
             .minutes("time_limit")?
             .or(self.cfg.default_time_limit_minutes);
-        let script = script::batch_script(w, self.cfg.runtime)?;
+        let job = script::batch_job(w, self.cfg.runtime)?;
+        // PATH is the batch shell's own (the transport names never collide with it).
+        let mut environment = job.environment;
+        environment.insert("PATH".to_owned(), self.cfg.path.clone());
         let comment = format!(
             "gpu-vk owner={} cluster={} node={} pod={}/{} workload={}",
             self.owner.tag(),
@@ -204,8 +208,8 @@ impl Slurm {
         Ok(JobRequestView(JobRequest {
             name: w.id.as_str().to_owned(),
             comment,
-            script,
-            environment: [("PATH".to_owned(), self.cfg.path.clone())].into(),
+            script: job.script,
+            environment: wire::Environment(environment),
             working_directory: self.cfg.work_dir.clone(),
             standard_output: self.cfg.output_dir.as_deref().map(logs::output_pattern),
             partition: options.within(

@@ -21,6 +21,7 @@ fn offers() -> Vec<Offer> {
             max_gpus_per_workload: max,
             ..Default::default()
         },
+        secret_env: crate::config::SecretEnv::Allow,
     };
     vec![
         offer("runpod", &["A100-80GB", "H100"], 8),
@@ -49,6 +50,7 @@ fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) ->
         offers: &offers,
         timings: &timings,
         admission: &admission,
+        secret_failover: false,
     };
     let found = found.map(|(provider, observed)| Found { provider, observed });
     decide(&rules, pod, found, &memory, ts(NOW))

@@ -1,11 +1,34 @@
-//! Pod to batch script: a pure translation of the container (command, args, env, working
+//! Pod to batch job: a pure translation of the container (command, args, env, working
 //! directory, image) into the `#!/bin/bash` script a Slurm job runs, through the configured
-//! container runtime.
+//! container runtime, and the job environment that carries the pod's variables.
 //!
-//! Every value that comes from the pod is single-quoted (`'...'`, a `'` becomes `'\''`), the
-//! one quoting form in which bash interprets nothing, so any byte except NUL survives intact.
-//! Variable names that are not shell identifiers (Kubernetes allows `my.var`) cannot be
+//! No environment value is written into the script: Secret values must not sit in the one
+//! artefact Slurm sites copy around (`AccountingStoreFlags=job_script` archives scripts in
+//! slurmdbd, job_submit plugins and prologs read or save them, `scontrol write batch_script`
+//! writes one to a file). Each value travels in the submission's `environment` field (the
+//! `job_desc_msg` `environment` of slurmrestd's data_parser, "Environment variables to be set
+//! for the job", `src/plugins/data_parser/v0.0.41/parsers.c` in SchedMD/slurm; an object in
+//! v0.0.38) under a transport name (`_GPUVK_ENV_<n>`), and the script copies it to the pod's
+//! name: `export MODE="$_GPUVK_ENV_0"`. Slurm guards a job's environment as it guards its
+//! script: only the job's user and Slurm operators may read either (`scontrol`:
+//! `_slurm_rpc_dump_batch_script` in `src/slurmctld/proc_req.c`; `sacct --env-vars` and
+//! `--batch-script`: `as_mysql_jobacct_process.c`), and slurmdbd stores environments only with
+//! `AccountingStoreFlags=job_env`. (slurmctld logs the first three entries at `debug3`, in its
+//! own log.) An env file sourced by the script would need a file system the VK writes as the
+//! job's user; the VK only talks to slurmrestd.
+//!
+//! Transport names, not the pod's own, because the job's environment is the environment of
+//! the batch shell itself: a pod's `BASH_ENV`, `SHELLOPTS` or `PATH` would change how the
+//! script runs (and where the runtime is looked up) before its first line. The transport
+//! variables are un-exported (`export -n`) before the command runs, so the container sees the
+//! pod's variables only; a missing one stops the script (`set -u`).
+//!
+//! The names and the rest of the script are single-quoted (`'...'`, a `'` becomes `'\''`),
+//! the one quoting form in which bash interprets nothing, so any byte except NUL survives
+//! intact. Variable names that are not shell identifiers (Kubernetes allows `my.var`) cannot be
 //! `export`ed; they are passed through `env NAME=VALUE` on the command line instead.
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
@@ -25,8 +48,34 @@ pub enum Runtime {
     Enroot,
 }
 
-/// Renders the batch script for `w`. Pure: the same workload always gives the same script.
-pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderError> {
+/// A batch job: its script, and the job environment the script reads the pod's values from.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BatchJob {
+    pub script: String,
+    /// Transport name -> value of each pod variable.
+    pub environment: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for BatchJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchJob")
+            .field("script", &self.script)
+            .field("environment", &self.environment.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The prefix of the transport names: one no pod variable starts with.
+fn transport_prefix(env: &[&EnvVar]) -> String {
+    let mut prefix = String::from("_GPUVK_ENV_");
+    while env.iter().any(|e| e.name.starts_with(&prefix)) {
+        prefix.insert(0, '_');
+    }
+    prefix
+}
+
+/// Renders the batch job for `w`. Pure: the same workload always gives the same job.
+pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderError> {
     let invalid = |message: String| ProviderError::Invalid { message };
     if let Some(bad) = w
         .env
@@ -55,8 +104,20 @@ pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderEr
         env.retain(|x| x.name != e.name);
         env.push(e);
     }
-    let (exportable, odd): (Vec<&EnvVar>, Vec<&EnvVar>) =
-        env.into_iter().partition(|e| exportable_name(&e.name));
+    let prefix = transport_prefix(&env);
+    let transported: Vec<(&EnvVar, String)> = env
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| (e, format!("{prefix}{i}")))
+        .collect();
+    let environment: BTreeMap<String, String> = transported
+        .iter()
+        .map(|(e, t)| (t.clone(), e.value.clone()))
+        .collect();
+    type Transported<'a> = Vec<&'a (&'a EnvVar, String)>;
+    let (exportable, odd): (Transported<'_>, Transported<'_>) = transported
+        .iter()
+        .partition(|(e, _)| exportable_name(&e.name));
 
     let mut out = String::from("#!/bin/bash\n");
     out.push_str(&format!(
@@ -66,6 +127,11 @@ pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderEr
         comment_safe(&w.pod_name),
         comment_safe(&w.container_name)
     ));
+    if !transported.is_empty() {
+        out.push_str(&format!(
+            "# The pod's variables come from the job's environment ({prefix}<n>), never from this script.\n"
+        ));
+    }
     out.push_str("set -eu\n");
     // A container runtime is looked up before the pod's variables (PATH among them, meant for
     // inside the container) are exported.
@@ -82,16 +148,24 @@ pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderEr
             "runtime=$({lookup}) || {{ echo \"gpu-vk: {name} is not installed on $(hostname)\" >&2; exit 127; }}\n"
         ));
     }
-    for e in &exportable {
-        out.push_str(&format!("export {}={}\n", e.name, quote(&e.value)));
+    for (e, t) in &exportable {
+        out.push_str(&format!("export {}=\"${t}\"\n", e.name));
+    }
+    if !transported.is_empty() {
+        let names: Vec<&str> = transported.iter().map(|(_, t)| t.as_str()).collect();
+        out.push_str(&format!("export -n {}\n", names.join(" ")));
     }
 
     let user_words: Vec<String> = w.command.iter().chain(&w.args).cloned().collect();
-    // Names bash cannot (or must not) export go through env(1) on the command line.
-    let mut prefix: Vec<String> = Vec::new();
+    // Names bash cannot (or must not) export go through env(1) on the command line; their
+    // values are expanded there from the (no longer exported) transport variables.
+    let mut prefix_words: Vec<String> = Vec::new();
     if !odd.is_empty() {
-        prefix.push("/usr/bin/env".into());
-        prefix.extend(odd.iter().map(|e| format!("{}={}", e.name, e.value)));
+        prefix_words.push("/usr/bin/env".into());
+        prefix_words.extend(
+            odd.iter()
+                .map(|(e, t)| format!("{}\"${t}\"", quote(&format!("{}=", e.name)))),
+        );
     }
     let mut words: Vec<String> = Vec::new();
     match runtime {
@@ -136,7 +210,7 @@ pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderEr
                 words.push(format!("--container-workdir={dir}"));
             }
             // The pod's variables override what the image sets.
-            let names: Vec<&str> = exportable.iter().map(|e| e.name.as_str()).collect();
+            let names: Vec<&str> = exportable.iter().map(|(e, _)| e.name.as_str()).collect();
             if !names.is_empty() {
                 words.push(format!("--container-env={}", names.join(",")));
             }
@@ -150,14 +224,17 @@ pub fn batch_script(w: &Workload, runtime: Runtime) -> Result<String, ProviderEr
             line.push_str(&part);
         }
     };
-    push(shell_join(prefix.iter().map(String::as_str)));
+    push(prefix_words.join(" "));
     if tool.is_some() {
         push("\"$runtime\"".into());
     }
     push(shell_join(words.iter().map(String::as_str)));
     out.push_str(&line);
     out.push('\n');
-    Ok(out)
+    Ok(BatchJob {
+        script: out,
+        environment,
+    })
 }
 
 /// Variables bash itself maintains, marks read-only, or reads to change its own behaviour:
@@ -283,33 +360,92 @@ mod tests {
         }
     }
 
+    fn script(w: &Workload, runtime: Runtime) -> String {
+        batch_job(w, runtime).unwrap().script
+    }
+
+    #[test]
+    fn no_value_is_written_into_the_script() {
+        const SECRET: &str = "s3cr3t-Value-9c1e";
+        const ODD: &str = "0dd-s3cr3t-77";
+        let mut w = workload();
+        w.command = vec!["/usr/bin/printenv".into()];
+        w.args.clear();
+        w.working_dir = None;
+        w.env = vec![
+            EnvVar {
+                name: "HF_TOKEN".into(),
+                value: SECRET.into(),
+            },
+            EnvVar {
+                name: "my.token".into(),
+                value: ODD.into(),
+            },
+            // A pod variable that looks like a transport name moves the transport names away.
+            EnvVar {
+                name: "_GPUVK_ENV_0".into(),
+                value: "mine".into(),
+            },
+        ];
+        for runtime in [Runtime::Bare, Runtime::Apptainer, Runtime::Enroot] {
+            let job = batch_job(&w, runtime).unwrap();
+            assert!(
+                !job.script.contains(SECRET) && !job.script.contains(ODD),
+                "{runtime:?}: a value is in the script:\n{}",
+                job.script
+            );
+            let values: Vec<&str> = job.environment.values().map(String::as_str).collect();
+            assert_eq!(values, [SECRET, ODD, "mine"], "{runtime:?}");
+            assert!(
+                job.environment
+                    .keys()
+                    .all(|k| k.starts_with("__GPUVK_ENV_")),
+                "{:?}",
+                job.environment.keys()
+            );
+            assert!(!format!("{job:?}").contains(SECRET), "Debug shows a value");
+        }
+        // The command gets the pod's variables, and no transport variable.
+        let job = batch_job(&w, Runtime::Bare).unwrap();
+        let out = String::from_utf8(run_bash(&job)).unwrap();
+        assert!(out.contains(&format!("HF_TOKEN={SECRET}\n")), "{out}");
+        assert!(out.contains(&format!("my.token={ODD}\n")), "{out}");
+        assert!(out.contains("_GPUVK_ENV_0=mine\n"), "{out}");
+        assert!(
+            !out.contains("__GPUVK_ENV_"),
+            "transport variables leak: {out}"
+        );
+        // Without its environment the job stops instead of running with empty values.
+        let mut bare = job.clone();
+        bare.environment.clear();
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&bare.script)
+            .env_clear()
+            .output()
+            .expect("bash runs")
+            .status;
+        assert!(!status.success());
+    }
+
     #[test]
     fn bare_script() {
-        insta::assert_snapshot!("bare", batch_script(&workload(), Runtime::Bare).unwrap());
+        insta::assert_snapshot!("bare", script(&workload(), Runtime::Bare));
     }
 
     #[test]
     fn apptainer_script() {
-        insta::assert_snapshot!(
-            "apptainer",
-            batch_script(&workload(), Runtime::Apptainer).unwrap()
-        );
+        insta::assert_snapshot!("apptainer", script(&workload(), Runtime::Apptainer));
         let mut w = workload();
         w.command.clear();
         w.working_dir = None;
         w.gpu = None;
-        insta::assert_snapshot!(
-            "apptainer_entrypoint",
-            batch_script(&w, Runtime::Apptainer).unwrap()
-        );
+        insta::assert_snapshot!("apptainer_entrypoint", script(&w, Runtime::Apptainer));
     }
 
     #[test]
     fn enroot_script() {
-        insta::assert_snapshot!(
-            "enroot",
-            batch_script(&workload(), Runtime::Enroot).unwrap()
-        );
+        insta::assert_snapshot!("enroot", script(&workload(), Runtime::Enroot));
     }
 
     #[test]
@@ -317,11 +453,11 @@ mod tests {
         let mut w = workload();
         w.command.clear();
         assert!(matches!(
-            batch_script(&w, Runtime::Bare),
+            batch_job(&w, Runtime::Bare),
             Err(ProviderError::Invalid { .. })
         ));
         assert!(matches!(
-            batch_script(&w, Runtime::Enroot),
+            batch_job(&w, Runtime::Enroot),
             Err(ProviderError::Invalid { .. })
         ));
         let mut w = workload();
@@ -330,7 +466,7 @@ mod tests {
             value: "a\0b".into(),
         });
         assert!(matches!(
-            batch_script(&w, Runtime::Bare),
+            batch_job(&w, Runtime::Bare),
             Err(ProviderError::Invalid { .. })
         ));
     }
@@ -350,12 +486,14 @@ mod tests {
         assert_eq!(apptainer_image("oras://r/x"), "oras://r/x");
     }
 
-    /// Runs the whole script with bash in an empty environment and returns its output.
-    fn run_bash(script: &str) -> Vec<u8> {
+    /// Runs the whole script with bash in an environment of only the job's and returns its
+    /// output.
+    fn run_bash(job: &BatchJob) -> Vec<u8> {
         let out = std::process::Command::new("bash")
             .arg("-c")
-            .arg(script)
+            .arg(&job.script)
             .env_clear()
+            .envs(&job.environment)
             .output()
             .expect("bash runs");
         assert!(
@@ -376,9 +514,9 @@ mod tests {
             w.args.clear();
             w.working_dir = None;
             w.env = vec![EnvVar { name: name.clone(), value: value.clone() }];
-            let script = batch_script(&w, Runtime::Bare).unwrap();
-            let got = run_bash(&script);
-            prop_assert_eq!(got, format!("{value}\n").into_bytes(), "{}", script);
+            let job = batch_job(&w, Runtime::Bare).unwrap();
+            let got = run_bash(&job);
+            prop_assert_eq!(got, format!("{value}\n").into_bytes(), "{}", job.script);
         }
 
         #[test]
@@ -388,13 +526,13 @@ mod tests {
             w.args = args.clone();
             w.working_dir = None;
             w.env.clear();
-            let script = batch_script(&w, Runtime::Bare).unwrap();
+            let job = batch_job(&w, Runtime::Bare).unwrap();
             let expected: Vec<u8> = if args.is_empty() {
                 b"\0".to_vec()
             } else {
                 args.iter().flat_map(|a| a.bytes().chain([0])).collect()
             };
-            prop_assert_eq!(run_bash(&script), expected);
+            prop_assert_eq!(run_bash(&job), expected);
         }
     }
 }

@@ -44,8 +44,9 @@ pub(crate) struct JobRequest {
     pub name: String,
     pub comment: String,
     pub script: String,
-    /// The job's environment (slurmrestd requires a non-empty one in v0.0.38).
-    pub environment: BTreeMap<String, String>,
+    /// The job's environment (slurmrestd requires a non-empty one in v0.0.38): `PATH` and
+    /// the pod's variables under their transport names (see `script`).
+    pub environment: Environment,
     pub working_directory: String,
     pub standard_output: Option<String>,
     pub partition: Option<String>,
@@ -57,6 +58,16 @@ pub(crate) struct JobRequest {
     pub cpus_per_task: Option<u32>,
     pub memory_per_node_mb: Option<u64>,
     pub requeue: Option<bool>,
+}
+
+/// A job environment; `Debug` shows the names only (values may come from Secrets).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Environment(pub BTreeMap<String, String>);
+
+impl fmt::Debug for Environment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
 }
 
 /// The JSON body of `POST /slurm/<dialect>/job/submit`.
@@ -90,7 +101,7 @@ pub(crate) fn submit_body(dialect: Dialect, r: &JobRequest) -> Value {
         Dialect::V0038 => {
             // v0.0.38_job_properties: environment is an object, gpus_per_node a string,
             // time_limit and memory_per_node plain integers.
-            put("environment", json!(r.environment));
+            put("environment", json!(r.environment.0));
             if let Some(g) = &r.gpus_per_node {
                 put("gpus_per_node", json!(g));
             }
@@ -108,6 +119,7 @@ pub(crate) fn submit_body(dialect: Dialect, r: &JobRequest) -> Value {
             put("script", json!(r.script));
             let env: Vec<String> = r
                 .environment
+                .0
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();

@@ -145,7 +145,7 @@ fn submit_bodies_follow_each_dialect() {
         name: "n".into(),
         comment: "c".into(),
         script: "#!/bin/bash\n".into(),
-        environment: [("PATH".to_owned(), "/bin".to_owned())].into(),
+        environment: Environment([("PATH".to_owned(), "/bin".to_owned())].into()),
         working_directory: "/tmp".into(),
         standard_output: Some("/out/slurm-%j.log".into()),
         partition: Some("gpu".into()),
