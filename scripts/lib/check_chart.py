@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # Assertions on what the Helm chart deploy/helm/gpu-vk renders, run by scripts/lint-chart:
-#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml
+#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml
 # (`helm template` output with the default values, with ci/credentials-values.yaml, that values
-# file itself, and the output with ci/existing-secret-values.yaml). Needs PyYAML (python3-yaml).
+# file itself, the output with ci/existing-secret-values.yaml, and with ci/ha-values.yaml: two
+# replicas electing a leader). Needs PyYAML (python3-yaml).
 """Checks the security settings, probes, credential handling and RBAC of the rendered chart."""
 
 import base64
@@ -146,7 +147,32 @@ def check_config(docs, case, dep, ports, volumes):
     return cm, config
 
 
-def main(default_path, creds_path, creds_values_path, existing_path):
+def check_ha(docs):
+    """Two replicas: they elect a leader, the kubelet Service selects the leader's pod only."""
+    case = "ha"
+    dep = one(docs, "Deployment", case)
+    spec = dep.get("spec", {})
+    check(spec.get("replicas") == 2, f"{case}: replicas is not 2")
+    check(spec.get("strategy") == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+          f"{case}: strategy is not a rolling update one pod at a time without surge")
+    pod = spec.get("template", {}).get("spec", {})
+    env = {e["name"]: e for e in pod.get("containers", [{}])[0].get("env", [])}
+    for name, field in (("VK_POD_NAME", "metadata.name"), ("VK_POD_NAMESPACE", "metadata.namespace")):
+        got = env.get(name, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        check(got == field, f"{case}: {name} is not the downward API's {field}")
+    check("podAntiAffinity" in (pod.get("affinity") or {}), f"{case}: no pod anti-affinity spreading the replicas")
+    config = yaml.safe_load(one(docs, "ConfigMap", case).get("data", {}).get("config.yaml", "")) or {}
+    le = config.get("leaderElection", {})
+    check(le == {"enabled": True, "leaseDurationMs": 8000, "renewDeadlineMs": 6000, "retryPeriodMs": 1000},
+          f"{case}: config.leaderElection is {le}")
+    kubelet = [d for d in docs if d.get("kind") == "Service" and d["metadata"]["name"].endswith("-kubelet")]
+    selector = kubelet[0].get("spec", {}).get("selector", {}) if kubelet else {}
+    check(selector.get("gpu-vk.io/leader") == "true", f"{case}: the kubelet Service does not select the leader only")
+    pdb = one(docs, "PodDisruptionBudget", case)
+    check(pdb.get("spec", {}).get("maxUnavailable") == 1, f"{case}: the PodDisruptionBudget allows more than one pod down")
+
+
+def main(default_path, creds_path, creds_values_path, existing_path, ha_path):
     # Default values: everything the chart makes, an empty chart-made Secret, one replica.
     docs = load(default_path)
     secret = one(docs, "Secret", "default")
@@ -190,12 +216,14 @@ def main(default_path, creds_path, creds_values_path, existing_path):
     check(len(sa_docs) == 1 and sa_docs[0]["metadata"]["name"] == "vk-identity", "existing: the ServiceAccount is not vk-identity")
     check_rbac(docs, "existing", "vk-identity", dep["metadata"]["namespace"])
 
+    check_ha(load(ha_path))
+
     for f in failures:
         print(f"check_chart: {f}", file=sys.stderr)
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
-        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml")
+    if len(sys.argv) != 6:
+        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml")
     sys.exit(main(*sys.argv[1:]))

@@ -57,10 +57,25 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- regexFind "[0-9]+$" $addr | required (printf "config.metricsAddr %s has no port" $addr) }}
 {{- end }}
 
+{{/* "true" when the replicas elect a leader: more than one, or asked for. */}}
+{{- define "gpu-vk.leaderElection" -}}
+{{- if or (gt (int .Values.replicas) 1) .Values.leaderElection.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The VK's config.yaml: .Values.config, plus leaderElection when the replicas elect a leader. */}}
+{{- define "gpu-vk.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- if include "gpu-vk.leaderElection" . }}
+{{- $le := .Values.leaderElection }}
+{{- $_ := set $config "leaderElection" (dict "enabled" true "leaseDurationMs" $le.leaseDurationMs "renewDeadlineMs" $le.renewDeadlineMs "retryPeriodMs" $le.retryPeriodMs) }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
 {{/* Checks of values the chart cannot work with; included by the Deployment. */}}
 {{- define "gpu-vk.validate" -}}
-{{- if gt (int .Values.replicas) 1 }}
-{{- fail (printf "replicas is %v: a Node has exactly one kubelet and the VK has no leader election; use 1 (or 0 to stop it)" .Values.replicas) }}
+{{- if hasKey .Values.config "leaderElection" }}
+{{- fail "set leader election with the top-level value leaderElection (the chart writes config.leaderElection from it and from replicas)" }}
 {{- end }}
 {{- if and .Values.credentials.existingSecret .Values.credentials.values }}
 {{- fail "set credentials.existingSecret or credentials.values, not both" }}
