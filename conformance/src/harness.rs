@@ -24,6 +24,7 @@ use mock_providers::config::{EmulatorConfig, ExecutionMode, GpuStock};
 pub use mock_providers::slurm::Dialect as SlurmDialect;
 use serde_json::{Value, json};
 
+pub mod ha;
 pub mod pod;
 
 /// The API key (RunPod, Vast) or JWT (Slurm) every emulator accepts; the VK gets it through
@@ -818,6 +819,8 @@ pub struct Vk {
     child: Option<tokio::process::Child>,
     /// The Helm release when the VK runs as a pod.
     pod: Option<pod::PodVk>,
+    /// Replicas electing a leader, when the VK runs as processes with `replicas` above 1.
+    ha: Option<ha::Replicas>,
     dir: PathBuf,
     config: String,
     rust_log: String,
@@ -834,6 +837,8 @@ pub struct VkOptions {
     pub node_name: Option<String>,
     /// `RUST_LOG` of the VK process.
     pub rust_log: String,
+    /// Replicas of the VK for the node; above 1 they elect a leader ([`ha::LEADER_TIMINGS`]).
+    pub replicas: u32,
 }
 
 impl Default for VkOptions {
@@ -845,6 +850,7 @@ impl Default for VkOptions {
             loss_window_ms: 2000,
             node_name: None,
             rust_log: "info,vk=debug".into(),
+            replicas: 1,
         }
     }
 }
@@ -875,7 +881,8 @@ impl Vk {
             )
         };
         if pod::pod_mode() {
-            // A pod has its own address: the kubelet's and the metrics' usual ports.
+            // A pod has its own address: the kubelet's and the metrics' usual ports. The chart
+            // writes the config's leaderElection from its replicas.
             let config = render("0.0.0.0:10255", 10250);
             let release = pod::PodVk::install(
                 &node,
@@ -883,12 +890,14 @@ impl Vk {
                 &opts.rust_log,
                 &[("TEST_PROVIDER_KEY", API_KEY)],
                 &dir,
+                opts.replicas,
             );
             let vk = Self {
                 node,
                 cluster_id: "test-cluster".into(),
                 child: None,
                 pod: Some(release),
+                ha: None,
                 dir,
                 config,
                 rust_log: opts.rust_log.clone(),
@@ -901,17 +910,32 @@ impl Vk {
             return vk;
         }
         let local = |port: u16| format!("127.0.0.1:{port}");
-        let config = render(&local(free_port()), free_port());
+        let mut config = render(&local(free_port()), free_port());
+        if opts.replicas > 1 {
+            config.push_str(&format!("leaderElection: {}\n", ha::LEADER_TIMINGS));
+        }
         std::fs::write(dir.join("config.yaml"), &config).unwrap();
         let mut vk = Self {
             node: node.clone(),
             cluster_id: "test-cluster".into(),
             child: None,
             pod: None,
+            ha: None,
             dir,
             config,
             rust_log: opts.rust_log.clone(),
         };
+        if opts.replicas > 1 {
+            vk.ha = Some(ha::Replicas::default());
+            for _ in 0..opts.replicas {
+                vk.spawn_replica();
+            }
+            wait_for(Duration::from_secs(60), "a leader to start", || async {
+                vk.log().contains("virtual kubelet started").then_some(())
+            })
+            .await;
+            return vk;
+        }
         vk.spawn();
         // A free port can be taken by another process between our probe and the VK's bind
         // (scenarios run side by side): start again on fresh ports when that happened.
@@ -995,6 +1019,7 @@ impl Vk {
             tokio::task::block_in_place(|| p.stop(0));
             return;
         }
+        self.kill_replicas().await;
         if let Some(mut c) = self.child.take() {
             c.start_kill().unwrap();
             let _ = c.wait().await;
@@ -1007,6 +1032,7 @@ impl Vk {
             tokio::task::block_in_place(|| p.stop(30));
             return;
         }
+        self.kill_replicas().await;
         if let Some(mut c) = self.child.take() {
             if let Some(pid) = c.id() {
                 let _ = std::process::Command::new("kill")

@@ -6,6 +6,8 @@
 //! has the capability, so unsupported scenarios are reported as skipped, never as passed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "conformance/leader.rs"]
+mod leader;
 #[path = "conformance/observability.rs"]
 mod observability;
 #[path = "conformance/replacement.rs"]
@@ -109,6 +111,10 @@ struct Vkw {
     incident: Option<resilience::Incident>,
     /// What was true before the VK was replaced (see `replacement`).
     before_replacement: Option<replacement::Before>,
+    /// How long each takeover took after the leader was killed (see `leader`).
+    takeovers: Vec<Duration>,
+    /// Workload names seen live twice at once, with how many (see `leader`).
+    duplicates_seen: BTreeMap<String, usize>,
 }
 
 impl std::fmt::Debug for Vkw {
@@ -137,6 +143,8 @@ impl Vkw {
             cpu_target: None,
             incident: None,
             before_replacement: None,
+            takeovers: Vec::new(),
+            duplicates_seen: BTreeMap::new(),
         }
     }
 
@@ -238,18 +246,8 @@ impl Vkw {
 
     async fn start_vk_with(&mut self, providers: String) {
         let vk = Vk::start_with(providers, VkOptions::default()).await;
-        let c = self.c();
-        let node = vk.node.clone();
         self.vk = Some(vk);
-        wait_for(Duration::from_secs(20), "node Ready", || async {
-            let n = Api::<Node>::all(c.clone()).get_opt(&node).await.ok()??;
-            n.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        })
-        .await;
+        wait_node_ready(self).await;
     }
 
     async fn cleanup(&mut self) {
@@ -286,8 +284,41 @@ fn emulator_gpus() -> Vec<GpuStock> {
 // ----------------------------------------------------------------------------------------------
 // Setup
 
+/// Waits until the scenario's VK has registered its node and reports it Ready.
+async fn wait_node_ready(w: &Vkw) {
+    let c = w.c();
+    let node = w.node();
+    wait_for(Duration::from_secs(20), "node Ready", || async {
+        let n = Api::<Node>::all(c.clone()).get_opt(&node).await.ok()??;
+        n.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+/// The reasons of every Event in the scenario's namespace.
+async fn namespace_event_reasons(w: &Vkw) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.c(), &w.ns);
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect()
+}
+
 #[given("a virtual kubelet with the provider under test")]
 async fn setup(w: &mut Vkw) {
+    setup_provider(w).await;
+    w.start_vk().await;
+}
+
+/// The client, the provider under test and the scenario's namespace (no VK yet).
+async fn setup_provider(w: &mut Vkw) {
     let c = client().await;
     w.client = Some(c.clone());
     let mode = ExecutionMode::simulated(100, 100, None);
@@ -300,7 +331,6 @@ async fn setup(w: &mut Vkw) {
         other => panic!("unknown provider under test {other:?}"),
     });
     w.ns = namespace(&c, "conf").await;
-    w.start_vk().await;
 }
 
 /// Replaces the scenario's VK with one whose provider has `secretEnv: deny`.

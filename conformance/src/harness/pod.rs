@@ -81,13 +81,17 @@ impl PodVk {
         rust_log: &str,
         env: &[(&str, &str)],
         dir: &std::path::Path,
+        replicas: u32,
     ) -> Self {
         let release = node.to_owned();
         let mut values = String::new();
         values.push_str(&format!(
-            "fullnameOverride: {release}\nreplicas: 1\nlogJson: false\nlogLevel: {}\n",
+            "fullnameOverride: {release}\nreplicas: {replicas}\nlogJson: false\nlogLevel: {}\n",
             serde_json::json!(rust_log)
         ));
+        if replicas > 1 {
+            values.push_str(super::ha::LEADER_VALUES);
+        }
         values.push_str(&format!(
             "image:\n  repository: {}\n  tag: {}\n  pullPolicy: Never\n",
             tool("VK_IMAGE_REPOSITORY", "gpu-vk/vk"),
@@ -123,27 +127,52 @@ impl PodVk {
         }
     }
 
-    /// The name of the release's current pod, if one exists.
+    /// The name of the release's current pod (the first, with several), if one exists.
     fn pod(&self) -> Option<String> {
+        self.pods().into_iter().next()
+    }
+
+    /// The names of the release's current pods.
+    pub(crate) fn pods(&self) -> Vec<String> {
         let mut c = kubectl();
         c.args(["get", "pods", "-l"])
             .arg(format!("app.kubernetes.io/instance={}", self.release))
             .args(["-o", "jsonpath={.items[*].metadata.name}"]);
         let out = run(c, "kubectl get pods");
-        out.split_whitespace().next().map(str::to_owned)
+        out.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn pod_logs(pod: &str) -> String {
+        let mut c = kubectl();
+        c.args(["logs", pod]);
+        c.output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default()
     }
 
     /// Logs of every pod of this release so far, oldest first.
     pub fn logs(&self) -> String {
         let mut all = self.past_logs.clone();
-        if let Some(pod) = self.pod() {
-            let mut c = kubectl();
-            c.args(["logs", &pod]);
-            if let Ok(out) = c.output() {
-                all.push_str(&String::from_utf8_lossy(&out.stdout));
-            }
+        for pod in self.pods() {
+            all.push_str(&Self::pod_logs(&pod));
         }
         all
+    }
+
+    /// Deletes pod `name` of this release with no grace period (its logs are kept), leaving the
+    /// Deployment to start a replacement.
+    pub fn kill(&mut self, name: &str) {
+        self.past_logs.push_str(&Self::pod_logs(name));
+        let mut c = kubectl();
+        c.args([
+            "delete",
+            "pod",
+            name,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+        ]);
+        run(c, "kubectl delete pod");
     }
 
     /// Scales to zero and deletes the pod (`grace` seconds; 0 is a kill), waiting until it is gone.

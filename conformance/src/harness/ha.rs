@@ -1,0 +1,153 @@
+//! Replicas of one VK electing a leader: as processes (each with its own identity, metrics and
+//! kubelet port, all logging to the VK's one log file) or as pods of one Helm release with
+//! `replicas: 2`. The leader is whoever holds the Lease `kube-node-lease/gpu-vk-leader-<node>`;
+//! killing it is a SIGKILL of its process (the supervisor, here the test, starts a replacement
+//! under a new identity, as a Deployment starts a new pod) or a forced delete of its pod.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+
+use super::{API_KEY, Vk, free_port, vk_binary};
+
+/// Election timings of the tests: a standby takes over 4 s after the leader's last renewal.
+pub const LEADER_TIMINGS: &str =
+    "{enabled: true, leaseDurationMs: 4000, renewDeadlineMs: 3000, retryPeriodMs: 500}";
+/// The lease duration of [`LEADER_TIMINGS`] plus one retry period: the longest a takeover may
+/// take once the leader is dead.
+pub const TAKEOVER_BOUND: Duration = Duration::from_millis(4500);
+/// The timings as chart values (`leaderElection:`), for a VK as pods.
+pub const LEADER_VALUES: &str =
+    "leaderElection: {leaseDurationMs: 4000, renewDeadlineMs: 3000, retryPeriodMs: 500}\n";
+
+/// The running replica processes, and how many were ever started (for fresh identities).
+#[derive(Default)]
+pub struct Replicas {
+    started: u32,
+    running: Vec<(String, tokio::process::Child)>,
+}
+
+impl Vk {
+    /// Starts one more replica process under a new identity.
+    pub(super) fn spawn_replica(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("vk.log"))
+            .unwrap();
+        let reps = self.ha.as_mut().expect("replicas");
+        reps.started += 1;
+        let identity = format!("{}-r{}", self.node, reps.started);
+        let child = tokio::process::Command::new(vk_binary())
+            .args(["run", "--config"])
+            .arg(self.dir.join("config.yaml"))
+            .env("TEST_PROVIDER_KEY", API_KEY)
+            .env("RUST_LOG", &self.rust_log)
+            .env("VK_IDENTITY", &identity)
+            .env("VK_METRICS_ADDR", format!("127.0.0.1:{}", free_port()))
+            .env("VK_KUBELET_PORT", free_port().to_string())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("vk binary starts");
+        reps.running.push((identity, child));
+    }
+
+    /// SIGKILLs every replica process (no-op without replicas).
+    pub(super) async fn kill_replicas(&mut self) {
+        if let Some(reps) = self.ha.as_mut() {
+            for (_, mut c) in reps.running.drain(..) {
+                let _ = c.start_kill();
+                let _ = c.wait().await;
+            }
+        }
+    }
+
+    fn lease_name(&self) -> String {
+        format!("gpu-vk-leader-{}", self.node)
+    }
+
+    /// The identity holding the leader Lease now (none while it is free or released).
+    pub async fn leader(&self, c: &Client) -> Option<String> {
+        let api: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+        let lease = api.get_opt(&self.lease_name()).await.ok()??;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    }
+
+    /// The identities of the replicas running now (process identities, or pod names).
+    fn identities(&self) -> Vec<String> {
+        match (&self.pod, &self.ha) {
+            (Some(p), _) => tokio::task::block_in_place(|| p.pods()),
+            (None, Some(r)) => r.running.iter().map(|(id, _)| id.clone()).collect(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Waits until a replica leads and every other running replica (at least one) has said it
+    /// stands by, so a kill of the leader is met by a standby that is already up.
+    pub async fn wait_standbys(&self, c: &Client) {
+        super::wait_for(
+            Duration::from_secs(90),
+            "a leader and a standby",
+            || async {
+                let leader = self.leader(c).await?;
+                let others: Vec<String> = self
+                    .identities()
+                    .into_iter()
+                    .filter(|i| *i != leader)
+                    .collect();
+                let log = self.log();
+                let standing_by = |id: &str| {
+                    let me = format!("me={id}");
+                    log.lines()
+                        .any(|l| l.contains("standing by") && l.split_whitespace().any(|t| t == me))
+                };
+                (!others.is_empty() && others.iter().all(|i| standing_by(i))).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Number of replicas running now (processes), or `None` for pods (Kubernetes keeps them).
+    pub fn replicas_running(&mut self) -> Option<usize> {
+        let reps = self.ha.as_mut()?;
+        reps.running
+            .retain_mut(|(_, c)| c.try_wait().ok().flatten().is_none());
+        Some(reps.running.len())
+    }
+
+    /// Kills the leader with no clean-up (SIGKILL, or a pod deleted without grace), starts a
+    /// replacement replica the way its supervisor would, and returns the old leader and how
+    /// long it took, from the kill, until another replica held the Lease.
+    pub async fn kill_leader(&mut self, c: &Client) -> (String, Duration) {
+        let old = super::wait_for(Duration::from_secs(30), "a leader", || self.leader(c)).await;
+        if let Some(p) = self.pod.as_mut() {
+            let name = old.clone();
+            tokio::task::block_in_place(|| p.kill(&name));
+        } else {
+            let reps = self.ha.as_mut().expect("replicas");
+            let at = reps
+                .running
+                .iter()
+                .position(|(id, _)| *id == old)
+                .unwrap_or_else(|| panic!("the leader {old} is not a running replica"));
+            let (_, mut child) = reps.running.remove(at);
+            child.start_kill().unwrap();
+            let _ = child.wait().await;
+        }
+        let killed = Instant::now();
+        if self.pod.is_none() {
+            self.spawn_replica();
+        }
+        super::wait_for(
+            Duration::from_secs(60),
+            "another replica to lead",
+            || async { self.leader(c).await.filter(|h| *h != old).map(|_| ()) },
+        )
+        .await;
+        (old, killed.elapsed())
+    }
+}

@@ -1,0 +1,144 @@
+//! Steps for replicas electing a leader (`features/leader_election.feature`): the leader is
+//! killed over and over while a deployment scales, and the provider's workloads are watched
+//! the whole time for a pod with two live workloads at once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use conformance::harness::*;
+use cucumber::{given, then, when};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::Vkw;
+
+#[given(
+    expr = "a virtual kubelet of {int} replicas electing a leader, with the provider under test"
+)]
+async fn replicas(w: &mut Vkw, n: u32) {
+    crate::setup_provider(w).await;
+    let providers = w.obs().provider_yaml(&crate::target());
+    let vk = Vk::start_with(
+        providers,
+        VkOptions {
+            replicas: n,
+            ..VkOptions::default()
+        },
+    )
+    .await;
+    w.vk = Some(vk);
+    crate::wait_node_ready(w).await;
+}
+
+#[when(
+    expr = "the leader is killed {int} times while deployment {string} scales between {int} and {int} replicas"
+)]
+async fn kill_leader_during_churn(w: &mut Vkw, kills: u32, app: String, low: i32, high: i32) {
+    let c = w.c();
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &w.ns);
+    let prefix = w.vk.as_ref().unwrap().owner_prefix();
+    let (vk, obs) = (w.vk.as_mut().unwrap(), w.provider.as_ref().unwrap());
+    let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    // The provider's live workloads, every 200 ms for the whole churn: a duplicate lives at
+    // least `lossLists` polls (1.5 s) before the VK deletes it, so none goes unseen.
+    let watch_duplicates = async {
+        let mut seen = BTreeMap::<String, usize>::new();
+        while !*done_rx.borrow() {
+            let mut by_name = BTreeMap::<String, usize>::new();
+            for wl in obs.live_with_prefix(&prefix).await {
+                *by_name
+                    .entry(wl["name"].as_str().unwrap_or_default().to_owned())
+                    .or_default() += 1;
+            }
+            for (name, n) in by_name.into_iter().filter(|(_, n)| *n > 1) {
+                seen.insert(name, n);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        seen
+    };
+    let churn = async {
+        let mut takeovers = Vec::new();
+        for i in 0..kills {
+            vk.wait_standbys(&c).await;
+            // Alternate high and low sizes, so pods are created and deleted around each kill.
+            let size = if i % 2 == 0 { high } else { low };
+            deployments
+                .patch(
+                    &app,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": size}})),
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let (old, took) = vk.kill_leader(&c).await;
+            println!(
+                "    kill {}: leader {old} killed, a standby led after {took:.1?}",
+                i + 1
+            );
+            takeovers.push(took);
+        }
+        let _ = done_tx.send(true);
+        takeovers
+    };
+    let (duplicates, takeovers) = tokio::join!(watch_duplicates, churn);
+    let mut sorted = takeovers.clone();
+    sorted.sort();
+    println!(
+        "    takeover after a kill: min {:.1?}, median {:.1?}, max {:.1?} over {} kills",
+        sorted[0],
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1],
+        sorted.len()
+    );
+    w.takeovers = takeovers;
+    w.duplicates_seen = duplicates;
+}
+
+#[then(
+    expr = "each time a standby led within {int} seconds of the kill \\(lease duration {int} s)"
+)]
+async fn takeovers_within(w: &mut Vkw, secs: u64, _lease: u64) {
+    assert!(!w.takeovers.is_empty(), "no kill happened");
+    let slow: Vec<_> = w
+        .takeovers
+        .iter()
+        .filter(|t| **t > Duration::from_secs(secs))
+        .collect();
+    assert!(slow.is_empty(), "takeovers slower than {secs} s: {slow:?}");
+}
+
+#[then(expr = "no pod ever had two live workloads at once, and no replica reported a {string}")]
+async fn no_duplicates(w: &mut Vkw, reason: String) {
+    assert!(
+        w.duplicates_seen.is_empty(),
+        "workloads seen twice at once: {:?}",
+        w.duplicates_seen
+    );
+    let events = crate::namespace_event_reasons(w).await;
+    assert!(
+        !events.iter().any(|r| *r == reason),
+        "a replica reported {reason}: {events:?}"
+    );
+}
+
+#[then("the node is Ready")]
+async fn node_ready(w: &mut Vkw) {
+    let node = w.node();
+    let n = Api::<Node>::all(w.c()).get(&node).await.unwrap();
+    let ready = n
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready");
+    assert_eq!(
+        ready.map(|c| c.status),
+        Some("True".to_owned()),
+        "node {node}"
+    );
+}
