@@ -121,7 +121,7 @@ async fn no_duplicates(w: &mut Vkw, reason: String) {
     );
     let events = crate::namespace_event_reasons(w).await;
     assert!(
-        !events.iter().any(|r| *r == reason),
+        !events.contains(&reason),
         "a replica reported {reason}: {events:?}"
     );
 }
