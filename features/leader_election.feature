@@ -16,3 +16,4 @@ Feature: Two replicas, one leader
     Then deployment "serve" has 3 Running replicas, each with exactly one workload
     And the provider runs exactly 3 workloads of this node
     And the node is Ready
+    And the node's kubelet API answers a logs request for a replica of deployment "serve"

@@ -10,7 +10,7 @@ use cucumber::{given, then, when};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{LogParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::Vkw;
@@ -141,4 +141,28 @@ async fn node_ready(w: &mut Vkw) {
         Some("True".to_owned()),
         "node {node}"
     );
+}
+
+/// The API server reaches the leader's kubelet API (the Node's address and port are the
+/// leader's; as pods, the kubelet Service selects the leader's pod): the answer is the logs, or
+/// the VK's own refusal on a provider without logs, never a connection error.
+#[then(expr = "the node's kubelet API answers a logs request for a replica of deployment {string}")]
+async fn kubelet_api_answers(w: &mut Vkw, app: String) {
+    let replica = w.replicas(&app).await[0].metadata.name.clone().unwrap();
+    let pods = w.pods();
+    wait_for(
+        Duration::from_secs(30),
+        "the leader's kubelet API to answer",
+        || async {
+            match pods.logs(&replica, &LogParams::default()).await {
+                Ok(_) => Some(()),
+                Err(e) if e.to_string().contains("not supported") => Some(()),
+                Err(e) => {
+                    println!("    logs of {replica}: {e}");
+                    None
+                }
+            }
+        },
+    )
+    .await;
 }
