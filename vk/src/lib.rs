@@ -5,7 +5,8 @@
 //! writes, start-up); [`provider`] is the adapter contract (and the call layer every provider
 //! sits behind) and [`providers`] the adapters, which [`providers::registry`] builds from
 //! [`config`]; [`kubelet_api`] serves logs, exec and stats; [`telemetry`] is metrics and logs;
-//! [`leader`] lets several replicas serve one node, one at a time.
+//! [`leader`] lets several replicas serve one node, one at a time; [`overflow`] is the offload
+//! policy (admission webhook and reclaim) of `vk overflow`.
 //! `docs/architecture.md` draws the data flow and what may import what.
 
 pub mod config;
@@ -13,6 +14,7 @@ pub mod kubelet_api;
 pub mod leader;
 pub mod naming;
 pub mod node;
+pub mod overflow;
 pub mod pods;
 pub mod provider;
 pub mod providers;

@@ -56,6 +56,31 @@ enum Command {
         #[arg(long, env = "VK_POD_NAMESPACE")]
         pod_namespace: Option<String>,
     },
+    /// The overflow companion: the admission webhook that lets opted-in pods overflow to the
+    /// virtual node, and the controller that moves them back in-cluster (`vk::overflow`).
+    Overflow {
+        /// Where the webhook listens (HTTPS, self-signed for the Service below).
+        #[arg(long, env = "VK_OVERFLOW_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+        webhook_addr: SocketAddr,
+        /// `NAMESPACE/NAME` of the webhook's Service: the certificate's DNS names.
+        #[arg(long, env = "VK_OVERFLOW_SERVICE", value_name = "NAMESPACE/NAME")]
+        service: String,
+        /// The MutatingWebhookConfiguration whose `caBundle` gets this process's certificate.
+        #[arg(long, env = "VK_OVERFLOW_WEBHOOK_CONFIG")]
+        webhook_config: String,
+        /// Prometheus `/metrics` and `/healthz`.
+        #[arg(long, env = "VK_METRICS_ADDR", default_value = "0.0.0.0:10256")]
+        metrics_addr: SocketAddr,
+        /// In-cluster GPUs must stay free this long before an offloaded replica moves back.
+        #[arg(long, env = "VK_RECLAIM_SETTLE_SECONDS", default_value_t = 60)]
+        reclaim_settle_seconds: u64,
+        /// How often the reclaim controller looks at nodes and pods.
+        #[arg(long, env = "VK_RECLAIM_INTERVAL_SECONDS", default_value_t = 5)]
+        reclaim_interval_seconds: u64,
+        /// Admission only: never move replicas back.
+        #[arg(long, env = "VK_RECLAIM_DISABLED")]
+        no_reclaim: bool,
+    },
     /// Validate a configuration file (and that every provider's credentials can be read).
     CheckConfig {
         #[arg(long, env = "VK_CONFIG")]
@@ -86,6 +111,28 @@ fn main() -> anyhow::Result<()> {
                         .join(", ")
                 );
                 Ok(())
+            }
+            Command::Overflow {
+                webhook_addr,
+                service,
+                webhook_config,
+                metrics_addr,
+                reclaim_settle_seconds,
+                reclaim_interval_seconds,
+                no_reclaim,
+            } => {
+                let reclaim = (!no_reclaim).then(|| vk::overflow::reclaim::Settings {
+                    settle: std::time::Duration::from_secs(reclaim_settle_seconds),
+                    interval: std::time::Duration::from_secs(reclaim_interval_seconds.max(1)),
+                });
+                overflow(
+                    webhook_addr,
+                    &service,
+                    &webhook_config,
+                    metrics_addr,
+                    reclaim,
+                )
+                .await
             }
             Command::Run {
                 config,
@@ -244,6 +291,62 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
         t.release().await;
     }
     Ok(())
+}
+
+/// `vk overflow`: publishes a fresh certificate as the webhook's caBundle, then serves the
+/// webhook and runs the reclaim controller until a signal.
+async fn overflow(
+    webhook_addr: SocketAddr,
+    service: &str,
+    webhook_config: &str,
+    metrics_addr: SocketAddr,
+    reclaim: Option<vk::overflow::reclaim::Settings>,
+) -> anyhow::Result<()> {
+    let (namespace, name) = service
+        .split_once('/')
+        .context("--service must be NAMESPACE/NAME")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("failed to build a Kubernetes client")?;
+    let metrics = Metrics::new();
+    let cert = vk::overflow::certs::self_signed(name, namespace)?;
+    // The API server must trust this certificate before the webhook answers anything.
+    vk::overflow::certs::publish_ca_bundle(&client, webhook_config, &cert.pem)
+        .await
+        .context("cannot publish the webhook's certificate")?;
+    info!(
+        webhook = webhook_config,
+        service, "published the webhook certificate"
+    );
+    let mut webhook = tokio::spawn(vk::overflow::webhook::serve(
+        webhook_addr,
+        cert.config,
+        metrics.clone(),
+    ));
+    let mut metrics_task = tokio::spawn(metrics.clone().serve(metrics_addr));
+    let mut reclaim_task = tokio::spawn(async move {
+        match reclaim {
+            Some(settings) => {
+                let instance = std::env::var("VK_POD_NAME").unwrap_or_else(|_| default_identity());
+                vk::overflow::reclaim::run(client, settings, metrics, instance).await;
+            }
+            None => std::future::pending().await,
+        }
+    });
+    info!("overflow companion started");
+    let failed = tokio::select! {
+        () = shutdown_signal() => None,
+        r = &mut webhook => Some(format!("the webhook stopped: {r:?}")),
+        r = &mut metrics_task => Some(format!("the metrics listener stopped: {r:?}")),
+        r = &mut reclaim_task => Some(format!("the reclaim controller stopped: {r:?}")),
+    };
+    webhook.abort();
+    metrics_task.abort();
+    reclaim_task.abort();
+    match failed {
+        Some(why) => anyhow::bail!("stopping: {why}"),
+        None => Ok(()),
+    }
 }
 
 /// A replica's identity outside a pod: host name and process id.

@@ -25,6 +25,21 @@ pub struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodLabels {
     pub provider: String,
     pub phase: String,
@@ -53,6 +68,14 @@ pub struct Metrics {
     pub status_latency: Histogram,
     /// 1 while this replica leads (always, without leader election), 0 while it stands by.
     pub leader: Gauge,
+    /// `vk overflow`: admissions by outcome (`offload`, `refuse`).
+    pub overflow_admissions: Family<OutcomeLabels, Counter>,
+    /// `vk overflow`: in-cluster GPUs by state (`allocatable`, `allocated`).
+    pub in_cluster_gpus: Family<StateLabels, Gauge>,
+    /// `vk overflow`: opted-in replicas on virtual nodes by provider.
+    pub offloaded_replicas: Family<ProviderLabels, Gauge>,
+    /// `vk overflow`: replicas moved back in-cluster.
+    pub reclaim_moves: Counter,
 }
 
 /// Latency buckets, seconds: 1 ms to 60 s.
@@ -137,6 +160,30 @@ impl Metrics {
             "1 while this replica leads its node, 0 while it stands by (leader election)",
             leader.clone(),
         );
+        let overflow_admissions = Family::<OutcomeLabels, Counter>::default();
+        r.register(
+            "overflow_admissions",
+            "Opted-in pods admitted by the overflow webhook, by outcome (offload: may use the virtual node; refuse: stays in-cluster)",
+            overflow_admissions.clone(),
+        );
+        let in_cluster_gpus = Family::<StateLabels, Gauge>::default();
+        r.register(
+            "in_cluster_gpus",
+            "GPUs of in-cluster (non-virtual, Ready, schedulable) nodes, allocatable and allocated",
+            in_cluster_gpus.clone(),
+        );
+        let offloaded_replicas = Family::<ProviderLabels, Gauge>::default();
+        r.register(
+            "offloaded_replicas",
+            "Opted-in replicas running on virtual nodes, by provider",
+            offloaded_replicas.clone(),
+        );
+        let reclaim_moves = Counter::default();
+        r.register(
+            "reclaim_moves",
+            "Offloaded replicas evicted to move back to in-cluster GPUs",
+            reclaim_moves.clone(),
+        );
         Self {
             registry: Arc::new(r),
             reconciles,
@@ -151,6 +198,10 @@ impl Metrics {
             create_latency,
             status_latency,
             leader,
+            overflow_admissions,
+            in_cluster_gpus,
+            offloaded_replicas,
+            reclaim_moves,
         }
     }
 

@@ -1,0 +1,26 @@
+//! Overflow to the virtual node, and back: the offload policy for in-cluster GPU clusters.
+//!
+//! Pods opt in with the label [`OPT_IN_LABEL`]`=true` (on the pod template). The mutating
+//! admission webhook ([`webhook`], decisions in [`mutate`]) gives an opted-in pod the toleration
+//! of the virtual node's taint and a strong node-affinity preference for nodes that are not
+//! virtual, so the scheduler puts it on an in-cluster GPU node whenever one fits and on the
+//! virtual node only when none does (for example after a higher-priority research job preempted
+//! it). The reclaim controller ([`reclaim`]) moves offloaded replicas back, one at a time through
+//! the Eviction API (PodDisruptionBudgets respected), once in-cluster GPUs have been free for a
+//! settle period. Both run in `vk overflow`, a companion of the virtual kubelet (the Helm chart's
+//! `overflow` values), so a VK outage never stops admission and the other way round.
+
+pub mod certs;
+pub mod mutate;
+pub mod reclaim;
+pub mod webhook;
+
+/// The label a pod (template) carries to opt in to overflow.
+pub const OPT_IN_LABEL: &str = "gpu-vk.io/overflow";
+/// Annotation the webhook writes on an opted-in pod: `offload` when it may go to the virtual
+/// node, or `refused: <why>` when it may not (it then stays in-cluster).
+pub const DECISION_ANNOTATION: &str = "gpu-vk.io/overflow-decision";
+/// Label of virtual nodes (the VK's Node carries `type=virtual-kubelet`).
+pub const VIRTUAL_NODE_LABEL: (&str, &str) = crate::node::TYPE_LABEL;
+/// The GPU resource.
+pub const GPU: &str = "nvidia.com/gpu";
