@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # Assertions on what the Helm chart deploy/helm/gpu-vk renders, run by scripts/lint-chart:
-#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml
+#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml OVERFLOW.yaml
 # (`helm template` output with the default values, with ci/credentials-values.yaml, that values
 # file itself, the output with ci/existing-secret-values.yaml, and with ci/ha-values.yaml: two
-# replicas electing a leader). Needs PyYAML (python3-yaml).
+# replicas electing a leader, and with ci/overflow-values.yaml: the overflow companion). Needs
+# PyYAML (python3-yaml).
 """Checks the security settings, probes, credential handling and RBAC of the rendered chart."""
 
 import base64
@@ -172,7 +173,32 @@ def check_ha(docs):
     check(pdb.get("spec", {}).get("maxUnavailable") == 1, f"{case}: the PodDisruptionBudget allows more than one pod down")
 
 
-def main(default_path, creds_path, creds_values_path, existing_path, ha_path):
+def check_overflow(docs):
+    """The overflow companion: never blocks pods, sees only opted-in ones, and its pods are not the VK's."""
+    case = "overflow"
+    hooks = one(docs, "MutatingWebhookConfiguration", case).get("webhooks", [{}])
+    check(len(hooks) == 1, f"{case}: expected one webhook")
+    hook = hooks[0]
+    check(hook.get("failurePolicy") == "Ignore", f"{case}: a failing webhook would block pods (failurePolicy is not Ignore)")
+    check(hook.get("objectSelector") == {"matchLabels": {"gpu-vk.io/overflow": "true"}}, f"{case}: the webhook sees pods that did not opt in")
+    check(hook.get("namespaceSelector") == {"matchLabels": {"gpu-vk.io/overflow": "enabled"}}, f"{case}: namespaceSelector not rendered")
+    check(hook.get("sideEffects") == "None", f"{case}: sideEffects is not None")
+    deps = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Deployment"}
+    companion = [d for n, d in deps.items() if n.endswith("-overflow")]
+    check(len(companion) == 1, f"{case}: expected the overflow Deployment")
+    if companion:
+        labels = companion[0]["spec"]["template"]["metadata"]["labels"]
+        others = [d for n, d in deps.items() if not n.endswith("-overflow")]
+        selectors = [d["spec"]["selector"]["matchLabels"] for d in others]
+        selectors += [s["spec"]["selector"] for s in docs if s.get("kind") == "Service" and not s["metadata"]["name"].endswith("-overflow")]
+        for sel in selectors:
+            check(not all(labels.get(k) == v for k, v in sel.items()), f"{case}: the VK's selector {sel} selects the overflow pods")
+    role = [d for d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"].endswith("-overflow")]
+    hook_rule = [r for r in (role[0].get("rules", []) if role else []) if "mutatingwebhookconfigurations" in r.get("resources", [])]
+    check(hook_rule and hook_rule[0].get("resourceNames"), f"{case}: the companion may write any webhook configuration")
+
+
+def main(default_path, creds_path, creds_values_path, existing_path, ha_path, overflow_path):
     # Default values: everything the chart makes, an empty chart-made Secret, one replica.
     docs = load(default_path)
     secret = one(docs, "Secret", "default")
@@ -217,6 +243,7 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path):
     check_rbac(docs, "existing", "vk-identity", dep["metadata"]["namespace"])
 
     check_ha(load(ha_path))
+    check_overflow(load(overflow_path))
 
     for f in failures:
         print(f"check_chart: {f}", file=sys.stderr)
@@ -224,6 +251,6 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 6:
-        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml")
+    if len(sys.argv) != 7:
+        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml OVERFLOW.yaml")
     sys.exit(main(*sys.argv[1:]))
