@@ -839,6 +839,8 @@ pub struct VkOptions {
     pub rust_log: String,
     /// Replicas of the VK for the node; above 1 they elect a leader ([`ha::LEADER_TIMINGS`]).
     pub replicas: u32,
+    /// More Helm values when the VK runs as a pod (YAML, top level), e.g. `overflow: {...}`.
+    pub chart_values: String,
 }
 
 impl Default for VkOptions {
@@ -851,6 +853,7 @@ impl Default for VkOptions {
             node_name: None,
             rust_log: "info,vk=debug".into(),
             replicas: 1,
+            chart_values: String::new(),
         }
     }
 }
@@ -891,6 +894,7 @@ impl Vk {
                 &[("TEST_PROVIDER_KEY", API_KEY)],
                 &dir,
                 opts.replicas,
+                &opts.chart_values,
             );
             let vk = Self {
                 node,
@@ -1086,6 +1090,15 @@ impl Vk {
             .filter(|l| l.starts_with(name) && !l.starts_with('#'))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// Waits for the overflow companion of a VK pod's release (see [`pod::PodVk::wait_overflow`]).
+    pub fn wait_overflow(&self) {
+        let p = self
+            .pod
+            .as_ref()
+            .expect("the overflow companion runs only with VKs as pods");
+        tokio::task::block_in_place(|| p.wait_overflow());
     }
 
     /// Deletes the node object this VK registered (best effort).

@@ -18,8 +18,9 @@ pub mod webhook;
 /// The label a pod (template) carries to opt in to overflow.
 pub const OPT_IN_LABEL: &str = "gpu-vk.io/overflow";
 /// Annotation the webhook writes on an opted-in pod: `offload` when it may go to the virtual
-/// node, or `refused: <why>` when it may not (it then stays in-cluster).
-pub const DECISION_ANNOTATION: &str = "gpu-vk.io/overflow-decision";
+/// node, or `refused: <why>` when it may not (it then stays in-cluster). Not under `gpu-vk.io/`:
+/// the VK refuses pods with annotations of that prefix it does not know.
+pub const DECISION_ANNOTATION: &str = "overflow.gpu-vk.io/decision";
 /// Label of virtual nodes (the VK's Node carries `type=virtual-kubelet`).
 pub const VIRTUAL_NODE_LABEL: (&str, &str) = crate::node::TYPE_LABEL;
 /// The GPU resource.

@@ -82,6 +82,7 @@ impl PodVk {
         env: &[(&str, &str)],
         dir: &std::path::Path,
         replicas: u32,
+        extra_values: &str,
     ) -> Self {
         let release = node.to_owned();
         let mut values = String::new();
@@ -113,6 +114,10 @@ impl PodVk {
             "extraVolumes:\n- name: shared\n  hostPath: {{path: {shared}, type: Directory}}\n\
              extraVolumeMounts:\n- {{name: shared, mountPath: {shared}, readOnly: true}}\n"
         ));
+        values.push_str(extra_values);
+        if !values.ends_with('\n') {
+            values.push('\n');
+        }
         let file = dir.join("values.yaml");
         std::fs::write(&file, values).unwrap();
         let mut helm = Command::new(tool("HELM", "helm"));
@@ -240,6 +245,15 @@ impl PodVk {
         ])
         .arg(format!("app.kubernetes.io/instance={}", self.release));
         run(c, "waiting for the VK pod to be Ready");
+    }
+
+    /// Waits until the release's overflow companion (`overflow.enabled`) is Available: its
+    /// webhook has published its certificate and serves.
+    pub fn wait_overflow(&self) {
+        let mut c = kubectl();
+        c.args(["rollout", "status", "--timeout=120s"])
+            .arg(format!("deployment/{}-overflow", self.release));
+        run(c, "waiting for the overflow companion");
     }
 
     /// Scales back to one replica: Kubernetes starts a fresh pod.
