@@ -1094,6 +1094,7 @@ fn main() {
         .unwrap();
     let mut failed = Vec::new();
     let mut first = true;
+    let in_cluster_gpus = regex::Regex::new(overflow::IN_CLUSTER_GPUS).unwrap();
     for p in providers
         .split(',')
         .map(str::trim)
@@ -1134,10 +1135,7 @@ fn main() {
         // tests the cluster's scheduling around one virtual node, so it runs for the first
         // provider of a kind run only, and is skipped (never passed) elsewhere.
         if pods && first {
-            cucumber = cucumber.given(
-                regex::Regex::new(overflow::IN_CLUSTER_GPUS).unwrap(),
-                |_w, _ctx| async {}.boxed_local(),
-            );
+            cucumber = cucumber.given(in_cluster_gpus.clone(), |_w, _ctx| async {}.boxed_local());
         }
         first = false;
         let cucumber =
