@@ -18,6 +18,9 @@ export CARGO_TERM_COLOR ?= never
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
 # Env file of the real Slurm the Slurm adapter's tests use (written by scripts/slurm/up).
 export SLURM_ENV_FILE ?= $(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-vk)/slurm/env
+# Newer Slurm releases in containers (scripts/slurm/up --suite): 24.11 (trixie), 26.05 (sid).
+SLURM_SUITES ?= trixie sid
+export SLURM_MORE_ENV_FILES ?= $(foreach s,$(SLURM_SUITES),$(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-vk)/slurm-$(s)/env)
 
 CARGO ?= cargo
 # The shell scripts under scripts/, found by their shebang (most have no .sh extension).
@@ -55,11 +58,13 @@ test: deps lint slurm-up ## everything CI runs: lint, cargo test on a fresh test
 	@echo; echo "==> conformance suite on kind (VKs as pods; scripts/kind/e2e)"
 	@QUIET=1 scripts/kind/e2e
 
-slurm-up: ## start (or reuse) a real single-node Slurm with slurmrestd on 127.0.0.1 (scripts/slurm/up)
+slurm-up: ## start (or reuse) a real single-node Slurm 22.05 on 127.0.0.1, and 24.11 and 26.05 in containers (scripts/slurm/up)
 	@scripts/slurm/up >/dev/null
+	@for s in $(SLURM_SUITES); do scripts/slurm/up --suite $$s >/dev/null || exit 1; done
 
-slurm-down: ## stop the Slurm started by slurm-up and remove its state (KEEP=1 keeps it)
+slurm-down: ## stop the Slurms started by slurm-up and remove their state (KEEP=1 keeps the host's)
 	@scripts/slurm/down
+	@for s in $(SLURM_SUITES); do scripts/slurm/down --suite $$s; done
 
 e2e: deps slurm-up ## the conformance suite against a fresh testbed (KIND=1: VKs as pods of a kind cluster)
 ifeq ($(KIND),1)

@@ -234,6 +234,7 @@ pub fn router(state: State) -> Router {
         .route("/slurm/{version}/jobs", get(list))
         .route("/slurm/{version}/jobs/", get(list))
         .route("/slurm/{version}/job/{id}", get(get_job).delete(cancel))
+        .route("/openapi/v3", get(openapi))
         .fallback(unknown_url)
         .with_state(state)
         .merge(admin)
@@ -340,6 +341,30 @@ async fn admit(
 }
 
 // ---- handlers -------------------------------------------------------------------------------
+
+/// `GET /openapi/v3`: the paths of the dialects served (what an adapter detects its dialect
+/// from; a real slurmrestd lists every route with its schemas). Needs the JWT headers, as a
+/// real 24.11 does.
+async fn openapi(AxState(s): AxState<State>, headers: HeaderMap) -> Response {
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let emu = &s.emulator;
+    match (value("x-slurm-user-name"), value("x-slurm-user-token")) {
+        (Some(user), Some(token)) if user == emu.cfg.user && same_secret(token, &emu.cfg.token) => {
+        }
+        _ => return plain(StatusCode::UNAUTHORIZED, "Authentication failure"),
+    }
+    let mut paths = serde_json::Map::new();
+    for d in &emu.cfg.dialects {
+        for p in ["job/submit", "jobs/", "job/{job_id}"] {
+            paths.insert(format!("/slurm/{}/{p}", d.version()), json!({}));
+        }
+    }
+    json_response(
+        StatusCode::OK,
+        json!({"openapi": "3.0.2", "info": {"title": "Slurm Rest API (gpu-vk emulator)"},
+               "paths": paths}),
+    )
+}
 
 async fn submit(
     AxState(s): AxState<State>,

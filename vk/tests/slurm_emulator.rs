@@ -135,8 +135,12 @@ impl Setup {
 
 #[tokio::test]
 async fn jobs_run_exit_codes_and_logs_come_back_in_both_dialects() {
-    for dialect in [Dialect::V0038, Dialect::V0041] {
+    // Auto: the emulator's /openapi/v3 lists v0.0.38 and v0.0.41; the newer one is taken.
+    for dialect in [Dialect::V0038, Dialect::V0041, Dialect::Auto] {
         let s = setup(dialect, None).await;
+        if dialect == Dialect::Auto {
+            assert_eq!(s.slurm.dialect().await, Ok(Dialect::V0041));
+        }
         let w = workload("echo \"hello $WHO\"; exit 3").build();
         s.slurm.create(&w).await.unwrap();
         let o = s.wait(&w.id, |o| o.state.is_terminal()).await;

@@ -1,8 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Integration tests of the Slurm adapter against a real slurmrestd (Slurm 22.05, dialect
-//! v0.0.38) started by `scripts/slurm/up`. The env file it writes is found through
-//! `SLURM_ENV_FILE` (`make test` sets it); without it these tests fail, on purpose, with a
-//! message saying how to start Slurm: they must never pass without having run.
+//! Integration tests of the Slurm adapter against a real slurmrestd: the host's Slurm 22.05
+//! (dialect v0.0.38) started by `scripts/slurm/up`, or Slurm 24.11 / 26.05 in a container
+//! (`scripts/slurm/up --suite trixie|sid`; the tests then run Slurm's commands through `docker
+//! exec`). The adapter detects the dialect (`auto`); the env file names the one it must find.
+//! The env file is found through `SLURM_ENV_FILE` (`make test` runs these tests once per
+//! Slurm); without it these tests fail, on purpose, with a message saying how to start Slurm:
+//! they must never pass without having run.
 //!
 //! The cluster is one node with 2 CPUs and 2 fake GPUs, so the tests take turns.
 
@@ -29,6 +32,30 @@ struct Env {
     output_dir: PathBuf,
     partition: String,
     slurm_conf: String,
+    /// The container Slurm runs in (its commands run through `docker exec`).
+    container: Option<String>,
+    /// The dialect `auto` must pick on this Slurm.
+    expect_dialect: Option<Dialect>,
+}
+
+impl Env {
+    /// A Slurm command (`scancel`, `scontrol`, `squeue`) against this cluster.
+    fn command(&self, program: &str) -> std::process::Command {
+        match &self.container {
+            Some(c) => {
+                let mut cmd = std::process::Command::new("docker");
+                cmd.args(["exec", "-e"])
+                    .arg(format!("SLURM_CONF={}", self.slurm_conf))
+                    .args([c.as_str(), program]);
+                cmd
+            }
+            None => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.env("SLURM_CONF", &self.slurm_conf);
+                cmd
+            }
+        }
+    }
 }
 
 fn env() -> Env {
@@ -60,6 +87,17 @@ fn env() -> Env {
         output_dir: PathBuf::from(get("SLURM_OUTPUT_DIR")),
         partition: get("SLURM_PARTITION"),
         slurm_conf: get("SLURM_CONF"),
+        container: vars
+            .get("SLURM_CONTAINER")
+            .filter(|c| !c.is_empty())
+            .cloned(),
+        expect_dialect: vars
+            .get("SLURM_EXPECT_DIALECT")
+            .filter(|d| !d.is_empty())
+            .map(|d| {
+                serde_json::from_value(serde_json::Value::String(d.clone()))
+                    .unwrap_or_else(|e| panic!("{path}: SLURM_EXPECT_DIALECT {d}: {e}"))
+            }),
     }
 }
 
@@ -70,7 +108,7 @@ fn owner() -> Owner {
 fn config(env: &Env) -> SlurmConfig {
     SlurmConfig {
         base_url: env.url.clone(),
-        dialect: Dialect::V0038,
+        dialect: Dialect::Auto,
         user_name: env.user.clone(),
         token_file: Some(env.token_file.clone()),
         partition: Some(env.partition.clone()),
@@ -119,9 +157,9 @@ async fn wait_for(
 }
 
 fn scancel(env: &Env, job_id: &str) {
-    let out = std::process::Command::new("scancel")
+    let out = env
+        .command("scancel")
         .arg(job_id)
-        .env("SLURM_CONF", &env.slurm_conf)
         .output()
         .expect("scancel runs");
     assert!(
@@ -133,9 +171,9 @@ fn scancel(env: &Env, job_id: &str) {
 
 /// The batch script slurmctld stores for `job_id` (`scontrol write batch_script ID -`).
 fn batch_script(env: &Env, job_id: &str) -> String {
-    let out = std::process::Command::new("scontrol")
+    let out = env
+        .command("scontrol")
         .args(["write", "batch_script", job_id, "-"])
-        .env("SLURM_CONF", &env.slurm_conf)
         .output()
         .expect("scontrol runs");
     assert!(
@@ -147,12 +185,24 @@ fn batch_script(env: &Env, job_id: &str) -> String {
 }
 
 fn squeue_names(env: &Env) -> String {
-    let out = std::process::Command::new("squeue")
+    let out = env
+        .command("squeue")
         .args(["-h", "-o", "%j %T"])
-        .env("SLURM_CONF", &env.slurm_conf)
         .output()
         .expect("squeue runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn the_newest_served_dialect_is_detected() {
+    let env = env();
+    let slurm = adapter(&env);
+    let expected = env
+        .expect_dialect
+        .expect("the env file names the dialect to expect (SLURM_EXPECT_DIALECT)");
+    assert_eq!(slurm.dialect().await, Ok(expected));
+    // Every call goes through it: a list in that dialect works.
+    slurm.list().await.expect("list in the detected dialect");
 }
 
 #[tokio::test]
@@ -302,9 +352,9 @@ async fn a_requeued_job_counts_a_provider_restart() {
         o.state == WorkloadState::Running
     })
     .await;
-    let out = std::process::Command::new("scontrol")
+    let out = env
+        .command("scontrol")
         .args(["requeue", &running.provider_id])
-        .env("SLURM_CONF", &env.slurm_conf)
         .output()
         .expect("scontrol runs");
     assert!(

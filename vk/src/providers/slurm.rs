@@ -233,7 +233,14 @@ impl Slurm {
         }))
     }
 
-    /// The JSON body `create` would submit for `w` (for tests and dry runs).
+    /// The dialect requests use: the configured one, or (`auto`) the newest one slurmrestd
+    /// serves, detected from its `/openapi/v3` on first use.
+    pub async fn dialect(&self) -> Result<Dialect, ProviderError> {
+        self.client.dialect().await
+    }
+
+    /// The JSON body `create` would submit for `w` (for tests and dry runs; with `auto`, the
+    /// data_parser body every dialect from v0.0.41 on takes).
     pub fn submit_body(&self, w: &Workload) -> Result<serde_json::Value, ProviderError> {
         let req = self.job_request(w)?;
         Ok(wire::submit_body(self.cfg.dialect, &req.0))

@@ -30,7 +30,7 @@ impl Provider for Slurm {
     async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
         crate::providers::ensure_owned(&self.owner, w)?;
         let req = self.job_request(w)?;
-        let body = wire::submit_body(self.cfg.dialect, &req.0);
+        let body = wire::submit_body(self.client.dialect().await?, &req.0);
         let resp = self.client.submit(&body).await?;
         let answer: Option<SubmitAnswer> = serde_json::from_slice(&resp.body).ok();
         let errors = wire::errors_of(&resp.body);

@@ -1,23 +1,29 @@
 //! The slurmrestd client of the adapter: the shared provider HTTP client with Slurm's
-//! authentication ([`SlurmAuth`]), the URLs of the configured dialect, the classification of
-//! answers by Slurm error number, and the job calls (submit, list, get, cancel).
+//! authentication ([`SlurmAuth`]), the URLs of the configured or detected dialect, the
+//! classification of answers by Slurm error number, and the job calls (submit, list, get,
+//! cancel).
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use reqwest::{Method, Url};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::token::SlurmAuth;
 use super::wire::{self, Dialect, JobList, JobRecord, SlurmError};
 use crate::provider::ProviderError;
 use crate::providers::http::{self, InitError, RawResponse};
 
-/// An authenticated slurmrestd client for one dialect.
+/// An authenticated slurmrestd client for one dialect: the configured one, or with
+/// [`Dialect::Auto`] the newest one slurmrestd serves, detected on first use and again after
+/// an answer saying the URL is not served (slurmrestd upgraded or restarted with other
+/// plugins).
 #[derive(Debug)]
 pub(super) struct Client {
     provider: String,
     http: http::Client<SlurmAuth>,
-    dialect: Dialect,
+    configured: Dialect,
+    detected: Mutex<Option<Dialect>>,
 }
 
 /// Slurm error numbers (slurm/slurm_errno.h) and what they mean for the framework.
@@ -99,21 +105,64 @@ impl Client {
         Ok(Self {
             provider: provider.to_owned(),
             http,
-            dialect,
+            configured: dialect,
+            detected: Mutex::new(None),
         })
     }
 
-    /// `base/slurm/<version>/<segments...>`.
-    fn url(&self, segments: &[&str], trailing_slash: bool) -> Url {
-        let mut path = vec!["slurm", self.dialect.version()];
-        path.extend_from_slice(segments);
-        self.http.url(&path, trailing_slash)
+    fn detected(&self) -> Option<Dialect> {
+        *self.detected.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Submits a job (`body` in the client's dialect); the answer is the caller's to read, as
-    /// a refusal may have left a job record behind.
+    /// The dialect of the next request: the configured one, else the detected one, else
+    /// detected now from `GET /openapi/v3` (slurmrestd asks for the token there too).
+    pub async fn dialect(&self) -> Result<Dialect, ProviderError> {
+        if self.configured != Dialect::Auto {
+            return Ok(self.configured);
+        }
+        if let Some(d) = self.detected() {
+            return Ok(d);
+        }
+        let url = self.http.url(&["openapi", "v3"], false);
+        let resp = self.http.send(Method::GET, url, None).await?;
+        if !resp.is_success() {
+            return Err(match self.error_from(&resp) {
+                ProviderError::Transient { .. } if resp.status.as_u16() == 404 => {
+                    ProviderError::transient(
+                        "slurmrestd has no /openapi/v3 to choose a dialect from; set \
+                         settings.dialect",
+                    )
+                }
+                e => e,
+            });
+        }
+        let doc: serde_json::Value = resp.json("OpenAPI document")?;
+        // Not Invalid: that would fail the pod being created, and the operator can load a
+        // plugin (or change settings.dialect) without any pod changing.
+        let dialect = wire::detect(&doc).map_err(|served| {
+            ProviderError::transient(format!(
+                "slurmrestd serves none of the dialects this adapter speaks ({}); it serves [{}]",
+                Dialect::NEWEST_FIRST.map(Dialect::version).join(", "),
+                served.join(", ")
+            ))
+        })?;
+        info!(provider = %self.provider, %dialect, "detected the slurmrestd dialect");
+        *self.detected.lock().unwrap_or_else(|e| e.into_inner()) = Some(dialect);
+        Ok(dialect)
+    }
+
+    /// `base/slurm/<version>/<segments...>` in the dialect of the next request.
+    async fn url(&self, segments: &[&str], trailing_slash: bool) -> Result<Url, ProviderError> {
+        let dialect = self.dialect().await?;
+        let mut path = vec!["slurm", dialect.version()];
+        path.extend_from_slice(segments);
+        Ok(self.http.url(&path, trailing_slash))
+    }
+
+    /// Submits a job (`body` in [`Client::dialect`]'s dialect); the answer is the caller's to
+    /// read, as a refusal may have left a job record behind.
     pub async fn submit(&self, body: &serde_json::Value) -> Result<RawResponse, ProviderError> {
-        let url = self.url(&["job", "submit"], false);
+        let url = self.url(&["job", "submit"], false).await?;
         self.http.send(Method::POST, url, Some(body)).await
     }
 
@@ -150,10 +199,18 @@ impl Client {
         }
         match status {
             400 | 413 | 415 | 422 => ProviderError::Invalid { message },
-            404 => ProviderError::transient(format!(
-                "{message}; is the {} OpenAPI plugin loaded in slurmrestd (-s)?",
-                self.dialect
-            )),
+            404 => {
+                // With a detected dialect, the next request detects again.
+                let detected = self
+                    .detected
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                let dialect = detected.unwrap_or(self.configured);
+                ProviderError::transient(format!(
+                    "{message}; is the {dialect} OpenAPI plugin loaded in slurmrestd (-s)?"
+                ))
+            }
             _ if resp.status.is_success() => ProviderError::transient(message),
             _ => http::classify_status(resp.status, resp.retry_after, message),
         }
@@ -161,7 +218,7 @@ impl Client {
 
     /// Every job slurmctld knows, in one call.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, ProviderError> {
-        let url = self.url(&["jobs"], true);
+        let url = self.url(&["jobs"], true).await?;
         let resp = self.http.send(Method::GET, url, None).await?;
         if !resp.is_success() {
             return Err(self.error_from(&resp));
@@ -182,7 +239,7 @@ impl Client {
 
     /// One job; `None` when Slurm no longer knows it.
     pub async fn job(&self, job_id: u64) -> Result<Option<JobRecord>, ProviderError> {
-        let url = self.url(&["job", &job_id.to_string()], false);
+        let url = self.url(&["job", &job_id.to_string()], false).await?;
         let resp = self.http.send(Method::GET, url, None).await?;
         if !resp.is_success() {
             return match self.error_from(&resp) {
@@ -200,7 +257,7 @@ impl Client {
 
     /// Cancels a job; a job Slurm does not know is NotFound, a finished one is success.
     pub async fn cancel(&self, job_id: u64) -> Result<(), ProviderError> {
-        let url = self.url(&["job", &job_id.to_string()], false);
+        let url = self.url(&["job", &job_id.to_string()], false).await?;
         let resp = self.http.send(Method::DELETE, url, None).await?;
         let errors = wire::errors_of(&resp.body);
         if errors.iter().any(|e| e.number == Some(errno::ALREADY_DONE)) {

@@ -1,6 +1,7 @@
-//! slurmrestd wire formats of the two supported dialects (v0.0.38 of Slurm 22.05/23.02/23.11,
-//! v0.0.41 of Slurm 24.05/24.11/25.05): request paths and bodies, the lenient decoding of job
-//! records and error lists, and the mapping of Slurm job states to [`WorkloadState`].
+//! slurmrestd wire formats of the supported dialects (v0.0.38 of Slurm 22.05/23.02/23.11,
+//! data_parser v0.0.41 to v0.0.45 of Slurm 24.05 to 26.05): request paths and bodies, the
+//! choice of a dialect from slurmrestd's `/openapi/v3`, the lenient decoding of job records and
+//! error lists, and the mapping of Slurm job states to [`WorkloadState`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,24 +12,64 @@ use serde_json::{Value, json};
 use crate::provider::{FailureReason, WorkloadState};
 
 /// Which OpenAPI plugin of slurmrestd the adapter speaks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// The data_parser dialects (v0.0.41 on) share every field the adapter sends and reads
+/// (compared in the `/openapi/v3` of real 24.11.5 and 26.05.5 daemons; only v0.0.41 also
+/// nests a submission's job id under `result`); they differ in the URL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Dialect {
-    /// `openapi/v0.0.38` (Slurm 22.05 to 23.11; what Debian bookworm ships).
+    /// Not configured: the newest dialect slurmrestd serves, read from its `/openapi/v3`.
     #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// `openapi/v0.0.38` (Slurm 22.05 to 23.11; what Debian bookworm ships).
     #[serde(rename = "v0.0.38")]
     V0038,
-    /// `openapi/slurmctld` data_parser v0.0.41 (Slurm 24.05 to 25.05).
+    /// data_parser v0.0.41 (Slurm 24.05 to 25.05).
     #[serde(rename = "v0.0.41")]
     V0041,
+    /// data_parser v0.0.42 (Slurm 24.11 to 26.05; Debian trixie's 24.11 serves v0.0.40-42).
+    #[serde(rename = "v0.0.42")]
+    V0042,
+    /// data_parser v0.0.43 (Slurm 25.05 on; 26.05 serves it).
+    #[serde(rename = "v0.0.43")]
+    V0043,
+    /// data_parser v0.0.44 (26.05 serves it).
+    #[serde(rename = "v0.0.44")]
+    V0044,
+    /// data_parser v0.0.45 (Slurm 26.05, Debian sid's serves v0.0.42-45).
+    #[serde(rename = "v0.0.45")]
+    V0045,
 }
 
 impl Dialect {
-    /// The version segment of the URL paths.
+    /// Every dialect the adapter speaks, newest first (the order detection prefers).
+    pub const NEWEST_FIRST: [Dialect; 6] = [
+        Self::V0045,
+        Self::V0044,
+        Self::V0043,
+        Self::V0042,
+        Self::V0041,
+        Self::V0038,
+    ];
+
+    /// The version segment of the URL paths (`auto` for [`Dialect::Auto`], which is never
+    /// put in a URL).
     pub fn version(self) -> &'static str {
         match self {
+            Self::Auto => "auto",
             Self::V0038 => "v0.0.38",
             Self::V0041 => "v0.0.41",
+            Self::V0042 => "v0.0.42",
+            Self::V0043 => "v0.0.43",
+            Self::V0044 => "v0.0.44",
+            Self::V0045 => "v0.0.45",
         }
+    }
+
+    /// The dialect of a URL version segment (`v0.0.42`).
+    pub fn from_version(v: &str) -> Option<Self> {
+        Self::NEWEST_FIRST.into_iter().find(|d| d.version() == v)
     }
 }
 
@@ -36,6 +77,29 @@ impl fmt::Display for Dialect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.version())
     }
+}
+
+/// The newest dialect the adapter speaks among those whose job submission path slurmrestd's
+/// OpenAPI document (`GET /openapi/v3`) lists; otherwise the versions it does serve.
+pub(crate) fn detect(openapi: &Value) -> Result<Dialect, Vec<String>> {
+    let served: Vec<&str> = openapi
+        .get("paths")
+        .and_then(Value::as_object)
+        .map(|paths| {
+            paths
+                .keys()
+                .filter_map(|p| p.strip_prefix("/slurm/")?.strip_suffix("/job/submit"))
+                .collect()
+        })
+        .unwrap_or_default();
+    Dialect::NEWEST_FIRST
+        .into_iter()
+        .find(|d| served.contains(&d.version()))
+        .ok_or_else(|| {
+            let mut v: Vec<String> = served.iter().map(|s| (*s).to_owned()).collect();
+            v.sort();
+            v
+        })
 }
 
 /// Everything one job submission carries, dialect-neutral.
@@ -113,8 +177,14 @@ pub(crate) fn submit_body(dialect: Dialect, r: &JobRequest) -> Value {
             }
             json!({ "script": r.script, "job": Value::Object(job) })
         }
-        Dialect::V0041 => {
-            // v0.0.41_job_desc_msg: the script moves into `job`, environment is `["K=V"]`,
+        // Auto is resolved before a submission; its body here is the current one's.
+        Dialect::Auto
+        | Dialect::V0041
+        | Dialect::V0042
+        | Dialect::V0043
+        | Dialect::V0044
+        | Dialect::V0045 => {
+            // v0.0.41_job_desc_msg (the same fields through v0.0.45_job_desc_msg): the script moves into `job`, environment is `["K=V"]`,
             // GPUs are a TRES string, numbers that may be unset are `{set, infinite, number}`.
             put("script", json!(r.script));
             let env: Vec<String> = r
@@ -219,6 +289,23 @@ pub(crate) fn errors_of(body: &[u8]) -> Vec<SlurmError> {
             .is_some_and(|c| c != 0)
     {
         push(result);
+    }
+    // v0.0.42 on answer a cancellation with HTTP 200 and one `status[]` entry per job, its
+    // outcome in `error {code, string, message}` (measured on 24.11.5 and 26.05.5: an unknown
+    // job is code 2017 there, `errors` stays empty).
+    if let Some(Value::Array(items)) = obj.get("status") {
+        for e in items.iter().filter_map(|st| st.get("error")) {
+            let Some(code) = e.get("code").and_then(Value::as_i64).filter(|c| *c != 0) else {
+                continue;
+            };
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            out.push(SlurmError {
+                number: Some(code),
+                error: s("string"),
+                description: s("message"),
+                source: String::new(),
+            });
+        }
     }
     out
 }

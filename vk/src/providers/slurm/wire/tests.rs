@@ -190,4 +190,16 @@ fn errors_are_read_in_every_spelling() {
     let e = errors_of(br#"{"result": {"error_code": 2072, "error": "Invalid gres"}}"#);
     assert_eq!(e[0].number, Some(2072));
     assert!(errors_of(b"Authentication failure").is_empty());
+    // v0.0.42+ cancellation answer (HTTP 200) for an unknown job, as 24.11.5 sends it.
+    let e = errors_of(
+        br#"{"status": [{"error": {"string": "Invalid job id specified", "code": 2017, "message": "Invalid job id specified"}, "step_id": "987654", "job_id": {"set": false, "infinite": false, "number": 0}, "federation": {"sibling": ""}}], "errors": [], "warnings": []}"#,
+    );
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].number, Some(2017));
+    assert_eq!(e[0].text(), "Invalid job id specified");
+    // A job cancelled fine: code 0, nothing to report.
+    let e = errors_of(
+        br#"{"status": [{"error": {"string": "No error", "code": 0, "message": "No error"}, "step_id": "12", "job_id": {"set": true, "infinite": false, "number": 12}}], "errors": []}"#,
+    );
+    assert!(e.is_empty(), "{e:?}");
 }
