@@ -4,6 +4,7 @@
 #   make test           everything CI runs (deps, lint, cargo test against a fresh testbed, then
 #                       the conformance suite with the VK as a pod of a kind cluster)
 #   make e2e KIND=1     only the kind conformance run
+#   make demo-overflow  on kind: production overflowing to providers and coming back
 #   eval "$(make -s testbed-up)"   a local control plane in this shell; `make testbed-down` ends it
 #
 # TESTBED_NAME selects a testbed (default "default"), so several run side by side.
@@ -26,7 +27,7 @@ CARGO ?= cargo
 # The shell scripts under scripts/, found by their shebang (most have no .sh extension).
 SHELL_SCRIPTS = $(shell find scripts -type f -exec awk 'FNR == 1 { if ($$0 ~ /^\#!.*[\/ ](ba|da)?sh( |$$)/) print FILENAME; nextfile }' {} + | sort)
 
-.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo demo-stop bench slurm-up slurm-down
+.PHONY: help deps build lint fmt testbed-up testbed-down test e2e demo demo-stop demo-overflow bench slurm-up slurm-down
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -79,6 +80,9 @@ ifeq ($(KIND),1)
 else
 	@scripts/demo
 endif
+
+demo-overflow: deps ## on kind: production overflows to providers when research takes the GPUs, and comes back
+	@scripts/kind/demo-overflow
 
 demo-stop: ## stop what `make demo` started (KIND=1: delete the demo's kind cluster)
 ifeq ($(KIND),1)
