@@ -142,9 +142,8 @@ pub async fn start(
         .map_err(|source| Error::Bind { addr, source })?;
     let local_addr = tcp.local_addr().unwrap_or(addr);
     let serving = tls::ServingCert::load(&cfg.tls, &cfg.node_name, &cfg.internal_ip)?;
-    let roots = tls::client_roots(&cfg.tls, &client).await?;
-    let x509 = roots.is_some();
-    let server_config = tls::server_config(serving.clone(), roots)?;
+    let configs = tls::TlsConfigs::new(serving.clone(), None)?;
+    let x509 = tls::install_client_ca(&cfg.tls, &client, &configs).await?;
     serving.watch();
     if cfg.tls.csr {
         csr::spawn(
@@ -155,7 +154,8 @@ pub async fn start(
             cfg.internal_ip.clone(),
         );
     }
-    let listener = tls::TlsListener::new(tcp, server_config);
+    let limits = tls::Limits::new(cfg.kubelet_api.max_connections);
+    let listener = tls::TlsListener::new(tcp, configs, limits);
 
     let reviewer = Arc::new(auth::KubeReviewer::new(client));
     let auth = auth::Auth::new(reviewer, cfg.anonymous_auth);
@@ -163,6 +163,7 @@ pub async fn start(
     info!(
         addr = %local_addr,
         x509_client_auth = x509,
+        max_connections = limits.max_connections,
         anonymous = cfg.anonymous_auth,
         serving_cert = serving.source(),
         "kubelet API listening"
