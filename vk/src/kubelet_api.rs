@@ -104,6 +104,7 @@ pub(crate) struct Shared {
     pub(crate) started: Timestamp,
     pub(crate) auth: auth::Auth,
     pub(crate) ledger: Mutex<stats::CpuLedger>,
+    pub(crate) exec: exec::SessionLimits,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -159,7 +160,11 @@ pub async fn start(
 
     let reviewer = Arc::new(auth::KubeReviewer::new(client));
     let auth = auth::Auth::new(reviewer, cfg.anonymous_auth);
-    let app = router(fw, cfg.node_name.clone(), auth);
+    let exec_limits = exec::SessionLimits {
+        idle_timeout: cfg.kubelet_api.exec_idle_timeout(),
+        ..exec::SessionLimits::default()
+    };
+    let app = router_with(fw, cfg.node_name.clone(), auth, exec_limits);
     info!(
         addr = %local_addr,
         x509_client_auth = x509,
@@ -177,14 +182,26 @@ pub async fn start(
     Ok(Server { local_addr, task })
 }
 
-/// The API's routes behind authentication and authorization.
+/// The API's routes behind authentication and authorization, exec sessions with the default
+/// limits.
 pub fn router(host: Arc<dyn Host>, node_name: String, auth: auth::Auth) -> Router {
+    router_with(host, node_name, auth, exec::SessionLimits::default())
+}
+
+/// The API's routes behind authentication and authorization.
+pub fn router_with(
+    host: Arc<dyn Host>,
+    node_name: String,
+    auth: auth::Auth,
+    exec: exec::SessionLimits,
+) -> Router {
     let state: AppState = Arc::new(Shared {
         host,
         node_name,
         started: Timestamp::now(),
         auth,
         ledger: Mutex::default(),
+        exec,
     });
     Router::new()
         .route("/healthz", get(healthz))
