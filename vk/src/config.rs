@@ -94,6 +94,40 @@ pub struct Config {
     /// Several replicas for one node: one leads (see `crate::leader`), the others stand by.
     #[serde(default)]
     pub leader_election: LeaderElection,
+    /// Limits of the kubelet API server.
+    #[serde(default)]
+    pub kubelet_api: KubeletApiConfig,
+}
+
+/// The `kubeletApi` block: bounds on the kubelet API server's connections and exec sessions.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeletApiConfig {
+    /// TLS connections open at once (handshaking or established); more are closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// An exec session without a data message in either direction for this long is closed;
+    /// 0 never closes one. The default is the kubelet's: its `streamingConnectionIdleTimeout`
+    /// (`--streaming-connection-idle-timeout`) defaults to 4 hours.
+    #[serde(default = "default_exec_idle_timeout_seconds")]
+    pub exec_idle_timeout_seconds: u64,
+}
+
+impl Default for KubeletApiConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: default_max_connections(),
+            exec_idle_timeout_seconds: default_exec_idle_timeout_seconds(),
+        }
+    }
+}
+
+impl KubeletApiConfig {
+    /// `None` when sessions never time out.
+    pub fn exec_idle_timeout(&self) -> Option<Duration> {
+        (self.exec_idle_timeout_seconds > 0)
+            .then(|| Duration::from_secs(self.exec_idle_timeout_seconds))
+    }
 }
 
 /// Capacity the node reports. Defaults are large enough to never be the limit for offloaded
@@ -432,6 +466,11 @@ impl Config {
             ));
         }
         self.leader_election.validate()?;
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&self.kubelet_api.max_connections) {
+            return Err(Error::Invalid(format!(
+                "kubeletApi.maxConnections must be between 1 and {MAX_CONNECTIONS_LIMIT}"
+            )));
+        }
         if self.timings.loss_lists == 0 {
             return Err(Error::Invalid(
                 "lossLists must be at least 1: one list proves nothing".into(),
@@ -441,6 +480,15 @@ impl Config {
     }
 }
 
+/// Far above what one process serves, far below what a semaphore holds.
+const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
+
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_exec_idle_timeout_seconds() -> u64 {
+    4 * 3600
+}
 fn yes() -> bool {
     true
 }
@@ -528,6 +576,24 @@ mod tests {
         assert_eq!(cfg.capacity.gpus, "1000");
         assert!(cfg.taint);
         assert_eq!(cfg.timings.poll_interval_ms, 2000);
+        assert_eq!(cfg.kubelet_api.max_connections, 1024);
+        assert_eq!(
+            cfg.kubelet_api.exec_idle_timeout(),
+            Some(Duration::from_secs(14_400))
+        );
+    }
+
+    #[test]
+    fn kubelet_api_limits_are_read_and_checked() {
+        let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+        let cfg = parse(&format!(
+            "{base}kubeletApi: {{maxConnections: 8, execIdleTimeoutSeconds: 0}}\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.kubelet_api.max_connections, 8);
+        assert_eq!(cfg.kubelet_api.exec_idle_timeout(), None);
+        assert!(parse(&format!("{base}kubeletApi: {{maxConnections: 0}}\n")).is_err());
+        assert!(parse(&format!("{base}kubeletApi: {{maxConnection: 8}}\n")).is_err());
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub(crate) struct Shared {
     pub(crate) started: Timestamp,
     pub(crate) auth: auth::Auth,
     pub(crate) ledger: Mutex<stats::CpuLedger>,
+    pub(crate) exec: exec::SessionLimits,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -142,9 +143,8 @@ pub async fn start(
         .map_err(|source| Error::Bind { addr, source })?;
     let local_addr = tcp.local_addr().unwrap_or(addr);
     let serving = tls::ServingCert::load(&cfg.tls, &cfg.node_name, &cfg.internal_ip)?;
-    let roots = tls::client_roots(&cfg.tls, &client).await?;
-    let x509 = roots.is_some();
-    let server_config = tls::server_config(serving.clone(), roots)?;
+    let configs = tls::TlsConfigs::new(serving.clone(), None)?;
+    let x509 = tls::install_client_ca(&cfg.tls, &client, &configs).await?;
     serving.watch();
     if cfg.tls.csr {
         csr::spawn(
@@ -155,14 +155,20 @@ pub async fn start(
             cfg.internal_ip.clone(),
         );
     }
-    let listener = tls::TlsListener::new(tcp, server_config);
+    let limits = tls::Limits::new(cfg.kubelet_api.max_connections);
+    let listener = tls::TlsListener::new(tcp, configs, limits);
 
     let reviewer = Arc::new(auth::KubeReviewer::new(client));
     let auth = auth::Auth::new(reviewer, cfg.anonymous_auth);
-    let app = router(fw, cfg.node_name.clone(), auth);
+    let exec_limits = exec::SessionLimits {
+        idle_timeout: cfg.kubelet_api.exec_idle_timeout(),
+        ..exec::SessionLimits::default()
+    };
+    let app = router_with(fw, cfg.node_name.clone(), auth, exec_limits);
     info!(
         addr = %local_addr,
         x509_client_auth = x509,
+        max_connections = limits.max_connections,
         anonymous = cfg.anonymous_auth,
         serving_cert = serving.source(),
         "kubelet API listening"
@@ -176,14 +182,26 @@ pub async fn start(
     Ok(Server { local_addr, task })
 }
 
-/// The API's routes behind authentication and authorization.
+/// The API's routes behind authentication and authorization, exec sessions with the default
+/// limits.
 pub fn router(host: Arc<dyn Host>, node_name: String, auth: auth::Auth) -> Router {
+    router_with(host, node_name, auth, exec::SessionLimits::default())
+}
+
+/// The API's routes behind authentication and authorization.
+pub fn router_with(
+    host: Arc<dyn Host>,
+    node_name: String,
+    auth: auth::Auth,
+    exec: exec::SessionLimits,
+) -> Router {
     let state: AppState = Arc::new(Shared {
         host,
         node_name,
         started: Timestamp::now(),
         auth,
         ledger: Mutex::default(),
+        exec,
     });
     Router::new()
         .route("/healthz", get(healthz))

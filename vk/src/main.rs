@@ -320,7 +320,7 @@ async fn overflow(
     );
     let mut webhook = tokio::spawn(vk::overflow::webhook::serve(
         webhook_addr,
-        cert.config,
+        cert.serving,
         metrics.clone(),
     ));
     let mut metrics_task = tokio::spawn(metrics.clone().serve(metrics_addr));

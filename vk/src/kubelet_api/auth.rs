@@ -27,16 +27,19 @@
 //! Every path is authenticated, `/healthz` included, as on the kubelet (its health handler sits
 //! behind the same filter). Results are cached like the kubelet's webhook caches: token
 //! reviews 2 minutes when authenticated and 10 seconds when not, access reviews 5 minutes when
-//! allowed and 30 seconds when denied; errors are not cached. Tokens are cached by their
+//! allowed and 30 seconds when denied; errors are not cached. Concurrent requests with the same
+//! uncached token share one TokenReview (`flight`), as the API server's cached token
+//! authenticator does, so a burst of requests with a new token is one API call. Tokens are cached by their
 //! SHA-256, never kept or logged in clear.
 //!
 //! The pieces: `authn` (who is calling), `authz` (what the request is authorized as and the
-//! decision), `review` (TokenReview and SubjectAccessReview through the API server) and
-//! `cache` (the TTL caches of both answers).
+//! decision), `review` (TokenReview and SubjectAccessReview through the API server), `cache`
+//! (the TTL caches of both answers) and `flight` (one TokenReview per token at a time).
 
 mod authn;
 mod authz;
 mod cache;
+mod flight;
 mod review;
 #[cfg(test)]
 mod tests;
@@ -57,6 +60,7 @@ pub use review::{KubeReviewer, ReviewError, Reviewer};
 use super::tls::Peer;
 use super::{ApiError, AppState};
 use cache::TtlCache;
+use flight::Flights;
 
 pub const TOKEN_TTL: Duration = Duration::from_secs(120);
 pub const TOKEN_FAILURE_TTL: Duration = Duration::from_secs(10);
@@ -72,6 +76,8 @@ pub struct Auth {
     reviewer: Arc<dyn Reviewer>,
     anonymous: bool,
     tokens: TtlCache<[u8; 32], Option<User>>,
+    /// TokenReviews in flight, by token hash: concurrent requests with one token make one.
+    token_flights: Flights<[u8; 32], Result<Option<User>, authn::ReviewFailed>>,
     decisions: TtlCache<String, bool>,
 }
 
@@ -81,6 +87,7 @@ impl Auth {
             reviewer,
             anonymous,
             tokens: TtlCache::new(),
+            token_flights: Flights::new(),
             decisions: TtlCache::new(),
         }
     }

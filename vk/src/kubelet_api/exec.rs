@@ -20,12 +20,17 @@
 //! `Failure` status on the error channel: kubectl falls back to SPDY whenever a WebSocket
 //! upgrade is refused, and would then show our SPDY refusal instead of the real reason.
 //!
+//! Sessions are bounded ([`SessionLimits`]): a client message over 1 MiB ends the session
+//! (never buffered), and so do 4 hours without traffic (`kubeletApi.execIdleTimeoutSeconds`,
+//! the kubelet's `streamingConnectionIdleTimeout` default).
+//!
 //! The command line is never logged: it may carry secrets.
 //!
 //! What a request asks for (its transport and stream options) is read in `request`.
 
 pub mod bridge;
 pub mod channel;
+mod limits;
 mod request;
 #[cfg(test)]
 mod tests;
@@ -39,6 +44,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tracing::debug;
 
+pub use limits::{KUBELET_IDLE_TIMEOUT, MAX_MESSAGE_BYTES, SessionLimits};
 pub use request::{StreamOptions, Transport, negotiate, parse_options};
 
 use super::{ApiError, AppState, find_container, workload};
@@ -305,7 +311,10 @@ async fn serve(
             .map_err(|e| ApiError::from_provider(&name, &e))
     }
     .await;
-    let ws = ws.protocols(WEBSOCKET_PROTOCOLS.iter().copied());
+    let ws = ws
+        .protocols(WEBSOCKET_PROTOCOLS.iter().copied())
+        .max_message_size(s.exec.max_message_bytes)
+        .max_frame_size(s.exec.max_message_bytes);
     let session = match started {
         Ok(session) => session,
         Err(e) => {
@@ -334,6 +343,7 @@ async fn serve(
         close_signal: protocol == channel::V5,
         target: format!("{namespace}/{pod}/{container}"),
         provider: name,
+        limits: s.exec,
     };
     Ok(ws.on_upgrade(move |socket| bridge::run(socket, session, streams)))
 }

@@ -25,6 +25,7 @@ use serde_json::json;
 use tower::ServiceExt;
 
 use super::auth::{Auth, ReviewError, Reviewer, User};
+use super::exec::{MAX_MESSAGE_BYTES, SessionLimits};
 use super::tls::Peer;
 use super::*;
 use crate::naming::Owner;
@@ -284,6 +285,11 @@ struct Setup {
 /// Pods: `ml/train` on a provider with logs (usage reported), `ml/quiet` on one without
 /// (no usage), `ml/pending` without a workload, `ml/shell` on a provider with exec.
 fn setup(endless: bool) -> Setup {
+    setup_with(endless, SessionLimits::default())
+}
+
+/// [`setup`] with exec sessions bounded by `limits`.
+fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
     let mut with_logs = FakeProvider::new("slurm", Some(vec!["hello world", "second line"]));
     with_logs.endless = endless;
     let with_logs = Arc::new(with_logs);
@@ -327,7 +333,7 @@ fn setup(endless: bool) -> Setup {
     };
     let auth = Auth::new(Arc::new(FakeReviewer), false);
     Setup {
-        app: router(Arc::new(host), "vk-node".into(), auth),
+        app: router_with(Arc::new(host), "vk-node".into(), auth, limits),
         logs_provider: with_logs,
         exec_provider: with_exec,
     }

@@ -24,7 +24,11 @@
 //!   started without `--kubelet-certificate-authority` accept it. With `csr: true` that
 //!   self-signed certificate is only served until the cluster issued one through a
 //!   `kubernetes.io/kubelet-serving` CSR, which is renewed before expiry ([`super::csr`]).
-//! - **Client certificates** are verified against `clientCaFile`. Without it, and unless
+//! - **Client certificates** are verified against `clientCaFile`, re-read when its content
+//!   changes (checked every 5 seconds) so a CA rotation needs no restart: new connections are
+//!   verified against the new bundle. A file that is missing or does not load at start is
+//!   logged and only bearer tokens authenticate until it loads; a file that later disappears or
+//!   stops loading keeps the last good CAs (logged as a warning). Without it, and unless
 //!   `clientCaFromCluster: false`, the VK reads the API server's client CA from the
 //!   `kube-system/extension-apiserver-authentication` ConfigMap (key `client-ca-file`), the
 //!   source aggregated API servers use (its RBAC: the `extension-apiserver-authentication-reader`
@@ -32,19 +36,28 @@
 //!   without a certificate (they then authenticate with a token or not at all); a certificate
 //!   that does not verify fails the handshake, as on the kubelet.
 //!
+//! - **Connections.** At most `kubeletApi.maxConnections` at once (handshaking or
+//!   established); a connection above it is closed as soon as it is accepted, without holding
+//!   up the accept loop. A client must finish its handshake within 10 seconds.
+//!
 //! The pieces: `serving` (loading, rotating or generating the serving certificate),
-//! `client_ca` (the CAs client certificates are verified against), `acceptor` (the rustls
-//! configuration and the listener) and `identity` (the client's identity from its certificate).
+//! `client_ca` (the CAs client certificates are verified against, and their reload), `config`
+//! (the rustls configuration, replaced when the client CA changes), `acceptor` (the listener
+//! and its limits) and `identity` (the client's identity from its certificate).
 
 mod acceptor;
 mod client_ca;
+mod config;
 mod identity;
 mod serving;
+#[cfg(test)]
+mod testing;
 
 use std::path::PathBuf;
 
-pub use acceptor::{TlsListener, server_config};
-pub use client_ca::client_roots;
+pub use acceptor::{Limits, TlsConn, TlsListener};
+pub use client_ca::{CLIENT_CA_RELOAD_INTERVAL, install_client_ca};
+pub use config::{TlsConfigs, server_config};
 pub use identity::{Peer, subject, validity};
 pub use serving::{ServingCert, self_signed};
 

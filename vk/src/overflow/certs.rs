@@ -9,7 +9,9 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::ServerConfig;
+use rustls::sign::CertifiedKey;
+
+use crate::kubelet_api::tls::ServingCert;
 
 /// Errors making or publishing the certificate.
 #[derive(Debug, thiserror::Error)]
@@ -26,11 +28,11 @@ pub enum Error {
     Conflict(String),
 }
 
-/// A certificate for the Service `name` in `namespace`, and the TLS configuration serving it.
+/// A certificate for the Service `name` in `namespace`, ready to serve.
 pub struct WebhookCert {
     /// PEM of the certificate: the `caBundle` the API server verifies it with.
     pub pem: String,
-    pub config: Arc<ServerConfig>,
+    pub serving: Arc<ServingCert>,
 }
 
 /// Generates a self-signed certificate valid for the Service's in-cluster DNS names.
@@ -44,15 +46,10 @@ pub fn self_signed(name: &str, namespace: &str) -> Result<WebhookCert, Error> {
     ];
     let rcgen::CertifiedKey { cert, signing_key } = rcgen::generate_simple_self_signed(names)?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(signing_key.serialize_der()));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.der().clone()], key)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let signer = rustls::crypto::ring::sign::any_supported_type(&key)?;
     Ok(WebhookCert {
         pem: cert.pem(),
-        config: Arc::new(config),
+        serving: ServingCert::fixed(CertifiedKey::new(vec![cert.der().clone()], signer)),
     })
 }
 

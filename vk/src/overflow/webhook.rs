@@ -11,21 +11,23 @@ use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use rustls::server::ServerConfig;
 use tracing::{info, warn};
 
 use super::mutate::{Decision, decide};
+use crate::kubelet_api::tls::{Limits, ServingCert, TlsConfigs, TlsListener};
 use crate::telemetry::{Metrics, OutcomeLabels};
 
 /// Serves the webhook on `addr` with `tls` until the process ends.
 pub async fn serve(
     addr: SocketAddr,
-    tls: Arc<ServerConfig>,
+    cert: Arc<ServingCert>,
     metrics: Metrics,
 ) -> std::io::Result<()> {
+    let configs = TlsConfigs::new(cert, None).map_err(std::io::Error::other)?;
     let tcp = tokio::net::TcpListener::bind(addr).await?;
     info!(addr = %addr, "overflow webhook listening");
-    let listener = crate::kubelet_api::tls::TlsListener::new(tcp, tls);
+    // Only the API server calls the webhook: a few connections at most.
+    let listener = TlsListener::new(tcp, configs, Limits::new(256));
     axum::serve(listener, router(metrics)).await
 }
 

@@ -63,21 +63,11 @@ impl Auth {
             let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
             let reviewed = match self.tokens.get(&key) {
                 Some(cached) => cached,
-                None => match self.reviewer.review_token(token).await {
-                    Ok(user) => {
-                        let ttl = if user.is_some() {
-                            TOKEN_TTL
-                        } else {
-                            TOKEN_FAILURE_TTL
-                        };
-                        self.tokens.put(key, user.clone(), ttl);
-                        user
-                    }
-                    Err(e) => {
-                        warn!(error = %ErrorChain(&e), "cannot authenticate a kubelet API request");
-                        return Err(unauthorized());
-                    }
-                },
+                None => self
+                    .token_flights
+                    .run(key, || self.review_token(key, token))
+                    .await
+                    .map_err(|ReviewFailed| unauthorized())?,
             };
             return reviewed.map(User::authenticated).ok_or_else(unauthorized);
         }
@@ -87,6 +77,37 @@ impl Auth {
         Err(unauthorized())
     }
 }
+
+impl Auth {
+    /// One TokenReview, shared by the concurrent requests carrying the same token (see
+    /// `super::flight`); answers are cached, errors only shared with the requests already
+    /// waiting (as before single flight, an error is never cached).
+    async fn review_token(&self, key: [u8; 32], token: &str) -> Result<Option<User>, ReviewFailed> {
+        // A flight that landed between our cache miss and joining has filled the cache.
+        if let Some(cached) = self.tokens.get(&key) {
+            return Ok(cached);
+        }
+        match self.reviewer.review_token(token).await {
+            Ok(user) => {
+                let ttl = if user.is_some() {
+                    TOKEN_TTL
+                } else {
+                    TOKEN_FAILURE_TTL
+                };
+                self.tokens.put(key, user.clone(), ttl);
+                Ok(user)
+            }
+            Err(e) => {
+                warn!(error = %ErrorChain(&e), "cannot authenticate a kubelet API request");
+                Err(ReviewFailed)
+            }
+        }
+    }
+}
+
+/// The TokenReview could not be made (already logged); the request is 401.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ReviewFailed;
 
 fn unauthorized() -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized")

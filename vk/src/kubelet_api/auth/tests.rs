@@ -15,6 +15,8 @@ struct Fake {
     rules: Vec<&'static str>,
     token_calls: AtomicUsize,
     access_calls: AtomicUsize,
+    /// When set, token reviews wait for a permit (so concurrent requests overlap).
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Reviewer for Fake {
@@ -24,6 +26,9 @@ impl Reviewer for Fake {
     ) -> BoxFuture<'a, Result<Option<User>, ReviewError>> {
         self.token_calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
+            if let Some(gate) = &self.gate {
+                let _ = gate.acquire().await;
+            }
             if token == "boom" {
                 return Err(ReviewError::Other("apiserver down".into()));
             }
@@ -172,6 +177,89 @@ async fn bad_tokens_are_401_even_with_anonymous_and_errors_are_not_cached() {
         a.authenticate(None, Some("Bearer ")).await.unwrap().name,
         ANONYMOUS
     );
+}
+
+/// Sends 16 requests carrying `token` at once, all polled (so all miss the cache) before the
+/// fake API server answers any TokenReview; their statuses.
+async fn concurrent_requests(
+    a: &Auth,
+    gate: &tokio::sync::Semaphore,
+    token: &str,
+) -> Vec<Result<String, StatusCode>> {
+    let header = format!("Bearer {token}");
+    let requests = futures::future::join_all((0..16).map(|_| async {
+        a.authenticate(None, Some(&header))
+            .await
+            .map(|u| u.name)
+            .map_err(|e| e.status)
+    }));
+    let answer = async {
+        // `join_all` polled every request once before this runs: all are waiting.
+        tokio::task::yield_now().await;
+        gate.add_permits(1000);
+    };
+    let (results, ()) = futures::join!(requests, answer);
+    results
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_token_make_one_token_review() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let fake = Arc::new(Fake {
+        gate: Some(gate.clone()),
+        ..Fake::default()
+    });
+    let a = Auth::new(fake.clone(), false);
+    let results = concurrent_requests(&a, &gate, "good-alice").await;
+    assert_eq!(results, vec![Ok("alice".to_owned()); 16]);
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(a.token_flights.len(), 0, "a landed flight is forgotten");
+    // Cached from then on.
+    a.authenticate(None, Some("Bearer good-alice"))
+        .await
+        .unwrap();
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 1);
+
+    // An error is shared by the requests that waited for it, then forgotten: the next request
+    // asks again.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let fake = Arc::new(Fake {
+        gate: Some(gate.clone()),
+        ..Fake::default()
+    });
+    let a = Auth::new(fake.clone(), false);
+    let results = concurrent_requests(&a, &gate, "boom").await;
+    assert_eq!(results, vec![Err(StatusCode::UNAUTHORIZED); 16]);
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 1);
+    let _ = a.authenticate(None, Some("Bearer boom")).await;
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_review_whose_requests_all_went_away_is_forgotten() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let fake = Arc::new(Fake {
+        gate: Some(gate.clone()),
+        ..Fake::default()
+    });
+    let a = Auth::new(fake.clone(), false);
+    // The only request gives up while its review is pending.
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_millis(10),
+        a.authenticate(None, Some("Bearer good-bob")),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    assert_eq!(a.token_flights.len(), 0);
+    gate.add_permits(1000);
+    assert_eq!(
+        a.authenticate(None, Some("Bearer good-bob"))
+            .await
+            .unwrap()
+            .name,
+        "bob"
+    );
+    assert_eq!(fake.token_calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -8,7 +8,11 @@
 //! - the output half forwards output as fast as the client takes it (each send waits for the
 //!   socket: nothing is read from the provider ahead of a slow client).
 //!
-//! A client that goes away before the end drops the session, which stops the command.
+//! A client that goes away before the end drops the session, which stops the command. So do
+//! the server's limits ([`super::SessionLimits`]): a client message over the size limit ends
+//! the session with a `RequestEntityTooLarge` status and close code 1009 (message too big);
+//! a session idle for the idle timeout ends with a `Timeout` status and a normal close whose
+//! reason says so.
 
 use std::time::Duration;
 
@@ -19,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 use tracing::debug;
 
 use super::channel::{self, Incoming, Outcome};
+use super::limits::{Activity, SessionLimits, too_big};
 use crate::provider::{ExecSession, ExecStdin, LogStream, TerminalSize};
 
 /// How long output may keep flowing after the command reported its exit (a background process
@@ -37,6 +42,22 @@ pub struct Streams {
     /// For log lines: `namespace/pod/container` and the provider.
     pub target: String,
     pub provider: String,
+    pub limits: SessionLimits,
+}
+
+/// Why the input half stopped.
+enum InputEnd {
+    /// The client closed the connection or went away.
+    Gone,
+    /// The client sent a message of `size` bytes, over `limit`.
+    TooBig { size: usize, limit: usize },
+}
+
+/// How a session ends when the server ends it.
+struct Ending {
+    outcome: Outcome,
+    code: u16,
+    reason: String,
 }
 
 /// Runs the session to its end.
@@ -44,7 +65,14 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
     let (mut sink, source) = socket.split();
     let stdin = session.stdin.take();
     let resize = session.resize.take();
-    let mut input = tokio::spawn(input(source, stdin, resize, streams.close_signal));
+    let activity = Activity::new();
+    let mut input = tokio::spawn(input(
+        source,
+        stdin,
+        resize,
+        streams.close_signal,
+        activity.clone(),
+    ));
 
     // As the kubelet does: an empty message on the lowest writable channel tells the client
     // the streams are ready.
@@ -64,35 +92,55 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
         return;
     }
 
-    let outcome = tokio::select! {
-        o = output(&mut sink, session, &streams) => o,
-        _ = &mut input => {
-            debug!(target = %streams.target, provider = %streams.provider, "exec client went away; stopping the command");
-            return;
+    let ending = tokio::select! {
+        o = output(&mut sink, session, &streams, &activity) => match o {
+            Some(outcome) => Ending { outcome, code: close_code::NORMAL, reason: String::new() },
+            None => {
+                debug!(target = %streams.target, provider = %streams.provider, "exec client stopped reading; stopping the command");
+                input.abort();
+                return;
+            }
+        },
+        end = &mut input => match end {
+            Ok(InputEnd::TooBig { size, limit }) => {
+                let message = format!("exec input message of {size} bytes exceeds the limit of {limit} bytes; session closed");
+                Ending {
+                    outcome: Outcome::Refused { code: 413, message },
+                    code: close_code::SIZE,
+                    reason: format!("message over {limit} bytes"),
+                }
+            }
+            Ok(InputEnd::Gone) | Err(_) => {
+                debug!(target = %streams.target, provider = %streams.provider, "exec client went away; stopping the command");
+                return;
+            }
+        },
+        () = activity.idle(streams.limits.idle_timeout) => {
+            let idle = streams.limits.idle_timeout.unwrap_or_default();
+            Ending {
+                outcome: Outcome::Refused {
+                    code: 504,
+                    message: format!("exec session idle for {idle:?} (no input or output); session closed"),
+                },
+                code: close_code::NORMAL,
+                reason: "idle timeout".into(),
+            }
         }
     };
-    let outcome = match outcome {
-        Some(o) => o,
-        None => {
-            debug!(target = %streams.target, provider = %streams.provider, "exec client stopped reading; stopping the command");
-            input.abort();
-            return;
-        }
-    };
-    match &outcome {
+    match &ending.outcome {
         Outcome::Exited(code) => {
             debug!(target = %streams.target, provider = %streams.provider, exit_code = code, "exec command ended")
         }
         Outcome::Error(e) | Outcome::Refused { message: e, .. } => {
-            debug!(target = %streams.target, provider = %streams.provider, error = %e, "exec session failed")
+            debug!(target = %streams.target, provider = %streams.provider, error = %e, "exec session ended")
         }
     }
-    let status = channel::frame(channel::ERROR, &channel::status(&outcome));
+    let status = channel::frame(channel::ERROR, &channel::status(&ending.outcome));
     if sink.send(Message::Binary(status)).await.is_ok() {
         let _ = sink
             .send(Message::Close(Some(CloseFrame {
-                code: close_code::NORMAL,
-                reason: "".into(),
+                code: ending.code,
+                reason: ending.reason.into(),
             })))
             .await;
         // The input half ends when the client answers the close.
@@ -127,20 +175,29 @@ pub async fn refuse(socket: WebSocket, outcome: Outcome) {
     }
 }
 
-/// Client to command. Returns when the client has closed the connection or gone away.
+/// Client to command. Returns when the client has closed the connection or gone away, or
+/// sent a message over the limit.
 async fn input(
     mut source: SplitStream<WebSocket>,
     mut stdin: Option<ExecStdin>,
     resize: Option<tokio::sync::mpsc::Sender<TerminalSize>>,
     close_signal: bool,
-) {
-    while let Some(Ok(msg)) = source.next().await {
+    activity: Activity,
+) -> InputEnd {
+    while let Some(msg) = source.next().await {
         let data = match msg {
-            Message::Binary(data) => data,
-            Message::Close(_) => return,
+            Ok(Message::Binary(data)) => data,
+            Ok(Message::Close(_)) => return InputEnd::Gone,
             // Pings are answered by the WebSocket layer; the protocol is binary only.
-            Message::Text(_) | Message::Ping(_) | Message::Pong(_) => continue,
+            Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_)) => continue,
+            Err(e) => {
+                return match too_big(e) {
+                    Some((size, limit)) => InputEnd::TooBig { size, limit },
+                    None => InputEnd::Gone,
+                };
+            }
         };
+        activity.touch();
         match channel::parse(&data, close_signal) {
             Incoming::Stdin(bytes) => {
                 if let Some(w) = stdin.as_mut() {
@@ -169,6 +226,7 @@ async fn input(
             Incoming::Close(_) | Incoming::Ignored => {}
         }
     }
+    InputEnd::Gone
 }
 
 /// Command to client: output until both streams end (or shortly after the exit), then the
@@ -177,6 +235,7 @@ async fn output(
     sink: &mut SplitSink<WebSocket, Message>,
     session: ExecSession,
     streams: &Streams,
+    activity: &Activity,
 ) -> Option<Outcome> {
     let ExecSession {
         stdout,
@@ -203,6 +262,7 @@ async fn output(
                     };
                     if wanted && !bytes.is_empty() {
                         sink.send(Message::Binary(channel::frame(ch, &bytes))).await.ok()?;
+                        activity.touch();
                     }
                 }
                 Some((_, Err(e))) => return Some(Outcome::Error(format!("provider {}: {e}", streams.provider))),

@@ -89,7 +89,8 @@ pub enum Outcome {
     Exited(i32),
     /// The provider failed while running the command (not the command's own failure).
     Error(String),
-    /// The session could not start; `code` is the HTTP status the refusal would have had.
+    /// The session could not start, or was ended by the server (a limit); `code` is the HTTP
+    /// status the refusal would have had.
     Refused {
         code: u16,
         message: String,
@@ -180,7 +181,9 @@ pub fn status(outcome: &Outcome) -> Bytes {
             reason: match code {
                 400 => Some("BadRequest"),
                 404 => Some("NotFound"),
+                413 => Some("RequestEntityTooLarge"),
                 503 => Some("ServiceUnavailable"),
+                504 => Some("Timeout"),
                 500 | 502 => Some("InternalError"),
                 _ => None,
             },

@@ -71,13 +71,27 @@ struct Received {
     first: Option<Vec<u8>>,
     channels: HashMap<u8, Vec<u8>>,
     normal_close: bool,
+    /// The close frame's code and reason.
+    close: Option<(u16, String)>,
 }
 
-async fn receive_all(ws: &mut Client) -> Received {
+impl Received {
+    /// The status on the error channel.
+    fn status(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.channels[&3]).unwrap()
+    }
+}
+
+async fn receive_all<S>(ws: &mut S) -> Received
+where
+    S: futures::Stream<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     let mut r = Received::default();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, ws.next()).await {
-        match msg.unwrap() {
+        // The server may reset the connection after its close (unread client data).
+        let Ok(msg) = msg else { break };
+        match msg {
             WsMessage::Binary(b) => {
                 if r.first.is_none() {
                     r.first = Some(b.to_vec());
@@ -88,7 +102,8 @@ async fn receive_all(ws: &mut Client) -> Received {
                     .extend_from_slice(&b[1..]);
             }
             WsMessage::Close(frame) => {
-                r.normal_close = frame.is_some_and(|f| u16::from(f.code) == 1000);
+                r.normal_close = frame.as_ref().is_some_and(|f| u16::from(f.code) == 1000);
+                r.close = frame.map(|f| (u16::from(f.code), f.reason.to_string()));
             }
             _ => {}
         }
@@ -220,4 +235,140 @@ async fn exec_refusals_before_any_upgrade() {
             "not supported by provider runpod: exec"
         )
     );
+}
+
+// ---- limits ---------------------------------------------------------------------------------
+
+fn stdin(data: &[u8]) -> WsMessage {
+    let mut m = vec![0u8];
+    m.extend_from_slice(data);
+    WsMessage::Binary(Bytes::from(m))
+}
+
+const CLOSE_STDIN: &[u8] = &[255, 0];
+
+#[tokio::test]
+async fn large_stdin_chunks_pass_and_an_oversized_message_ends_the_session() {
+    use futures::SinkExt;
+    let s = setup(false);
+    let addr = serve(s.app.clone()).await;
+    let path = "/exec/ml/shell/main?command=cat&input=1&output=1";
+    // A 64 KiB chunk (more than kubectl ever sends at once) is served whole.
+    let (ws, _) = open(addr, path, "v5.channel.k8s.io").await;
+    let (mut tx, mut rx) = ws.split();
+    let chunk = vec![b'x'; 64 << 10];
+    let sent = chunk.clone();
+    tokio::spawn(async move {
+        tx.send(stdin(&sent)).await.unwrap();
+        tx.send(WsMessage::Binary(Bytes::from_static(CLOSE_STDIN)))
+            .await
+            .unwrap();
+        tx
+    });
+    let r = receive_all(&mut rx).await;
+    assert_eq!(r.channels[&1], chunk);
+    assert_eq!(r.status()["status"], "Success");
+
+    // One byte over the limit: the session ends, the client is told why, the command stops.
+    let (ws, _) = open(addr, path, "v5.channel.k8s.io").await;
+    let (mut tx, mut rx) = ws.split();
+    let big = vec![b'y'; MAX_MESSAGE_BYTES];
+    // Sending may fail half-way: the server stops reading at the frame header.
+    let sender = tokio::spawn(async move { tx.send(stdin(&big)).await.is_ok() });
+    let r = receive_all(&mut rx).await;
+    let status = r.status();
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["code"], 413);
+    assert_eq!(status["reason"], "RequestEntityTooLarge");
+    assert_eq!(
+        status["message"],
+        "exec input message of 1048577 bytes exceeds the limit of 1048576 bytes; session closed"
+    );
+    assert_eq!(
+        r.close,
+        Some((1009, "message over 1048576 bytes".to_owned()))
+    );
+    assert!(!r.channels.get(&1).is_some_and(|out| out.contains(&b'y')));
+    wait_dropped(&s).await;
+    let _ = sender.await;
+}
+
+/// Waits (up to 5 s) for the provider session to be dropped, i.e. the command stopped.
+async fn wait_dropped(s: &Setup) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !s.exec_provider.exec_dropped.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command was not stopped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+fn idle_after(ms: u64) -> SessionLimits {
+    SessionLimits {
+        idle_timeout: Some(std::time::Duration::from_millis(ms)),
+        ..SessionLimits::default()
+    }
+}
+
+#[tokio::test]
+async fn an_idle_exec_session_is_closed_even_while_the_client_pings() {
+    use futures::SinkExt;
+    let s = setup_with(false, idle_after(300));
+    let addr = serve(s.app.clone()).await;
+    // `sleep` never writes; the client only pings (control frames are no traffic).
+    let (ws, _) = open(
+        addr,
+        "/exec/ml/shell/main?command=sleep&output=1",
+        "v5.channel.k8s.io",
+    )
+    .await;
+    let (mut tx, mut rx) = ws.split();
+    let pinger = tokio::spawn(async move {
+        while tx.send(WsMessage::Ping(Bytes::new())).await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    });
+    let r = receive_all(&mut rx).await;
+    let status = r.status();
+    assert_eq!(status["code"], 504);
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["message"],
+        "exec session idle for 300ms (no input or output); session closed"
+    );
+    assert_eq!(r.close, Some((1000, "idle timeout".to_owned())));
+    wait_dropped(&s).await;
+    pinger.abort();
+}
+
+#[tokio::test]
+async fn stdin_traffic_keeps_an_exec_session_open() {
+    use futures::SinkExt;
+    let s = setup_with(false, idle_after(1000));
+    let addr = serve(s.app.clone()).await;
+    let (ws, _) = open(
+        addr,
+        "/exec/ml/shell/main?command=cat&input=1&output=1",
+        "v5.channel.k8s.io",
+    )
+    .await;
+    let (mut tx, mut rx) = ws.split();
+    // Input for 2.5 s, far beyond the idle timeout, each piece well within it.
+    let sender = tokio::spawn(async move {
+        for _ in 0..16 {
+            tx.send(stdin(b"tick\n")).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        }
+        tx.send(WsMessage::Binary(Bytes::from_static(CLOSE_STDIN)))
+            .await
+            .unwrap();
+        tx
+    });
+    let r = receive_all(&mut rx).await;
+    assert_eq!(r.channels[&1], b"tick\n".repeat(16));
+    assert_eq!(r.status()["status"], "Success", "{:?}", r.status());
+    assert!(r.normal_close);
+    let _ = sender.await;
 }

@@ -25,7 +25,7 @@ pub struct Peer {
 
 impl Connected<IncomingStream<'_, TlsListener>> for Peer {
     fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        let (_, conn) = stream.io().get_ref();
+        let (_, conn) = stream.io().tls().get_ref();
         let cert_user = conn
             .peer_certificates()
             .and_then(|chain| chain.first())

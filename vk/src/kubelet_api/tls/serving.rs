@@ -51,6 +51,15 @@ impl ServingCert {
         }))
     }
 
+    /// Serves `key`, made elsewhere, and nothing else (no files to watch, no CSR).
+    pub fn fixed(key: CertifiedKey) -> Arc<Self> {
+        Arc::new(Self {
+            current: RwLock::new(Arc::new(key)),
+            files: None,
+            csr: false,
+        })
+    }
+
     /// `files`, `csr` (self-signed until the cluster signed ours) or `self-signed`, for logs.
     pub fn source(&self) -> &'static str {
         if self.files.is_some() {
