@@ -48,7 +48,7 @@ pub struct Snapshot {
     pub pending_owners: Vec<String>,
     /// Offloaded replicas on virtual nodes, by ReplicaSet owner UID (all, reclaimable or not).
     pub offloaded_owners: Vec<String>,
-    /// Offloaded replicas by provider (the VK's `gpu-vk.io/provider` annotation).
+    /// Offloaded replicas by provider (the VK's `gpu-vk.io/assigned-provider` annotation).
     pub offloaded_by_provider: BTreeMap<String, i64>,
 }
 
@@ -145,23 +145,22 @@ pub fn snapshot(nodes: &[Node], pods: &[Pod]) -> Snapshot {
                 if label(labels, OPT_IN_LABEL) != Some("true") {
                     continue;
                 }
-                let provider = label(p.metadata.annotations.as_ref(), "gpu-vk.io/provider")
+                // Pods on their way out (evicted, scaled down) no longer count as offloaded.
+                if p.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let assigned = crate::pods::spec::ANN_ASSIGNED;
+                let provider = label(p.metadata.annotations.as_ref(), assigned)
                     .unwrap_or("pending")
                     .to_owned();
                 *s.offloaded_by_provider.entry(provider).or_default() += 1;
                 let Some(owner) = replica_set(p) else {
                     continue;
                 };
-                if p.metadata.deletion_timestamp.is_none() {
-                    s.offloaded_owners.push(owner.clone());
-                }
+                s.offloaded_owners.push(owner.clone());
                 let running =
                     p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running");
-                if label(labels, RECLAIM_LABEL) == Some("true")
-                    && running
-                    && p.metadata.deletion_timestamp.is_none()
-                    && g > 0
-                {
+                if label(labels, RECLAIM_LABEL) == Some("true") && running && g > 0 {
                     candidates.push((
                         p.metadata.creation_timestamp.as_ref().map(|t| t.0),
                         Candidate {
