@@ -710,7 +710,8 @@ async fn list_is_one_call_per_page_and_maps_every_state() {
             reason: FailureReason::Error
         })
     );
-    assert_eq!(by_id("107"), Some(WorkloadState::Lost));
+    // An offline host may come back ("Instance back online"): not lost, not ready.
+    assert!(matches!(by_id("107"), Some(WorkloadState::NotReady { .. })));
     assert_eq!(
         by_id("109"),
         Some(WorkloadState::Unknown {
@@ -875,7 +876,7 @@ async fn secrets_stay_out_of_debug_and_settings_parse() {
     assert!(!format!("{:?}", adapter(&server)).contains(KEY));
     assert!(!format!("{:?}", config(&server)).contains(KEY));
     let caps = adapter(&server).capabilities();
-    assert!(caps.logs && !caps.exec && !caps.metrics);
+    assert!(caps.logs && !caps.exec && caps.metrics);
     assert_eq!(caps.gpu_types, ["RTX4090"]);
 
     let yaml: serde_yaml::Value = serde_yaml::from_str(
@@ -1165,4 +1166,115 @@ async fn the_search_widens_for_creates_renting_meanwhile() {
     // Alone again: the default limit.
     vast.create(&workload_n(3)).await.unwrap_err();
     assert_eq!(search_limits(&server).await[2], json!(20));
+}
+
+// ---- issue 15: input limits, entrypoint, usage, host states ------------------------------
+
+#[tokio::test]
+async fn an_env_value_over_the_vast_entry_limit_fails_naming_it_before_any_request() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(500))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let vast = adapter(&server);
+    let w = workload().env("PROMPT", &"x".repeat(300)).build();
+    let err = vast.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message }
+            if message.contains("PROMPT") && message.contains("256") && message.contains("env")),
+        "{err:?}"
+    );
+    let long_args: Vec<String> = (0..50).map(|_| "a".repeat(100)).collect();
+    let w = workload().args(long_args).build();
+    let err = vast.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message } if message.contains("4096")),
+        "{err:?}"
+    );
+    let w = workload().option("disk_gb", "4").build();
+    let err = vast.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message } if message.contains("8 GB")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn command_overrides_the_entrypoint_and_args_replace_the_cmd() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.2)])).await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(rented())
+        .mount(&server)
+        .await;
+    // Only `args`: the image ENTRYPOINT stays (no `onstart`), `args` replace its CMD.
+    let w = WorkloadBuilder::new(&owner(), UID)
+        .pod("ml", "serve-0")
+        .image("vllm/vllm-openai:v0.6")
+        .args(["--model", "m"])
+        .gpu("RTX4090", 2)
+        .build();
+    adapter(&server).create(&w).await.unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    let rent: Value = reqs
+        .iter()
+        .rev()
+        .find(|r| r.method.as_str() == "PUT")
+        .unwrap()
+        .body_json()
+        .unwrap();
+    assert_eq!(rent["runtype"], "args");
+    assert!(rent.get("onstart").is_none(), "{rent}");
+    assert!(rent.get("args_str").is_none(), "{rent}");
+    assert_eq!(rent["args"], json!(["--model", "m"]));
+}
+
+#[tokio::test]
+async fn running_instances_carry_usage_for_the_kubelet_stats() {
+    let server = MockServer::start().await;
+    let mut running = instance(1, &id(), json!("running"), "running", false);
+    running["cpu_util"] = json!(150.0);
+    running["mem_usage"] = json!(2.0);
+    running["mem_limit"] = json!(64.0);
+    running["gpu_util"] = json!(80.0);
+    running["uptime_mins"] = json!(1.0);
+    mount_lookup(&server, json!([running])).await;
+    let observed = adapter(&server).list().await.unwrap();
+    let usage = observed[0]
+        .usage
+        .clone()
+        .expect("usage of a running instance");
+    assert_eq!(usage.cpu_millis, 1500);
+    assert_eq!(usage.memory_bytes, 2_000_000_000);
+    assert_eq!(usage.cpu_usage_nanos, 1500 * 60 * 1_000_000);
+}
+
+#[tokio::test]
+async fn an_offline_or_silent_host_is_not_ready_not_lost() {
+    let server = MockServer::start().await;
+    let other = WorkloadBuilder::new(&owner(), "00000000-0000-4000-8000-00000000000a")
+        .gpu("RTX4090", 1)
+        .build();
+    mount_lookup(
+        &server,
+        json!([
+            instance(1, &id(), json!("offline"), "running", false),
+            instance(2, other.id.as_str(), json!("unknown"), "running", false),
+        ]),
+    )
+    .await;
+    let observed = adapter(&server).list().await.unwrap();
+    assert_eq!(observed.len(), 2);
+    for o in observed {
+        assert!(
+            matches!(o.state, WorkloadState::NotReady { .. }),
+            "{:?}",
+            o.state
+        );
+        assert!(o.usage.is_none());
+    }
 }

@@ -29,14 +29,17 @@
 //! Decisions and assumptions:
 //! - The OpenAPI file types the create `env` as a Docker-flag string while the instance guide
 //!   (and the CLI) send an object; the object form is used.
-//! - `runtype` is `args`: the image's ENTRYPOINT is kept and `args_str` (command and args,
-//!   shell-quoted) replaces its CMD, so the container exits when the workload does. Vast has
+//! - `runtype` is `args`: the container is the image "as is" and exits when the workload
+//!   does; Kubernetes `command[0]` overrides the ENTRYPOINT (sent as `onstart`, as vast-cli
+//!   sends `--entrypoint`), the rest of `command` and `args` are the `args` list (see
+//!   `plan::entrypoint_and_args`). Input limits are checked first (see `limits`). Vast has
 //!   no exit code in its API: `exited` is Succeeded unless `status_msg` reads like an error.
 //! - State mapping: null -> Queued; loading / created -> Starting; running -> Running;
 //!   rebooting / frozen -> NotReady; stopped while intended running -> Preempted for a bid,
 //!   NotReady for on-demand; stopped or exited while intended stopped (we never stop
-//!   instances) -> Failed(Evicted); exited -> Succeeded / Failed(Error); offline -> Lost (the
-//!   docs: it never comes back to running); unknown or anything else -> Unknown{raw}.
+//!   instances) -> Failed(Evicted); exited -> Succeeded / Failed(Error); offline / unknown
+//!   -> NotReady (the host is disconnected or silent and may come back: see `state`); anything
+//!   else -> Unknown{raw}.
 //! - Bid price: the pod's `bid_price` option, else the offer's `min_bid` (else its
 //!   `dph_total`); offers above `maxPricePerHour` are never rented, and a `bid_price` above it
 //!   is an invalid request.
@@ -64,6 +67,7 @@ mod adapter;
 mod claims;
 mod config;
 mod instances;
+mod limits;
 mod logs;
 mod plan;
 mod rent;

@@ -24,7 +24,7 @@ impl Provider for Vast {
             max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: true,
             exec: false,
-            metrics: false,
+            metrics: true,
         }
     }
 
