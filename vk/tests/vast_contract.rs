@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use vk::naming::Owner;
 use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, Workload, WorkloadState};
-use vk::providers::vast::{Vast, VastConfig};
+use vk::providers::vast::{MinIntervals, Vast, VastConfig};
 use wiremock::matchers::{body_partial_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 use workload_builder::WorkloadBuilder;
@@ -42,6 +42,14 @@ fn config(server: &MockServer) -> VastConfig {
         gpu_names: [("RTX4090".to_owned(), "RTX 4090".to_owned())].into(),
         disk_gb: 32.0,
         log_fetch_interval_ms: 10,
+        // Pacing is tested on its own (`calls_are_paced_per_endpoint_and_429s_retried`).
+        rate_limits: MinIntervals {
+            list: 0.0,
+            search: 0.0,
+            rent: 0.0,
+            destroy: 0.0,
+            logs: 0.0,
+        },
         ..VastConfig::default()
     }
     .with_api_key(KEY)
@@ -118,17 +126,11 @@ fn assert_no_key(err: &ProviderError) {
 }
 
 #[tokio::test]
-async fn create_looks_up_searches_and_rents_the_cheapest_offer() {
+async fn create_searches_and_rents_the_cheapest_offer_without_a_list() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .and(path("/api/v1/instances/"))
-        .and(query_param(
-            "select_filters",
-            json!({"label": {"eq": id()}}).to_string().as_str(),
-        ))
-        .and(header("authorization", format!("Bearer {KEY}").as_str()))
         .respond_with(ResponseTemplate::new(200).set_body_json(page(json!([]), None)))
-        .expect(1)
+        .expect(0)
         .mount(&server)
         .await;
     mount_offers(
@@ -153,15 +155,11 @@ async fn create_looks_up_searches_and_rents_the_cheapest_offer() {
     let reqs = server.received_requests().await.unwrap();
     assert_eq!(
         calls(&reqs),
-        [
-            "GET /api/v1/instances/",
-            "POST /api/v0/bundles/",
-            "PUT /api/v0/asks/32/"
-        ]
+        ["POST /api/v0/bundles/", "PUT /api/v0/asks/32/"]
     );
-    let search: Value = reqs[1].body_json().unwrap();
+    let search: Value = reqs[0].body_json().unwrap();
     insta::assert_json_snapshot!("vast_offer_search_body", search);
-    let rent: Value = reqs[2].body_json().unwrap();
+    let rent: Value = reqs[1].body_json().unwrap();
     assert_eq!(rent["label"], id());
     assert!(
         rent.get("price").is_none(),
@@ -274,7 +272,7 @@ async fn the_price_ceiling_is_enforced_even_if_the_search_ignores_it() {
     adapter_with(cfg).create(&workload().build()).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
-    let search: Value = reqs[1].body_json().unwrap();
+    let search: Value = reqs[0].body_json().unwrap();
     assert_eq!(search["dph_total"], json!({"lte": 0.4}));
 }
 
@@ -293,7 +291,7 @@ async fn interruptible_pods_bid() {
         .await;
     let w = workload().option("interruptible", "true").build();
     adapter(&server).create(&w).await.unwrap();
-    let search: Value = server.received_requests().await.unwrap()[1]
+    let search: Value = server.received_requests().await.unwrap()[0]
         .body_json()
         .unwrap();
     assert_eq!(search["type"], "bid");
@@ -323,25 +321,32 @@ async fn interruptible_pods_bid() {
 }
 
 #[tokio::test]
-async fn create_is_idempotent_on_the_label() {
+async fn a_second_create_of_a_rented_workload_looks_the_label_up_and_rents_nothing() {
     let server = MockServer::start().await;
-    mount_lookup(
-        &server,
-        json!([instance(900, &id(), json!("running"), "running", false)]),
-    )
-    .await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
-        .expect(0)
+    Mock::given(method("GET"))
+        .and(path("/api/v1/instances/"))
+        .and(query_param(
+            "select_filters",
+            json!({"label": {"eq": id()}}).to_string().as_str(),
+        ))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(
+            json!([instance(900, &id(), json!("running"), "running", false)]),
+            None,
+        )))
+        .expect(1)
         .mount(&server)
         .await;
+    mount_offers(&server, json!([offer(5, 0.5, 0.1)])).await;
     Mock::given(method("PUT"))
         .respond_with(rented())
-        .expect(0)
+        .expect(1)
         .mount(&server)
         .await;
-
-    adapter(&server).create(&workload().build()).await.unwrap();
+    let vast = adapter(&server);
+    vast.create(&workload().build()).await.unwrap();
+    // The framework's list may predate the rent: the same create again rents nothing.
+    vast.create(&workload().build()).await.unwrap();
 }
 
 #[tokio::test]
@@ -362,12 +367,22 @@ async fn a_lookup_that_ignores_the_filter_is_still_checked_by_label() {
     mount_offers(&server, json!([offer(2, 0.5, 0.1)])).await;
     Mock::given(method("PUT"))
         .and(path("/api/v0/asks/2/"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/2/"))
         .respond_with(rented())
         .expect(1)
         .mount(&server)
         .await;
-
-    adapter(&server).create(&workload().build()).await.unwrap();
+    let vast = adapter(&server);
+    // A failed rent may have happened: the retry looks the label up first.
+    assert!(vast.create(&workload().build()).await.is_err());
+    vast.create(&workload().build()).await.unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    assert!(calls(&reqs).contains(&"GET /api/v1/instances/".to_owned()));
 }
 
 #[tokio::test]
@@ -579,8 +594,8 @@ async fn delete_destroys_the_instance() {
     ));
     assert_eq!(
         server.received_requests().await.unwrap().len(),
-        3,
-        "a non-numeric id sends nothing"
+        3 + vk::providers::vast::MAX_429_RETRIES as usize,
+        "a 429 is retried; a non-numeric id sends nothing"
     );
 }
 
@@ -1277,4 +1292,64 @@ async fn an_offline_or_silent_host_is_not_ready_not_lost() {
         );
         assert!(o.usage.is_none());
     }
+}
+
+#[tokio::test]
+async fn calls_are_paced_per_endpoint_and_429s_retried() {
+    let server = MockServer::start().await;
+    // The documented 429 of the rent endpoint, with no Retry-After, once.
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(
+            ResponseTemplate::new(429).set_body_json(
+                json!({"detail": "API requests too frequent endpoint threshold=4.5"}),
+            ),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(rented())
+        .mount(&server)
+        .await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.2)])).await;
+    let vast = adapter_with(VastConfig {
+        rate_limits: MinIntervals {
+            search: 0.2,
+            rent: 0.0,
+            list: 0.0,
+            destroy: 0.0,
+            logs: 0.0,
+        },
+        ..config(&server)
+    });
+    vast.create(&workload().build())
+        .await
+        .expect("a 429 is retried, not surfaced");
+    let reqs = server.received_requests().await.unwrap();
+    assert_eq!(
+        calls(&reqs),
+        [
+            "POST /api/v0/bundles/",
+            "PUT /api/v0/asks/1/",
+            "PUT /api/v0/asks/1/"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_429_that_persists_is_transient() {
+    let server = MockServer::start().await;
+    Mock::given(method("DELETE"))
+        .respond_with(
+            ResponseTemplate::new(429).set_body_json(
+                json!({"detail": "API requests too frequent endpoint threshold=3.0"}),
+            ),
+        )
+        .expect(u64::from(vk::providers::vast::MAX_429_RETRIES) + 1)
+        .mount(&server)
+        .await;
+    let err = adapter(&server).delete("42").await.unwrap_err();
+    assert!(matches!(err, ProviderError::Transient { .. }), "{err:?}");
 }
