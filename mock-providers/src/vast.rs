@@ -1667,6 +1667,16 @@ fn create_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
             (_, Some(s)) if !s.trim().is_empty() => Some(s.clone()),
             _ => None,
         };
+        // With runtype `args`, `onstart` is the entrypoint override (vast-ai/vast-cli
+        // `vast.py` sends `--entrypoint` as `onstart`: "override the entrypoint to bash ...
+        // --onstart-cmd 'bash' --args -c '...'"); the args follow it.
+        let cmd = match onstart.as_deref().map(str::trim).filter(|o| !o.is_empty()) {
+            Some(entry) => Some(match cmd {
+                Some(rest) => format!("{} {rest}", crate::util::shell_join(&[entry])),
+                None => crate::util::shell_join(&[entry]),
+            }),
+            None => cmd,
+        };
         (cmd, false)
     } else {
         (onstart.clone().filter(|o| !o.trim().is_empty()), true)
