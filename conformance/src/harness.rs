@@ -216,8 +216,15 @@ impl Emulator {
             // The clouds deny Secret env by default; the suites pass Secrets to them on
             // purpose (env resolution, log redaction), so the test operator allows it.
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{insecure}",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{paced}{insecure}",
                 insecure = self.insecure_http(),
+                // The emulator runs on simulated (shortened) timings: the Vast adapter paces
+                // its calls at a tenth of the service's documented intervals to match.
+                paced = if self.kind == "vast" {
+                    "    rateLimits: {list: 0.1, search: 0.6, rent: 0.45, destroy: 0.3, logs: 0.1}\n"
+                } else {
+                    ""
+                },
                 kind = self.kind,
                 url = self.base_url(),
                 gpu = self.default_gpu,

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use vk::naming::Owner;
 use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, Workload, WorkloadState};
-use vk::providers::vast::{Vast, VastConfig};
+use vk::providers::vast::{MinIntervals, Vast, VastConfig};
 use wiremock::matchers::{body_partial_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 use workload_builder::WorkloadBuilder;
@@ -42,6 +42,14 @@ fn config(server: &MockServer) -> VastConfig {
         gpu_names: [("RTX4090".to_owned(), "RTX 4090".to_owned())].into(),
         disk_gb: 32.0,
         log_fetch_interval_ms: 10,
+        // Pacing is tested on its own (`calls_are_paced_per_endpoint_and_429s_retried`).
+        rate_limits: MinIntervals {
+            list: 0.0,
+            search: 0.0,
+            rent: 0.0,
+            destroy: 0.0,
+            logs: 0.0,
+        },
         ..VastConfig::default()
     }
     .with_api_key(KEY)
@@ -118,17 +126,11 @@ fn assert_no_key(err: &ProviderError) {
 }
 
 #[tokio::test]
-async fn create_looks_up_searches_and_rents_the_cheapest_offer() {
+async fn create_searches_and_rents_the_cheapest_offer_without_a_list() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .and(path("/api/v1/instances/"))
-        .and(query_param(
-            "select_filters",
-            json!({"label": {"eq": id()}}).to_string().as_str(),
-        ))
-        .and(header("authorization", format!("Bearer {KEY}").as_str()))
         .respond_with(ResponseTemplate::new(200).set_body_json(page(json!([]), None)))
-        .expect(1)
+        .expect(0)
         .mount(&server)
         .await;
     mount_offers(
@@ -153,15 +155,11 @@ async fn create_looks_up_searches_and_rents_the_cheapest_offer() {
     let reqs = server.received_requests().await.unwrap();
     assert_eq!(
         calls(&reqs),
-        [
-            "GET /api/v1/instances/",
-            "POST /api/v0/bundles/",
-            "PUT /api/v0/asks/32/"
-        ]
+        ["POST /api/v0/bundles/", "PUT /api/v0/asks/32/"]
     );
-    let search: Value = reqs[1].body_json().unwrap();
+    let search: Value = reqs[0].body_json().unwrap();
     insta::assert_json_snapshot!("vast_offer_search_body", search);
-    let rent: Value = reqs[2].body_json().unwrap();
+    let rent: Value = reqs[1].body_json().unwrap();
     assert_eq!(rent["label"], id());
     assert!(
         rent.get("price").is_none(),
@@ -274,7 +272,7 @@ async fn the_price_ceiling_is_enforced_even_if_the_search_ignores_it() {
     adapter_with(cfg).create(&workload().build()).await.unwrap();
 
     let reqs = server.received_requests().await.unwrap();
-    let search: Value = reqs[1].body_json().unwrap();
+    let search: Value = reqs[0].body_json().unwrap();
     assert_eq!(search["dph_total"], json!({"lte": 0.4}));
 }
 
@@ -293,7 +291,7 @@ async fn interruptible_pods_bid() {
         .await;
     let w = workload().option("interruptible", "true").build();
     adapter(&server).create(&w).await.unwrap();
-    let search: Value = server.received_requests().await.unwrap()[1]
+    let search: Value = server.received_requests().await.unwrap()[0]
         .body_json()
         .unwrap();
     assert_eq!(search["type"], "bid");
@@ -323,25 +321,32 @@ async fn interruptible_pods_bid() {
 }
 
 #[tokio::test]
-async fn create_is_idempotent_on_the_label() {
+async fn a_second_create_of_a_rented_workload_looks_the_label_up_and_rents_nothing() {
     let server = MockServer::start().await;
-    mount_lookup(
-        &server,
-        json!([instance(900, &id(), json!("running"), "running", false)]),
-    )
-    .await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200))
-        .expect(0)
+    Mock::given(method("GET"))
+        .and(path("/api/v1/instances/"))
+        .and(query_param(
+            "select_filters",
+            json!({"label": {"eq": id()}}).to_string().as_str(),
+        ))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(
+            json!([instance(900, &id(), json!("running"), "running", false)]),
+            None,
+        )))
+        .expect(1)
         .mount(&server)
         .await;
+    mount_offers(&server, json!([offer(5, 0.5, 0.1)])).await;
     Mock::given(method("PUT"))
         .respond_with(rented())
-        .expect(0)
+        .expect(1)
         .mount(&server)
         .await;
-
-    adapter(&server).create(&workload().build()).await.unwrap();
+    let vast = adapter(&server);
+    vast.create(&workload().build()).await.unwrap();
+    // The framework's list may predate the rent: the same create again rents nothing.
+    vast.create(&workload().build()).await.unwrap();
 }
 
 #[tokio::test]
@@ -362,12 +367,22 @@ async fn a_lookup_that_ignores_the_filter_is_still_checked_by_label() {
     mount_offers(&server, json!([offer(2, 0.5, 0.1)])).await;
     Mock::given(method("PUT"))
         .and(path("/api/v0/asks/2/"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/2/"))
         .respond_with(rented())
         .expect(1)
         .mount(&server)
         .await;
-
-    adapter(&server).create(&workload().build()).await.unwrap();
+    let vast = adapter(&server);
+    // A failed rent may have happened: the retry looks the label up first.
+    assert!(vast.create(&workload().build()).await.is_err());
+    vast.create(&workload().build()).await.unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    assert!(calls(&reqs).contains(&"GET /api/v1/instances/".to_owned()));
 }
 
 #[tokio::test]
@@ -579,8 +594,8 @@ async fn delete_destroys_the_instance() {
     ));
     assert_eq!(
         server.received_requests().await.unwrap().len(),
-        3,
-        "a non-numeric id sends nothing"
+        3 + vk::providers::vast::MAX_429_RETRIES as usize,
+        "a 429 is retried; a non-numeric id sends nothing"
     );
 }
 
@@ -710,7 +725,8 @@ async fn list_is_one_call_per_page_and_maps_every_state() {
             reason: FailureReason::Error
         })
     );
-    assert_eq!(by_id("107"), Some(WorkloadState::Lost));
+    // An offline host may come back ("Instance back online"): not lost, not ready.
+    assert!(matches!(by_id("107"), Some(WorkloadState::NotReady { .. })));
     assert_eq!(
         by_id("109"),
         Some(WorkloadState::Unknown {
@@ -875,7 +891,7 @@ async fn secrets_stay_out_of_debug_and_settings_parse() {
     assert!(!format!("{:?}", adapter(&server)).contains(KEY));
     assert!(!format!("{:?}", config(&server)).contains(KEY));
     let caps = adapter(&server).capabilities();
-    assert!(caps.logs && !caps.exec && !caps.metrics);
+    assert!(caps.logs && !caps.exec && caps.metrics);
     assert_eq!(caps.gpu_types, ["RTX4090"]);
 
     let yaml: serde_yaml::Value = serde_yaml::from_str(
@@ -1165,4 +1181,175 @@ async fn the_search_widens_for_creates_renting_meanwhile() {
     // Alone again: the default limit.
     vast.create(&workload_n(3)).await.unwrap_err();
     assert_eq!(search_limits(&server).await[2], json!(20));
+}
+
+// ---- issue 15: input limits, entrypoint, usage, host states ------------------------------
+
+#[tokio::test]
+async fn an_env_value_over_the_vast_entry_limit_fails_naming_it_before_any_request() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(500))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let vast = adapter(&server);
+    let w = workload().env("PROMPT", &"x".repeat(300)).build();
+    let err = vast.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message }
+            if message.contains("PROMPT") && message.contains("256") && message.contains("env")),
+        "{err:?}"
+    );
+    let long_args: Vec<String> = (0..50).map(|_| "a".repeat(100)).collect();
+    let w = workload().args(long_args).build();
+    let err = vast.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message } if message.contains("4096")),
+        "{err:?}"
+    );
+    let w = workload().option("disk_gb", "4").build();
+    let err = vast.create(&w).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message } if message.contains("8 GB")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn command_overrides_the_entrypoint_and_args_replace_the_cmd() {
+    let server = MockServer::start().await;
+    mount_lookup(&server, json!([])).await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.2)])).await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(rented())
+        .mount(&server)
+        .await;
+    // Only `args`: the image ENTRYPOINT stays (no `onstart`), `args` replace its CMD.
+    let w = WorkloadBuilder::new(&owner(), UID)
+        .pod("ml", "serve-0")
+        .image("vllm/vllm-openai:v0.6")
+        .args(["--model", "m"])
+        .gpu("RTX4090", 2)
+        .build();
+    adapter(&server).create(&w).await.unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    let rent: Value = reqs
+        .iter()
+        .rev()
+        .find(|r| r.method.as_str() == "PUT")
+        .unwrap()
+        .body_json()
+        .unwrap();
+    assert_eq!(rent["runtype"], "args");
+    assert!(rent.get("onstart").is_none(), "{rent}");
+    assert!(rent.get("args_str").is_none(), "{rent}");
+    assert_eq!(rent["args"], json!(["--model", "m"]));
+}
+
+#[tokio::test]
+async fn running_instances_carry_usage_for_the_kubelet_stats() {
+    let server = MockServer::start().await;
+    let mut running = instance(1, &id(), json!("running"), "running", false);
+    running["cpu_util"] = json!(150.0);
+    running["mem_usage"] = json!(2.0);
+    running["mem_limit"] = json!(64.0);
+    running["gpu_util"] = json!(80.0);
+    running["uptime_mins"] = json!(1.0);
+    mount_lookup(&server, json!([running])).await;
+    let observed = adapter(&server).list().await.unwrap();
+    let usage = observed[0]
+        .usage
+        .clone()
+        .expect("usage of a running instance");
+    assert_eq!(usage.cpu_millis, 1500);
+    assert_eq!(usage.memory_bytes, 2_000_000_000);
+    assert_eq!(usage.cpu_usage_nanos, 1500 * 60 * 1_000_000);
+}
+
+#[tokio::test]
+async fn an_offline_or_silent_host_is_not_ready_not_lost() {
+    let server = MockServer::start().await;
+    let other = WorkloadBuilder::new(&owner(), "00000000-0000-4000-8000-00000000000a")
+        .gpu("RTX4090", 1)
+        .build();
+    mount_lookup(
+        &server,
+        json!([
+            instance(1, &id(), json!("offline"), "running", false),
+            instance(2, other.id.as_str(), json!("unknown"), "running", false),
+        ]),
+    )
+    .await;
+    let observed = adapter(&server).list().await.unwrap();
+    assert_eq!(observed.len(), 2);
+    for o in observed {
+        assert!(
+            matches!(o.state, WorkloadState::NotReady { .. }),
+            "{:?}",
+            o.state
+        );
+        assert!(o.usage.is_none());
+    }
+}
+
+#[tokio::test]
+async fn calls_are_paced_per_endpoint_and_429s_retried() {
+    let server = MockServer::start().await;
+    // The documented 429 of the rent endpoint, with no Retry-After, once.
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(
+            ResponseTemplate::new(429).set_body_json(
+                json!({"detail": "API requests too frequent endpoint threshold=4.5"}),
+            ),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path("/api/v0/asks/1/"))
+        .respond_with(rented())
+        .mount(&server)
+        .await;
+    mount_offers(&server, json!([offer(1, 0.5, 0.2)])).await;
+    let vast = adapter_with(VastConfig {
+        rate_limits: MinIntervals {
+            search: 0.2,
+            rent: 0.0,
+            list: 0.0,
+            destroy: 0.0,
+            logs: 0.0,
+        },
+        ..config(&server)
+    });
+    vast.create(&workload().build())
+        .await
+        .expect("a 429 is retried, not surfaced");
+    let reqs = server.received_requests().await.unwrap();
+    assert_eq!(
+        calls(&reqs),
+        [
+            "POST /api/v0/bundles/",
+            "PUT /api/v0/asks/1/",
+            "PUT /api/v0/asks/1/"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_429_that_persists_is_transient() {
+    let server = MockServer::start().await;
+    Mock::given(method("DELETE"))
+        .respond_with(
+            ResponseTemplate::new(429).set_body_json(
+                json!({"detail": "API requests too frequent endpoint threshold=3.0"}),
+            ),
+        )
+        .expect(u64::from(vk::providers::vast::MAX_429_RETRIES) + 1)
+        .mount(&server)
+        .await;
+    let err = adapter(&server).delete("42").await.unwrap_err();
+    assert!(matches!(err, ProviderError::Transient { .. }), "{err:?}");
 }

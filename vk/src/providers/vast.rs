@@ -29,18 +29,26 @@
 //! Decisions and assumptions:
 //! - The OpenAPI file types the create `env` as a Docker-flag string while the instance guide
 //!   (and the CLI) send an object; the object form is used.
-//! - `runtype` is `args`: the image's ENTRYPOINT is kept and `args_str` (command and args,
-//!   shell-quoted) replaces its CMD, so the container exits when the workload does. Vast has
+//! - `runtype` is `args`: the container is the image "as is" and exits when the workload
+//!   does; Kubernetes `command[0]` overrides the ENTRYPOINT (sent as `onstart`, as vast-cli
+//!   sends `--entrypoint`), the rest of `command` and `args` are the `args` list (see
+//!   `plan::entrypoint_and_args`). Input limits are checked first (see `limits`). Vast has
 //!   no exit code in its API: `exited` is Succeeded unless `status_msg` reads like an error.
 //! - State mapping: null -> Queued; loading / created -> Starting; running -> Running;
 //!   rebooting / frozen -> NotReady; stopped while intended running -> Preempted for a bid,
 //!   NotReady for on-demand; stopped or exited while intended stopped (we never stop
-//!   instances) -> Failed(Evicted); exited -> Succeeded / Failed(Error); offline -> Lost (the
-//!   docs: it never comes back to running); unknown or anything else -> Unknown{raw}.
+//!   instances) -> Failed(Evicted); exited -> Succeeded / Failed(Error); offline / unknown
+//!   -> NotReady (the host is disconnected or silent and may come back: see `state`); anything
+//!   else -> Unknown{raw}.
 //! - Bid price: the pod's `bid_price` option, else the offer's `min_bid` (else its
 //!   `dph_total`); offers above `maxPricePerHour` are never rented, and a `bid_price` above it
 //!   is an invalid request.
-//! - Idempotent create: one `GET /api/v1/instances/` filtered on the label before renting.
+//! - Idempotent create without a list per create: the framework creates only workloads the
+//!   last full list did not show (and lists every provider before reconciling at startup), so
+//!   a create looks the label up (`GET /api/v1/instances/` filtered on it) only when this
+//!   process rented, or may have rented, that workload in the last [`RENTED_TTL`] (a list
+//!   that started before the rent, or a retry after an ambiguous rent). Every call is paced
+//!   per endpoint and 429s are retried (see `pace`).
 //! - A transient failure while renting stops the offer loop (the rent may have happened); the
 //!   framework retries and the label lookup prevents a second instance.
 //! - Concurrent creates see the same cheapest offers, and an offer rents once. So that they
@@ -64,7 +72,9 @@ mod adapter;
 mod claims;
 mod config;
 mod instances;
+mod limits;
 mod logs;
+mod pace;
 mod plan;
 mod rent;
 mod state;
@@ -77,6 +87,8 @@ use crate::naming::Owner;
 use crate::provider::ProviderError;
 use claims::Claims;
 pub use config::VastConfig;
+use pace::Pacer;
+pub use pace::{MAX_429_RETRIES, MinIntervals};
 use wire::VastError;
 
 /// Default API root.
@@ -101,6 +113,9 @@ pub const CONTENTION_ROUNDS: u32 = 4;
 /// Pause before the n-th new search under contention: n times this, ±50 %.
 const CONTENTION_PAUSE: Duration = Duration::from_millis(100);
 
+/// How long a workload this process rented (or may have) is looked up before a new rent.
+pub const RENTED_TTL: Duration = Duration::from_secs(300);
+
 /// The Vast.ai adapter.
 #[derive(Debug)]
 pub struct Vast {
@@ -109,6 +124,11 @@ pub struct Vast {
     owner: Owner,
     api: Client<Bearer>,
     claims: Claims,
+    pacer: Pacer,
+    /// Workloads this process rented, or may have rented (a rent that ended ambiguously),
+    /// and when: only their creates look the label up first (see the module docs).
+    rented:
+        std::sync::Mutex<std::collections::HashMap<crate::naming::WorkloadId, std::time::Instant>>,
 }
 
 impl Vast {
@@ -127,6 +147,9 @@ impl Vast {
         {
             return Err(bad("maxPricePerHour must be positive"));
         }
+        if !cfg.rate_limits.valid() {
+            return Err(bad("rateLimits must be non-negative seconds"));
+        }
         if cfg.max_offers_tried == 0 || cfg.search_limit == 0 {
             return Err(bad("maxOffersTried and searchLimit must be positive"));
         }
@@ -139,6 +162,8 @@ impl Vast {
             owner,
             api,
             claims: Claims::default(),
+            pacer: Pacer::default(),
+            rented: std::sync::Mutex::default(),
         })
     }
 
@@ -198,5 +223,27 @@ impl Vast {
             .map_err(|_| ProviderError::Invalid {
                 message: format!("{provider_id:?} is not a Vast instance id"),
             })
+    }
+}
+
+impl Vast {
+    /// Records that a rent of `id` was sent (it may have happened).
+    fn note_rented(&self, id: &crate::naming::WorkloadId) {
+        let mut rented = self
+            .rented
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        rented.retain(|_, at| now.saturating_duration_since(*at) < RENTED_TTL);
+        rented.insert(id.clone(), now);
+    }
+
+    /// True when this process sent a rent of `id` in the last [`RENTED_TTL`].
+    fn maybe_rented(&self, id: &crate::naming::WorkloadId) -> bool {
+        let rented = self
+            .rented
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        rented.get(id).is_some_and(|at| at.elapsed() < RENTED_TTL)
     }
 }

@@ -5,6 +5,7 @@ use rand::Rng;
 use reqwest::Method;
 use tracing::info;
 
+use super::pace::Endpoint;
 use super::rent::Rent;
 use super::state::observe;
 use super::wire::VastError;
@@ -24,7 +25,7 @@ impl Provider for Vast {
             max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: true,
             exec: false,
-            metrics: false,
+            metrics: true,
         }
     }
 
@@ -32,14 +33,16 @@ impl Provider for Vast {
         crate::providers::ensure_owned(&self.owner, w)?;
         let mut plan = self.plan(w)?;
 
-        let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
-        let existing = self.instances(Some(&filter)).await?;
-        if let Some(inst) = existing
-            .iter()
-            .find(|i| i.label.as_deref() == Some(w.id.as_str()))
-        {
-            info!(provider = %self.name, workload = %w.id, instance = ?inst.id, "workload already exists; not creating it again");
-            return Ok(());
+        if self.maybe_rented(&w.id) {
+            let filter = serde_json::json!({ "label": { "eq": w.id.as_str() } });
+            let existing = self.instances(Some(&filter)).await?;
+            if let Some(inst) = existing
+                .iter()
+                .find(|i| i.label.as_deref() == Some(w.id.as_str()))
+            {
+                info!(provider = %self.name, workload = %w.id, instance = ?inst.id, "workload already exists; not creating it again");
+                return Ok(());
+            }
         }
 
         // Contention with this process's own creates is waited out here, with fresh searches,
@@ -64,7 +67,9 @@ impl Provider for Vast {
         let url = self
             .api
             .url(&["api", "v0", "instances", &id.to_string()], true);
-        let resp = self.api.send(Method::DELETE, url, None).await?;
+        let resp = self
+            .call(Endpoint::Destroy, Method::DELETE, url, None)
+            .await?;
         if resp.is_success() {
             let answer: Option<VastError> = serde_json::from_slice(&resp.body).ok();
             if answer.as_ref().and_then(|a| a.success) == Some(false) {

@@ -60,6 +60,10 @@ pub struct VastConfig {
     /// Pause between log download attempts, milliseconds.
     #[serde(default = "default_log_interval_ms")]
     pub log_fetch_interval_ms: u64,
+    /// Minimum seconds between calls of each endpoint (defaults: the service's documented
+    /// limits, see `pace`).
+    #[serde(default)]
+    pub rate_limits: super::pace::MinIntervals,
 }
 
 fn default_base_url() -> String {
@@ -109,6 +113,7 @@ impl Default for VastConfig {
             allow_insecure_http: false,
             log_fetch_attempts: default_log_attempts(),
             log_fetch_interval_ms: default_log_interval_ms(),
+            rate_limits: super::pace::MinIntervals::default(),
         }
     }
 }
@@ -144,6 +149,7 @@ impl fmt::Debug for VastConfig {
             .field("allow_insecure_http", &self.allow_insecure_http)
             .field("log_fetch_attempts", &self.log_fetch_attempts)
             .field("log_fetch_interval_ms", &self.log_fetch_interval_ms)
+            .field("rate_limits", &self.rate_limits)
             .finish()
     }
 }

@@ -3,6 +3,7 @@
 use reqwest::Method;
 use tracing::warn;
 
+use super::pace::Endpoint;
 use super::wire::{Instance, InstancePage};
 use super::{MAX_PAGES, PAGE_SIZE, Vast};
 use crate::provider::ProviderError;
@@ -27,7 +28,7 @@ impl Vast {
                     q.append_pair("after_token", token);
                 }
             }
-            let resp = self.api.send(Method::GET, url, None).await?;
+            let resp = self.call(Endpoint::List, Method::GET, url, None).await?;
             if !resp.is_success() {
                 return Err(self.error_from(&resp));
             }

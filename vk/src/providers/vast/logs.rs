@@ -24,7 +24,9 @@ impl Vast {
             Some(n) => serde_json::json!({ "tail": n.to_string() }),
             None => serde_json::json!({}),
         };
-        let resp = self.api.send(Method::PUT, url, Some(&body)).await?;
+        let resp = self
+            .call(super::pace::Endpoint::Logs, Method::PUT, url, Some(&body))
+            .await?;
         if !resp.is_success() {
             return Err(self.error_from(&resp));
         }

@@ -2,9 +2,10 @@
 //! resolved from the workload, its pod options and the configuration.
 
 use super::Vast;
+use super::limits;
 use super::wire::{CreateInstanceRequest, Filter, OfferSearch};
 use crate::provider::{ProviderError, Workload};
-use crate::providers::options::{Options, shell_join};
+use crate::providers::options::Options;
 use crate::providers::rest;
 
 /// What to rent for one workload, resolved from the workload and the configuration.
@@ -89,14 +90,25 @@ impl Vast {
         for port in &w.ports {
             env.insert(format!("-p {port}:{port}"), "1".to_owned());
         }
-        let words = w.command.iter().chain(&w.args).map(String::as_str);
+        let (onstart, args) = entrypoint_and_args(&w.command, &w.args);
+        limits::check(
+            &w.image,
+            w.id.as_str(),
+            onstart.as_deref(),
+            &args,
+            &env,
+            disk,
+            bid_price.filter(|_| interruptible),
+        )
+        .map_err(invalid)?;
         let request = CreateInstanceRequest {
             image: w.image.clone(),
             label: w.id.as_str().to_owned(),
             disk,
             runtype: "args",
             target_state: "running",
-            args_str: (!w.command.is_empty() || !w.args.is_empty()).then(|| shell_join(words)),
+            onstart,
+            args: (!args.is_empty()).then_some(args),
             env,
             price: None,
         };
@@ -106,5 +118,55 @@ impl Vast {
             bid: interruptible.then_some(bid_price),
             max_price,
         })
+    }
+}
+
+/// Kubernetes `command` and `args` as Vast's `args` runtype takes them.
+///
+/// Kubernetes: `command` replaces the image ENTRYPOINT (and drops its CMD), `args` replaces
+/// the CMD. Vast, runtype `args`: the container is created "from your image as is"; the
+/// entrypoint can be overridden and `args` are passed to the entrypoint (vast-ai/vast-cli
+/// `vast.py`, `create instance` help; its `--entrypoint` is sent as `onstart`, which in the
+/// `args` runtype is the entrypoint: "override the entrypoint to bash ... --onstart-cmd 'bash'
+/// --args -c '...'"). Docker takes one word as the entrypoint, so `command[0]` becomes
+/// `onstart` and the rest of `command`, then `args`, become `args`: the process runs
+/// `command[0] command[1..] args[..]`, exactly what Kubernetes runs. Without a `command`, the
+/// image ENTRYPOINT is kept and `args` (if any) replace its CMD.
+pub(super) fn entrypoint_and_args(
+    command: &[String],
+    args: &[String],
+) -> (Option<String>, Vec<String>) {
+    match command.split_first() {
+        Some((entry, rest)) => (
+            Some(entry.clone()),
+            rest.iter().chain(args).cloned().collect(),
+        ),
+        None => (None, args.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(words: &[&str]) -> Vec<String> {
+        words.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn command_replaces_the_entrypoint_and_args_the_cmd() {
+        assert_eq!(
+            entrypoint_and_args(&v(&["python", "-u", "x.py"]), &v(&["--n", "1"])),
+            (Some("python".into()), v(&["-u", "x.py", "--n", "1"]))
+        );
+        assert_eq!(
+            entrypoint_and_args(&[], &v(&["serve"])),
+            (None, v(&["serve"]))
+        );
+        assert_eq!(
+            entrypoint_and_args(&v(&["sleep"]), &[]),
+            (Some("sleep".into()), vec![])
+        );
+        assert_eq!(entrypoint_and_args(&[], &[]), (None, vec![]));
     }
 }

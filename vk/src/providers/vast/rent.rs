@@ -7,6 +7,7 @@ use reqwest::Method;
 use tracing::{debug, info};
 
 use super::claims::Claim;
+use super::pace::Endpoint;
 use super::plan::Plan;
 use super::wire::{CreateInstanceAnswer, Offer, OfferList, OfferSearch};
 use super::{CONTENDED_RETRY, MAX_SEARCH_LIMIT, Vast};
@@ -25,7 +26,9 @@ impl Vast {
             message: format!("cannot encode the search: {e}"),
         })?;
         let url = self.api.url(&["api", "v0", "bundles"], true);
-        let resp = self.api.send(Method::POST, url, Some(&body)).await?;
+        let resp = self
+            .call(Endpoint::Search, Method::POST, url, Some(&body))
+            .await?;
         if !resp.is_success() {
             return Err(self.error_from(&resp));
         }
@@ -110,6 +113,8 @@ impl Vast {
                 }
             };
             tried += 1;
+            // From here the rent may happen even if the call fails: a retry looks it up.
+            self.note_rented(&w.id);
             let mut request = plan.request.clone();
             request.price = match plan.bid {
                 Some(explicit) => explicit.or(offer.min_bid).or(offer.dph_total),
@@ -121,7 +126,9 @@ impl Vast {
             let url = self
                 .api
                 .url(&["api", "v0", "asks", &offer_id.to_string()], true);
-            let resp = self.api.send(Method::PUT, url, Some(&body)).await?;
+            let resp = self
+                .call(Endpoint::Rent, Method::PUT, url, Some(&body))
+                .await?;
             let answer: Option<CreateInstanceAnswer> = serde_json::from_slice(&resp.body).ok();
             if resp.is_success() && answer.as_ref().is_some_and(|a| a.success != Some(false)) {
                 claim.keep(Instant::now());

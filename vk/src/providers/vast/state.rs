@@ -6,7 +6,7 @@ use tracing::warn;
 use super::ERROR_EXIT_CODE;
 use super::wire::Instance;
 use crate::naming::WorkloadId;
-use crate::provider::{FailureReason, Observed, WorkloadState};
+use crate::provider::{FailureReason, Observed, Usage, WorkloadState};
 use crate::providers::{http, rest};
 
 /// Translates one listed instance; `None` when its label is not a workload id.
@@ -22,6 +22,9 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
         return None;
     };
     let state = state_of(&inst);
+    let usage = (state == WorkloadState::Running)
+        .then(|| usage(&inst))
+        .flatten();
     if let WorkloadState::Unknown { raw } = &state {
         warn!(provider, workload = %id, actual_status = %raw, "unknown Vast instance status");
     }
@@ -44,7 +47,31 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty()),
         provider_restarts: 0,
-        usage: None,
+        usage,
+    })
+}
+
+/// Usage from the instance's `cpu_util` and `mem_usage`; `None` when Vast reports neither.
+///
+/// Units (vast-ai/docs `api-reference/openapi/yaml/show_instances.yaml` gives examples, not
+/// units): `mem_usage` and `mem_limit` are GB (the example `mem_limit` 15.7 beside `cpu_ram`
+/// 15989 MB); `cpu_util` is taken as percent of one core, as `docker stats` reports it (so
+/// 250 is 2.5 cores); `gpu_util` is percent (vast-cli prints it under "Util. %"), and has no
+/// place in the kubelet's CPU/memory summary. Cumulative CPU time is estimated as the current
+/// rate over `uptime_mins`, as for RunPod.
+fn usage(inst: &Instance) -> Option<Usage> {
+    if inst.cpu_util.is_none() && inst.mem_usage.is_none() {
+        return None;
+    }
+    let finite = |v: Option<f64>| v.filter(|x| x.is_finite()).unwrap_or(0.0).max(0.0);
+    let cpu_millis = (finite(inst.cpu_util) * 10.0).round() as u64;
+    let memory_bytes = (finite(inst.mem_usage) * 1e9).round() as u64;
+    let uptime_s = finite(inst.uptime_mins) * 60.0;
+    Some(Usage {
+        cpu_usage_nanos: (cpu_millis as f64 * uptime_s * 1_000_000.0).round() as u64,
+        cpu_millis,
+        memory_bytes,
+        timestamp: jiff::Timestamp::now(),
     })
 }
 
@@ -91,7 +118,17 @@ fn state_of(inst: &Instance) -> WorkloadState {
             reason: FailureReason::Error,
         },
         "exited" => WorkloadState::Succeeded,
-        "offline" => WorkloadState::Lost,
+        // The host is disconnected (`offline`) or silent (`unknown`): Vast notifies "Instance
+        // back online: your instance recovered after an outage. Pairs with Instance offline"
+        // (vast-ai/docs `guides/reference/notifications.mdx`), and `offline` is "computed, not
+        // stored" (`cli/reference/show-instances.mdx`): the workload is not lost, the pod stays
+        // Running with Ready=False until the host returns (or is deleted by the user).
+        "offline" => WorkloadState::NotReady {
+            reason: "host offline (disconnected from Vast)".into(),
+        },
+        "unknown" => WorkloadState::NotReady {
+            reason: "host unknown (no recent heartbeat)".into(),
+        },
         other => WorkloadState::Unknown {
             raw: other.to_owned(),
         },
@@ -102,6 +139,19 @@ fn state_of(inst: &Instance) -> WorkloadState {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn running_instances_report_usage_in_kubelet_units() {
+        let u = usage(&inst(json!({"actual_status": "running", "cpu_util": 250.0,
+                                   "mem_usage": 1.5, "mem_limit": 32.0, "uptime_mins": 2.0})))
+        .expect("usage");
+        assert_eq!(u.cpu_millis, 2500);
+        assert_eq!(u.memory_bytes, 1_500_000_000);
+        assert_eq!(u.cpu_usage_nanos, 2500 * 120 * 1_000_000);
+        let loading = inst(json!({"actual_status": "loading", "cpu_util": 5.0}));
+        assert_eq!(state_of(&loading), WorkloadState::Starting);
+        assert!(usage(&inst(json!({"actual_status": "running"}))).is_none());
+    }
 
     fn inst(v: serde_json::Value) -> Instance {
         serde_json::from_value(v).unwrap()
@@ -155,13 +205,14 @@ mod tests {
                 reason: FailureReason::Error
             }
         );
-        assert_eq!(s(json!({"actual_status": "offline"})), WorkloadState::Lost);
-        assert_eq!(
+        assert!(matches!(
+            s(json!({"actual_status": "offline"})),
+            WorkloadState::NotReady { reason } if reason.contains("offline")
+        ));
+        assert!(matches!(
             s(json!({"actual_status": "unknown"})),
-            WorkloadState::Unknown {
-                raw: "unknown".into()
-            }
-        );
+            WorkloadState::NotReady { reason } if reason.contains("heartbeat")
+        ));
         assert_eq!(
             s(json!({"actual_status": "melting"})),
             WorkloadState::Unknown {

@@ -101,8 +101,12 @@ pub(super) struct CreateInstanceRequest {
     pub(super) disk: f64,
     pub(super) runtype: &'static str,
     pub(super) target_state: &'static str,
+    /// With runtype `args`, the container's ENTRYPOINT (see [`super::plan`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) args_str: Option<String>,
+    pub(super) onstart: Option<String>,
+    /// With runtype `args`, the arguments given to the ENTRYPOINT (they replace the CMD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) args: Option<Vec<String>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -148,6 +152,14 @@ pub(super) struct Instance {
     pub(super) start_date: Option<f64>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) public_ipaddr: Option<String>,
+    /// CPU use in percent of one core (see [`super::state`] for the units).
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) cpu_util: Option<f64>,
+    /// Memory in use, GB.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) mem_usage: Option<f64>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) uptime_mins: Option<f64>,
 }
 
 /// `{success: false, error, msg}`, or `{detail}` on 429.
