@@ -17,3 +17,10 @@ Feature: Overflow to the virtual node, and back
     Then within 150 seconds every replica of "serve" is back in-cluster, each move with a "Reclaimed" event
     And the moves were at least 5 seconds apart
     And the provider runs exactly 0 workloads of this node
+
+  Scenario: An opted-in pod the virtual kubelet cannot run stays Pending in-cluster and says why
+    Given the cluster has in-cluster GPU nodes
+    And a virtual kubelet with the provider under test and the overflow companion, settling for 10 seconds
+    When I create an opted-in pod "too-big" with host networking that asks for 3 GPUs
+    Then pod "too-big" stays Pending and unscheduled for 10 seconds
+    And pod "too-big" has an event "OverflowRefused"

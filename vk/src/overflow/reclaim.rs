@@ -197,6 +197,21 @@ impl Snapshot {
     }
 }
 
+/// Opted-in pods the webhook kept off the virtual node that wait unscheduled, with the reason
+/// it recorded (`overflow.gpu-vk.io/decision: refused: <why>`).
+pub fn refused_and_pending(pods: &[Pod]) -> Vec<(&Pod, &str)> {
+    pods.iter()
+        .filter(|p| {
+            p.spec.as_ref().is_some_and(|s| s.node_name.is_none())
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+        })
+        .filter_map(|p| {
+            let d = label(p.metadata.annotations.as_ref(), super::DECISION_ANNOTATION)?;
+            Some((p, d.strip_prefix("refused: ")?))
+        })
+        .collect()
+}
+
 /// Timing of the reclaim controller.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -269,6 +284,8 @@ pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance:
     let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
     let mut state = State::default();
+    // Pods already told why they stay in-cluster (by UID).
+    let mut told = std::collections::HashSet::<String>::new();
     loop {
         tokio::time::sleep(settings.interval).await;
         let lp = ListParams::default();
@@ -298,6 +315,25 @@ pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance:
             };
             metrics.offloaded_replicas.get_or_create(&l).set(*count);
         }
+        for (pod, why) in refused_and_pending(&p.items) {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if !told.insert(uid) {
+                continue;
+            }
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: "OverflowRefused".into(),
+                note: Some(format!(
+                    "this pod cannot run on the virtual node, so it waits for in-cluster capacity: {why}"
+                )),
+                action: "Admit".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
+                warn!(error = %ErrorChain(&e), "overflow: failed to record the event");
+            }
+        }
+        told.retain(|uid| p.items.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
         let Step::Move(c, node) = state.step(&snap, &settings, Instant::now()) else {
             continue;
         };
@@ -414,6 +450,39 @@ mod tests {
         assert_eq!(
             s.fit().map(|(c, n)| (c.name.as_str(), n)),
             Some(("serve-b", "w2"))
+        );
+    }
+
+    #[test]
+    fn pods_refused_by_the_webhook_that_wait_unscheduled_are_found_with_the_reason() {
+        let mut waiting = pod(
+            "big",
+            None,
+            3,
+            json!({"gpu-vk.io/overflow": "true"}),
+            "rs2",
+            1,
+        );
+        waiting.metadata.annotations = Some(BTreeMap::from([(
+            super::super::DECISION_ANNOTATION.to_owned(),
+            "refused: hostNetwork, hostPID and hostIPC are not supported".to_owned(),
+        )]));
+        let mut admitted = waiting.clone();
+        admitted.metadata.name = Some("ok".into());
+        admitted.metadata.annotations = Some(BTreeMap::from([(
+            super::super::DECISION_ANNOTATION.to_owned(),
+            "offload".to_owned(),
+        )]));
+        let mut running = waiting.clone();
+        running.metadata.name = Some("placed".into());
+        running.spec.as_mut().unwrap().node_name = Some("w1".into());
+        let pods = [waiting, admitted, running];
+        let found = refused_and_pending(&pods);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0.metadata.name.as_deref(), Some("big"));
+        assert_eq!(
+            found[0].1,
+            "hostNetwork, hostPID and hostIPC are not supported"
         );
     }
 
