@@ -25,6 +25,7 @@ impl Provider for Vast {
             logs: true,
             exec: false,
             metrics: false,
+            ..Capabilities::default()
         }
     }
 
