@@ -34,6 +34,8 @@ pub const DEFAULT_USAGE: Usage = Usage {
 const RESTART_BACKOFF_FIRST: Duration = Duration::from_millis(100);
 /// Longest such delay.
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Shortest run of a re-run simulated command (keeps a loop from spinning).
+const RERUN_MIN: Duration = Duration::from_millis(200);
 
 /// Which real API an engine emulates (decides ids, state names and preemption semantics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +211,9 @@ pub struct Workload {
     pub pod_started: Option<Timestamp>,
     /// RunPod: container exits restarted in place since the last start (not in the real API).
     pub restarts: u32,
+    /// Simulated mode: how long the command ran before its (injected) exit; the restarted
+    /// container runs the same command, so it ends again after as long, with the same code.
+    pub rerun_for: Option<Duration>,
     /// Lifecycle.
     pub run: Run,
     /// Bumped on every (re)start; stale timers and processes check it.
@@ -417,7 +422,8 @@ impl Engine {
                     LogSource::Container,
                     "[emulator] simulated workload finished",
                 );
-                self.restart_in_place_locked(inner, seq, 0, due);
+                let code = w.exit_code.unwrap_or(0);
+                self.restart_in_place_locked(inner, seq, code, due);
                 continue;
             }
             if let Some(p) = w.placement.take() {
@@ -535,7 +541,7 @@ impl Engine {
             .unwrap_or_else(|_| Timestamp::now());
         w.run = Run::Active { since, since_wall };
         let ready = since + self.mode.provision() + self.mode.start();
-        if let Some(run) = self.mode.run() {
+        if let Some(run) = self.mode.run().or(w.rerun_for) {
             inner.exits.push(Reverse((ready + run, seq, w.generation)));
         }
         if !self.mode.is_process() {
@@ -638,6 +644,7 @@ impl Engine {
             running_since: None,
             pod_started: None,
             restarts: 0,
+            rerun_for: None,
             run: Run::Stopped {
                 at: created_at,
                 reason: StopReason::User,
@@ -717,6 +724,7 @@ impl Engine {
         };
         if let Some(w) = inner.workloads.get_mut(&seq) {
             w.restarts = 0;
+            w.rerun_for = None;
             w.pod_started = None;
             w.placement = placement;
             w.machine_id = placement.map(|p| p.machine_id).or(w.machine_id);
@@ -732,6 +740,7 @@ impl Engine {
     pub fn restart_locked(&self, inner: &mut Inner, seq: u64, now: Instant) {
         if let Some(w) = inner.workloads.get_mut(&seq) {
             w.restarts = 0;
+            w.rerun_for = None;
             w.pod_started = None;
             w.logs
                 .push(Timestamp::now(), LogSource::System, "restart requested");
@@ -777,6 +786,13 @@ impl Engine {
         };
         w.exit_code = Some(code);
         w.restarts = w.restarts.saturating_add(1);
+        if !self.mode.is_process()
+            && self.mode.run().is_none()
+            && let Some(t) = w.running_since
+        {
+            let ran = Timestamp::now().duration_since(t);
+            w.rerun_for = Some(Duration::try_from(ran).unwrap_or_default().max(RERUN_MIN));
+        }
         w.pod_started = w.pod_started.or(w.running_since);
         let delay = RESTART_BACKOFF_FIRST
             .saturating_mul(1 << (w.restarts - 1).min(10))

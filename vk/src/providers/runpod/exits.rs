@@ -10,7 +10,7 @@ use std::time::Instant;
 
 /// Slack, in seconds, before a lower uptime than expected counts as a restart: `uptime` is
 /// whole seconds, and two answers can be delayed differently on their way.
-const SLACK_SECS: f64 = 3.0;
+const SLACK_SECS: f64 = 2.0;
 
 #[derive(Clone, Debug)]
 struct Sighting {
