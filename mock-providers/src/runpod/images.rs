@@ -23,11 +23,12 @@ pub fn defaults(image: &str) -> (&'static [&'static str], &'static [&'static str
         Some(i) if !repo[i..].contains('/') => &repo[..i],
         _ => repo,
     };
-    let repo = repo
-        .strip_prefix("docker.io/")
-        .unwrap_or(repo)
-        .strip_prefix("library/")
-        .unwrap_or(repo);
+    // A first component with a '.' or ':' names a registry host: not part of the image name.
+    let repo = match repo.split_once('/') {
+        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => rest,
+        _ => repo,
+    };
+    let repo = repo.strip_prefix("library/").unwrap_or(repo);
     IMAGES
         .iter()
         .find(|(name, _, _)| *name == repo)
@@ -77,7 +78,7 @@ mod tests {
         );
         // A CMD image: args replace the CMD.
         assert_eq!(
-            command_line("docker.io/library/python:3.12-slim", "").as_deref(),
+            command_line("mirror.local/library/python:3.12-slim", "").as_deref(),
             Some("python3")
         );
         assert_eq!(
@@ -87,8 +88,8 @@ mod tests {
         // Unknown image, no args: nothing to run.
         assert_eq!(command_line("ghcr.io/acme/x:1", ""), None);
         assert_eq!(
-            command_line("registry.local:5000/busybox", "").as_deref(),
-            None
+            command_line("mirror.local:5000/busybox", "").as_deref(),
+            Some("sh")
         );
         assert_eq!(
             command_line("busybox@sha256:abc", "").as_deref(),
