@@ -6,6 +6,8 @@
 //! has the capability, so unsupported scenarios are reported as skipped, never as passed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "conformance/batch.rs"]
+mod batch;
 #[path = "conformance/leader.rs"]
 mod leader;
 #[path = "conformance/observability.rs"]
@@ -54,6 +56,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
+            // v2 `CreatePodRequest.cpu`: CPU pods.
+            "CPU-only pods",
         ],
         // Vast bids can be outbid: real preemptions; Vast serves container logs.
         "vast" => &[

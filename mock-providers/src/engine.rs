@@ -30,6 +30,13 @@ pub const DEFAULT_USAGE: Usage = Usage {
     memory_bytes: 256 * 1024 * 1024,
 };
 
+/// First delay before RunPod restarts an exited container in place.
+const RESTART_BACKOFF_FIRST: Duration = Duration::from_millis(100);
+/// Longest such delay.
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Shortest run of a re-run simulated command (keeps a loop from spinning).
+const RERUN_MIN: Duration = Duration::from_millis(200);
+
 /// Which real API an engine emulates (decides ids, state names and preemption semantics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flavor {
@@ -200,6 +207,13 @@ pub struct Workload {
     pub created_at: Timestamp,
     /// When the container last reached running.
     pub running_since: Option<Timestamp>,
+    /// RunPod: when the pod first reached running, kept across in-place container restarts.
+    pub pod_started: Option<Timestamp>,
+    /// RunPod: container exits restarted in place since the last start (not in the real API).
+    pub restarts: u32,
+    /// Simulated mode: how long the command ran before its (injected) exit; the restarted
+    /// container runs the same command, so it ends again after as long, with the same code.
+    pub rerun_for: Option<Duration>,
     /// Lifecycle.
     pub run: Run,
     /// Bumped on every (re)start; stale timers and processes check it.
@@ -237,6 +251,8 @@ pub struct AdminWorkload {
     pub env: BTreeMap<String, String>,
     /// Exit code of the last container exit.
     pub exit_code: Option<i32>,
+    /// RunPod: container exits restarted in place since the last start.
+    pub restarts: u32,
     /// CPU in millicores (0 unless running).
     pub cpu_millis: u64,
     /// Memory in bytes (0 unless running).
@@ -280,6 +296,8 @@ pub struct Inner {
     pub gate: GateState,
     /// Vast offers and log snapshots.
     pub vast: crate::vast::Book,
+    /// RunPod account state (pool access, balance).
+    pub runpod: crate::runpod::Account,
     next_seq: u64,
     next_vast_id: u64,
     exits: BinaryHeap<Reverse<(Instant, u64, u64)>>,
@@ -332,6 +350,7 @@ impl Engine {
                 inventory: Inventory::new(&config.inventory),
                 gate: GateState::default(),
                 vast: crate::vast::Book::default(),
+                runpod: crate::runpod::Account::default(),
                 next_seq: 1,
                 next_vast_id: 1_000_001,
                 exits: BinaryHeap::new(),
@@ -397,6 +416,16 @@ impl Engine {
                 }
                 _ => Timestamp::now(),
             };
+            if self.flavor == Flavor::RunPod {
+                w.logs.push(
+                    at,
+                    LogSource::Container,
+                    "[emulator] simulated workload finished",
+                );
+                let code = w.exit_code.unwrap_or(0);
+                self.restart_in_place_locked(inner, seq, code, due);
+                continue;
+            }
             if let Some(p) = w.placement.take() {
                 inner.inventory.release(p);
             }
@@ -415,6 +444,8 @@ impl Engine {
     /// The phase of `w` at `now`.
     pub fn phase(&self, w: &Workload, now: Instant) -> Phase {
         match &w.run {
+            // RunPod keeps the pod RUNNING while it restarts an exited container.
+            Run::Active { .. } if w.restarts > 0 => Phase::Running,
             Run::Active { since, .. } => {
                 let elapsed = now.saturating_duration_since(*since);
                 let provision = self.mode.provision();
@@ -510,7 +541,7 @@ impl Engine {
             .unwrap_or_else(|_| Timestamp::now());
         w.run = Run::Active { since, since_wall };
         let ready = since + self.mode.provision() + self.mode.start();
-        if let Some(run) = self.mode.run() {
+        if let Some(run) = self.mode.run().or(w.rerun_for) {
             inner.exits.push(Reverse((ready + run, seq, w.generation)));
         }
         if !self.mode.is_process() {
@@ -547,12 +578,18 @@ impl Engine {
         now: Instant,
     ) -> Result<u64, AllocError> {
         self.settle(inner, now);
-        let price = inner
-            .inventory
-            .get(&new.gpu_type)
-            .map(|t| t.price_per_hour)
-            .ok_or_else(|| AllocError::UnknownType(new.gpu_type.clone()))?;
-        let placement = if new.start_stopped {
+        // No GPU type: a CPU pod (RunPod), placed outside the GPU inventory.
+        let cpu_only = new.gpu_type.is_empty();
+        let price = if cpu_only {
+            0.0
+        } else {
+            inner
+                .inventory
+                .get(&new.gpu_type)
+                .map(|t| t.price_per_hour)
+                .ok_or_else(|| AllocError::UnknownType(new.gpu_type.clone()))?
+        };
+        let placement = if new.start_stopped || cpu_only {
             None
         } else {
             Some(
@@ -605,6 +642,9 @@ impl Engine {
             placement,
             created_at,
             running_since: None,
+            pod_started: None,
+            restarts: 0,
+            rerun_for: None,
             run: Run::Stopped {
                 at: created_at,
                 reason: StopReason::User,
@@ -673,12 +713,21 @@ impl Engine {
         if matches!(w.run, Run::Active { .. }) {
             return Ok(());
         }
-        let placement = inner
-            .inventory
-            .allocate(&w.gpu_type, w.gpu_count, w.machine_id)?;
+        let placement = if w.gpu_type.is_empty() {
+            None
+        } else {
+            Some(
+                inner
+                    .inventory
+                    .allocate(&w.gpu_type, w.gpu_count, w.machine_id)?,
+            )
+        };
         if let Some(w) = inner.workloads.get_mut(&seq) {
-            w.placement = Some(placement);
-            w.machine_id = Some(placement.machine_id);
+            w.restarts = 0;
+            w.rerun_for = None;
+            w.pod_started = None;
+            w.placement = placement;
+            w.machine_id = placement.map(|p| p.machine_id).or(w.machine_id);
             w.logs
                 .push(Timestamp::now(), LogSource::System, "start requested");
         }
@@ -690,6 +739,9 @@ impl Engine {
     /// Restart the container of an active workload in place.
     pub fn restart_locked(&self, inner: &mut Inner, seq: u64, now: Instant) {
         if let Some(w) = inner.workloads.get_mut(&seq) {
+            w.restarts = 0;
+            w.rerun_for = None;
+            w.pod_started = None;
             w.logs
                 .push(Timestamp::now(), LogSource::System, "restart requested");
         }
@@ -697,8 +749,13 @@ impl Engine {
         self.begin(inner, seq, since);
     }
 
-    /// End the container with an exit code (GPUs released).
+    /// End the container with an exit code (GPUs released). On RunPod the container is
+    /// restarted in place instead and the pod stays RUNNING.
     pub fn exit_locked(&self, inner: &mut Inner, seq: u64, code: i32) {
+        if self.flavor == Flavor::RunPod {
+            self.restart_in_place_locked(inner, seq, code, Instant::now());
+            return;
+        }
         let Some(w) = inner.workloads.get_mut(&seq) else {
             return;
         };
@@ -715,6 +772,42 @@ impl Engine {
             format!("container exited with code {code}"),
         );
         w.run = Run::Exited { at };
+    }
+
+    /// RunPod: the container exited with `code` at `at`; it is started again after a
+    /// docker-style back-off, on the same GPUs, and the pod stays RUNNING. The pod's
+    /// `startedAt` is kept, `runtime.uptime` counts from the new start. Sources:
+    /// runpod/runpodctl#149 ("pods restart after the ENTRYPOINT command has ended") and
+    /// dstackai/dstack#1142 (a failing start command restarts "endlessly"); the back-off
+    /// follows Docker's restart policies (100 ms, doubling), capped here at 10 s.
+    fn restart_in_place_locked(&self, inner: &mut Inner, seq: u64, code: i32, at: Instant) {
+        let Some(w) = inner.workloads.get_mut(&seq) else {
+            return;
+        };
+        w.exit_code = Some(code);
+        w.restarts = w.restarts.saturating_add(1);
+        if !self.mode.is_process()
+            && self.mode.run().is_none()
+            && let Some(t) = w.running_since
+        {
+            let ran = Timestamp::now().duration_since(t);
+            w.rerun_for = Some(Duration::try_from(ran).unwrap_or_default().max(RERUN_MIN));
+        }
+        w.pod_started = w.pod_started.or(w.running_since);
+        let delay = RESTART_BACKOFF_FIRST
+            .saturating_mul(1 << (w.restarts - 1).min(10))
+            .min(RESTART_BACKOFF_MAX);
+        w.logs.push(
+            Timestamp::now(),
+            LogSource::System,
+            format!(
+                "container exited with code {code}; restarting it in {} ms",
+                delay.as_millis()
+            ),
+        );
+        let lead = self.mode.provision() + self.mode.start();
+        let since = (at + delay).checked_sub(lead).unwrap_or(at);
+        self.begin(inner, seq, since);
     }
 
     /// Put the workload into the error state (GPUs released).
@@ -866,6 +959,7 @@ impl Engine {
                 image: w.image.clone(),
                 env: w.env.clone(),
                 exit_code: w.exit_code,
+                restarts: w.restarts,
                 cpu_millis: usage.cpu_millis,
                 memory_bytes: usage.memory_bytes,
                 interruptible: w.interruptible,
@@ -1030,6 +1124,7 @@ impl Engine {
         inner.inventory.release_all();
         inner.gate.reset();
         inner.vast = crate::vast::Book::default();
+        inner.runpod = crate::runpod::Account::default();
     }
 
     /// Log lines of workload `id` after `after`, and its phase; `None` when it is gone.

@@ -2,6 +2,7 @@
 //! RFC 9457 problem errors and IETF `RateLimit` headers, as in runpod/docs
 //! `api-reference-v2/openapi.json`.
 
+mod images;
 mod validate;
 
 use std::convert::Infallible;
@@ -23,6 +24,7 @@ use crate::engine::gate::{Admission, Denied, RouteKind, bearer};
 use crate::engine::logs::{LogLine, LogSource};
 use crate::engine::{Engine, Extra, Flavor, NewWorkload, Phase, StopReason, Workload};
 use crate::inventory::AllocError;
+pub use images::command_line;
 pub use validate::{CreatePod, GpuRequest, Invalid, PodAction};
 
 /// CUDA version every emulated host reports.
@@ -31,6 +33,29 @@ pub const CUDA_VERSION: &str = "12.8";
 pub const DEFAULT_DATA_CENTER: &str = "EMU-LOCAL-1";
 /// The real API's human-readable capacity message (no machine-readable code exists).
 pub const CAPACITY_DETAIL: &str = "There are no longer any instances available with the requested specifications. Please refresh and try again.";
+
+/// CPU flavors (`GET /v2/catalog/cpus`) and their GB of RAM per vCPU: compute-optimised
+/// (c), general purpose (g), memory-optimised (m), in the 3rd and 5th generations.
+pub const CPU_FLAVORS: &[(&str, u64)] = &[
+    ("cpu3c", 2),
+    ("cpu3g", 4),
+    ("cpu3m", 8),
+    ("cpu5c", 2),
+    ("cpu5g", 4),
+    ("cpu5m", 8),
+];
+
+/// The account behind the API key: which GPU pools it may use and whether it can pay.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Account {
+    /// GPU types whose pool this account cannot access: create answers 403 ("your account
+    /// cannot access the requested pool", v2 `POST /v2/pods`).
+    pub restricted_gpu_types: Vec<String>,
+    /// The balance ran out: create answers 402 ("insufficient balance") and running pods
+    /// are stopped (EXITED), as RunPod does when funds reach $0.
+    pub balance_exhausted: bool,
+}
 
 /// Shared state of the RunPod emulator.
 #[derive(Clone, Debug)]
@@ -75,6 +100,8 @@ pub struct PodExtra {
     pub mounts: Value,
     /// Global networking.
     pub global_networking: bool,
+    /// CPU pods: the flavor id (no `gpu` block then).
+    pub cpu_flavor: Option<String>,
 }
 
 impl PodExtra {
@@ -91,6 +118,7 @@ impl PodExtra {
             memory_gb: 32 * n,
             mounts: json!({}),
             global_networking: false,
+            cpu_flavor: None,
         }
     }
 }
@@ -125,6 +153,7 @@ pub fn router(state: State) -> Router {
         .route("/v2/pods/{id}", get(get_pod).delete(delete_pod))
         .route("/v2/pods/{id}/action", post(pod_action))
         .route("/v2/pods/{id}/logs", get(pod_logs))
+        .route("/_admin/runpod/account", get(get_account).put(put_account))
         .fallback(not_found_route)
         .with_state(state)
         .merge(admin)
@@ -280,12 +309,29 @@ fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
     } else {
         Value::Null
     };
+    // `startedAt` stays at the pod's start while RunPod restarts its container in place;
+    // `runtime.uptime` ("seconds since the container started") falls back to zero.
     let started_at = if phase == Phase::Running {
-        w.running_since.map(crate::util::rfc3339)
+        w.pod_started.or(w.running_since).map(crate::util::rfc3339)
     } else {
         None
     };
-    json!({
+    let (gpu, cpu) = match &extra.cpu_flavor {
+        Some(flavor) => (
+            Value::Null,
+            json!({"id": flavor, "vcpuCount": extra.vcpu_count, "memory": extra.memory_gb}),
+        ),
+        None => (
+            json!({
+                "id": w.gpu_type,
+                "count": w.gpu_count,
+                "vcpuCount": extra.vcpu_count,
+                "memory": extra.memory_gb,
+            }),
+            Value::Null,
+        ),
+    };
+    let mut pod = json!({
         "id": w.id,
         "name": w.name,
         "status": status_name(phase),
@@ -297,12 +343,6 @@ fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
         "ports": extra.ports,
         "env": w.env,
         "registry": extra.registry,
-        "gpu": {
-            "id": w.gpu_type,
-            "count": w.gpu_count,
-            "vcpuCount": extra.vcpu_count,
-            "memory": extra.memory_gb,
-        },
         "cloud": extra.cloud,
         "dataCenterId": extra.data_center_id,
         "cudaVersion": CUDA_VERSION,
@@ -322,7 +362,17 @@ fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
         "runtime": runtime,
         "createdAt": crate::util::rfc3339(w.created_at),
         "startedAt": started_at,
-    })
+    });
+    // `gpu` is "present for GPU pods; omitted from CPU pods", `cpu` the other way round.
+    if let Some(obj) = pod.as_object_mut() {
+        if !gpu.is_null() {
+            obj.insert("gpu".into(), gpu);
+        }
+        if !cpu.is_null() {
+            obj.insert("cpu".into(), cpu);
+        }
+    }
+    pod
 }
 
 fn pod_json(engine: &Engine, seq: u64) -> Option<Value> {
@@ -355,32 +405,25 @@ fn create_inner(engine: &Engine, body: &[u8]) -> Response {
     if req.template_id.is_some() {
         return problem(StatusCode::NOT_FOUND, "template not found", Vec::new());
     }
-    let Some(gpu) = req.gpu else {
-        // CPU pods are not emulated: answer like an unplaceable request.
-        return problem(StatusCode::BAD_REQUEST, CAPACITY_DETAIL, Vec::new());
-    };
+    // The create table of v2 `POST /v2/pods`: 402 insufficient balance ("stop; no candidate
+    // will succeed"), 403 "your account cannot access the requested pool".
     {
         let inner = engine.lock();
-        if inner.inventory.get(&gpu.id).is_none() {
-            let msg = format!("unknown GPU type '{}'", gpu.id);
+        if inner.runpod.balance_exhausted {
             return problem(
-                StatusCode::BAD_REQUEST,
-                msg.clone(),
-                vec![format!("$.gpu.id: {msg}")],
+                StatusCode::PAYMENT_REQUIRED,
+                "insufficient balance",
+                Vec::new(),
             );
         }
+        if let Some(g) = &req.gpu
+            && inner.runpod.restricted_gpu_types.contains(&g.id)
+        {
+            return problem(StatusCode::FORBIDDEN, "access denied", Vec::new());
+        }
     }
-    let cuda_ok = (gpu.allowed_cuda_versions.is_empty()
-        || gpu.allowed_cuda_versions.iter().any(|v| v == CUDA_VERSION))
-        && gpu
-            .min_cuda_version
-            .as_deref()
-            .is_none_or(|floor| validate::cuda_at_least(CUDA_VERSION, floor));
-    if !cuda_ok {
-        return problem(StatusCode::BAD_REQUEST, CAPACITY_DETAIL, Vec::new());
-    }
-    let count = u64::from(gpu.count);
-    let extra = PodExtra {
+    let command = command_line(req.image.as_deref().unwrap_or_default(), &req.args);
+    let mut extra = PodExtra {
         args: req.args.clone(),
         disk: req.disk.unwrap_or(20),
         ports: req.ports,
@@ -391,18 +434,40 @@ fn create_inner(engine: &Engine, body: &[u8]) -> Response {
             .first()
             .cloned()
             .unwrap_or_else(|| DEFAULT_DATA_CENTER.into()),
-        vcpu_count: gpu.min_vcpu_count_per_gpu.unwrap_or(8).max(1) * count,
-        memory_gb: gpu.min_ram_per_gpu.unwrap_or(32).max(1) * count,
+        vcpu_count: 0,
+        memory_gb: 0,
         mounts: req.mounts.unwrap_or_else(|| json!({})),
         global_networking: req.global_networking,
+        cpu_flavor: None,
+    };
+    let (gpu_type, gpu_count) = match req.gpu {
+        Some(gpu) => {
+            if let Err(resp) = check_gpu(engine, &gpu) {
+                return resp;
+            }
+            let count = u64::from(gpu.count);
+            extra.vcpu_count = gpu.min_vcpu_count_per_gpu.unwrap_or(8).max(1) * count;
+            extra.memory_gb = gpu.min_ram_per_gpu.unwrap_or(32).max(1) * count;
+            (gpu.id, gpu.count)
+        }
+        None => {
+            let (flavor, vcpus, gb_per_vcpu) = match cpu_request(req.cpu.as_ref()) {
+                Ok(c) => c,
+                Err(resp) => return resp,
+            };
+            extra.vcpu_count = vcpus;
+            extra.memory_gb = vcpus * gb_per_vcpu;
+            extra.cpu_flavor = Some(flavor);
+            (String::new(), 0)
+        }
     };
     let new = NewWorkload {
         name: req.name,
         image: req.image.unwrap_or_default(),
         env: req.env,
-        gpu_type: gpu.id,
-        gpu_count: gpu.count,
-        command: (!req.args.trim().is_empty()).then(|| req.args.clone()),
+        gpu_type,
+        gpu_count,
+        command,
         extra: Extra::RunPod(Box::new(extra)),
         ..NewWorkload::default()
     };
@@ -423,6 +488,63 @@ fn create_inner(engine: &Engine, body: &[u8]) -> Response {
         Some(pod) => json_response(StatusCode::CREATED, pod),
         None => pod_not_found(),
     }
+}
+
+/// A GPU request the inventory can place: a known type, an acceptable CUDA version.
+fn check_gpu(engine: &Engine, gpu: &GpuRequest) -> Result<(), Response> {
+    if engine.lock().inventory.get(&gpu.id).is_none() {
+        let msg = format!("unknown GPU type '{}'", gpu.id);
+        return Err(problem(
+            StatusCode::BAD_REQUEST,
+            msg.clone(),
+            vec![format!("$.gpu.id: {msg}")],
+        ));
+    }
+    let cuda_ok = (gpu.allowed_cuda_versions.is_empty()
+        || gpu.allowed_cuda_versions.iter().any(|v| v == CUDA_VERSION))
+        && gpu
+            .min_cuda_version
+            .as_deref()
+            .is_none_or(|floor| validate::cuda_at_least(CUDA_VERSION, floor));
+    if !cuda_ok {
+        return Err(problem(
+            StatusCode::BAD_REQUEST,
+            CAPACITY_DETAIL,
+            Vec::new(),
+        ));
+    }
+    Ok(())
+}
+
+/// The CPU pod a schema-valid `cpu` block asks for: flavor, vCPUs and GB per vCPU. The
+/// handler rules of `BaseCpuConfig`: a known flavor and a power-of-two `vcpuCount` (400).
+fn cpu_request(cpu: Option<&Value>) -> Result<(String, u64, u64), Response> {
+    let cpu = cpu.ok_or_else(|| {
+        problem(
+            StatusCode::BAD_REQUEST,
+            "exactly one of gpu or cpu must be set",
+            Vec::new(),
+        )
+    })?;
+    let id = cpu.get("id").and_then(Value::as_str).unwrap_or_default();
+    let vcpus = cpu.get("vcpuCount").and_then(Value::as_u64).unwrap_or(0);
+    let Some((_, gb)) = CPU_FLAVORS.iter().find(|(f, _)| *f == id) else {
+        return Err(problem(
+            StatusCode::BAD_REQUEST,
+            format!("unknown CPU flavor '{id}'"),
+            Vec::new(),
+        ));
+    };
+    if vcpus < 2 || !vcpus.is_power_of_two() || vcpus > 64 {
+        return Err(problem(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "vcpuCount {vcpus} is not valid for CPU flavor {id}: a power of two from 2 to 64"
+            ),
+            Vec::new(),
+        ));
+    }
+    Ok((id.to_owned(), vcpus, *gb))
 }
 
 async fn list_pods(AxState(s): AxState<State>, headers: HeaderMap) -> Response {
@@ -547,6 +669,45 @@ fn action_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
         Some(pod) => json_response(StatusCode::OK, pod),
         None => pod_not_found(),
     }
+}
+
+// ---- account (admin) ----------------------------------------------------------------------
+
+async fn get_account(AxState(s): AxState<State>) -> Response {
+    let account = s.engine.lock().runpod.clone();
+    json_response(StatusCode::OK, json!(account))
+}
+
+/// Sets the account; an exhausted balance stops every active pod (EXITED), as RunPod stops
+/// pods when the balance reaches $0.
+async fn put_account(AxState(s): AxState<State>, body: Bytes) -> Response {
+    let account: Account = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, e.to_string(), Vec::new()),
+    };
+    let now = Instant::now();
+    let mut inner = s.engine.lock();
+    s.engine.settle(&mut inner, now);
+    if account.balance_exhausted {
+        let active: Vec<u64> = inner
+            .workloads
+            .values()
+            .filter(|w| s.engine.phase(w, now).is_active())
+            .map(|w| w.seq)
+            .collect();
+        for seq in active {
+            if let Some(w) = inner.workloads.get_mut(&seq) {
+                w.logs.push(
+                    jiff::Timestamp::now(),
+                    LogSource::System,
+                    "account balance reached $0: stopping the pod",
+                );
+            }
+            s.engine.stop_locked(&mut inner, seq, StopReason::User);
+        }
+    }
+    inner.runpod = account.clone();
+    json_response(StatusCode::OK, json!(account))
 }
 
 // ---- logs ---------------------------------------------------------------------------------

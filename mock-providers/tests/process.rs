@@ -46,12 +46,17 @@ async fn exited(emu: &Emu, id: &str) -> Value {
 }
 
 #[tokio::test]
-async fn runpod_process_exit_code_and_output_are_real() {
+async fn runpod_process_exit_restarts_in_place_with_real_exit_code_and_output() {
     let emu = start_runpod(config(process_mode())).await;
     let id = create_pod(&emu, "echo hi; echo \"$GREETING\"; echo oops >&2; exit 3").await;
-    let w = exited(&emu, &id).await;
-    assert_eq!(w["exit_code"], 3);
-    assert_eq!(w["state"], "EXITED");
+    // RunPod restarts a container whose command ended (runpodctl#149, dstack#1142): the
+    // command runs again and the pod stays RUNNING on its GPUs.
+    let log = eventually("two runs", Duration::from_secs(20), || async {
+        let w = emu.workload(&id).await?;
+        (w["exit_code"] == 3 && w["restarts"].as_u64() >= Some(2)).then_some(w)
+    })
+    .await;
+    assert_eq!(log["state"], "RUNNING");
     let pod: Value = emu
         .get(&format!("/v2/pods/{id}"))
         .send()
@@ -60,7 +65,16 @@ async fn runpod_process_exit_code_and_output_are_real() {
         .json()
         .await
         .unwrap();
-    assert_eq!(pod["status"], "EXITED");
+    assert_eq!(pod["status"], "RUNNING");
+    assert!(pod.get("exitCode").is_none(), "no exit code in the schema");
+    // EXITED follows a stop; then the log stream ends.
+    let r = emu
+        .post(&format!("/v2/pods/{id}/action"))
+        .json(&json!({"action": "stop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     // Output through the logs endpoint.
     let text = emu
         .get(&format!("/v2/pods/{id}/logs?source=container"))
@@ -83,7 +97,11 @@ async fn runpod_process_exit_code_and_output_are_real() {
     assert!(lines.contains(&"hi".to_owned()), "{text}");
     assert!(lines.contains(&"hi from env".to_owned()), "{text}");
     assert!(lines.contains(&"oops".to_owned()), "{text}");
-    // GPUs were released on exit.
+    assert!(
+        lines.iter().filter(|l| *l == "hi").count() >= 2,
+        "ran again after its exit: {text}"
+    );
+    // GPUs were released by the stop.
     let inv = emu.admin_get("/_admin/inventory").await;
     assert_eq!(inv["gpus"][1]["free"], 16);
 }

@@ -87,28 +87,154 @@ async fn lifecycle_provisioning_starting_running_exited() {
     assert_eq!(running["runtime"]["gpus"].as_array().unwrap().len(), 2);
     assert!(running["startedAt"].is_string());
 
-    // run_ms elapses: the container exits with 0, GPUs are released, cost drops to 0.
-    eventually("EXITED", Duration::from_secs(5), || async {
-        (status_of(&emu, &id).await == "EXITED").then_some(())
+    // run_ms elapses: the container exits with 0 and RunPod restarts it in place
+    // (runpodctl#149, dstack#1142): still RUNNING, same `startedAt`, uptime from the restart.
+    let w = eventually("an exit", Duration::from_secs(5), || async {
+        emu.workload(&id).await.filter(|w| w["exit_code"] == 0)
     })
     .await;
-    let pod: Value = emu
-        .get(&format!("/v2/pods/{id}"))
+    assert_eq!(w["state"], "RUNNING");
+    let again = pod_json(&emu, &id).await;
+    assert_eq!(again["status"], "RUNNING");
+    assert_eq!(again["startedAt"], running["startedAt"]);
+    assert!(again["cost"].as_f64().unwrap() > 0.0, "still billed");
+    // The exit code is not part of the RunPod schema; only the admin API shows it.
+    assert!(again.get("exitCode").is_none());
+
+    // EXITED follows a stop: GPUs released, cost 0.
+    let r = emu
+        .post(&format!("/v2/pods/{id}/action"))
+        .json(&json!({"action": "stop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let pod = pod_json(&emu, &id).await;
+    assert_eq!(pod["status"], "EXITED");
+    assert_eq!(pod["runtime"], Value::Null);
+    assert_eq!(pod["cost"].as_f64(), Some(0.0));
+    assert_eq!(pod["actions"], json!(["start", "terminate"]));
+    let inv = emu.admin_get("/_admin/inventory").await;
+    assert_eq!(inv["gpus"][0]["free"], 8);
+}
+
+async fn pod_json(emu: &Emu, id: &str) -> Value {
+    emu.get(&format!("/v2/pods/{id}"))
         .send()
         .await
         .unwrap()
         .json()
         .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_exited_container_restarts_with_a_fresh_uptime() {
+    // run 1.5 s, restart back-off 100 ms: the uptime read after a restart is below the
+    // uptime before it plus the time between the reads.
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, Some(1500)))).await;
+    let pod: Value = create(&emu, pod_body("loop", "RTX4090", 1))
+        .await
+        .json()
+        .await
         .unwrap();
-    assert_eq!(pod["runtime"], Value::Null);
-    assert_eq!(pod["cost"].as_f64(), Some(0.0));
-    assert_eq!(pod["actions"], json!(["start", "terminate"]));
-    // The exit code is not part of the RunPod schema; only the admin API shows it.
-    assert!(pod.get("exitCode").is_none());
-    let w = emu.workload(&id).await.unwrap();
-    assert_eq!(w["exit_code"], 0);
+    let id = pod["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let before = pod_json(&emu, &id).await;
+    assert_eq!(before["runtime"]["uptime"], 1);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let after = pod_json(&emu, &id).await;
+    assert_eq!(after["status"], "RUNNING");
+    assert_eq!(after["runtime"]["uptime"], 0, "{after}");
+    assert_eq!(after["startedAt"], before["startedAt"]);
+}
+
+async fn account(emu: &Emu, v: Value) -> reqwest::Response {
+    emu.put("/_admin/runpod/account")
+        .json(&v)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn create_answers_403_for_a_closed_pool_and_402_without_balance() {
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;
+    let running: Value = create(&emu, pod_body("old", "RTX4090", 1))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let r = account(&emu, json!({"restrictedGpuTypes": ["A100-80GB"]})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = create(&emu, pod_body("a", "A100-80GB", 1)).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert_problem(&r.json().await.unwrap(), 403);
+    // Other pools stay open.
+    assert_eq!(
+        create(&emu, pod_body("b", "RTX4090", 1)).await.status(),
+        StatusCode::CREATED
+    );
+    // At $0: creates answer 402 and running pods are stopped (EXITED).
+    let r = account(&emu, json!({"balanceExhausted": true})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = create(&emu, pod_body("c", "RTX4090", 1)).await;
+    assert_eq!(r.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_problem(&r.json().await.unwrap(), 402);
+    let id = running["id"].as_str().unwrap();
+    assert_eq!(status_of(&emu, id).await, "EXITED");
+}
+
+#[tokio::test]
+async fn cpu_pods_run_without_gpus() {
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;
+    let body = |flavor: &str, vcpus: u64| json!({"name": "cpu", "image": "python:3.12", "cpu": {"id": flavor, "vcpuCount": vcpus}});
+    let r = create(&emu, body("cpu3c", 4)).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let pod: Value = r.json().await.unwrap();
+    // `cpu` present, `gpu` omitted for a CPU pod; memory from the flavor (2 GB per vCPU).
+    assert_eq!(
+        pod["cpu"],
+        json!({"id": "cpu3c", "vcpuCount": 4, "memory": 8})
+    );
+    assert!(pod.get("gpu").is_none(), "{pod}");
+    let id = pod["id"].as_str().unwrap().to_owned();
+    eventually("RUNNING", Duration::from_secs(5), || async {
+        (status_of(&emu, &id).await == "RUNNING").then_some(())
+    })
+    .await;
+    // No GPU was taken.
     let inv = emu.admin_get("/_admin/inventory").await;
     assert_eq!(inv["gpus"][0]["free"], 8);
+    // The handler's rules: a known flavor, a power-of-two vCPU count.
+    for bad in [body("cpu9z", 4), body("cpu3c", 6)] {
+        let r = create(&emu, bad).await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    }
+    // Neither gpu nor cpu: a schema-level rule.
+    let r = create(&emu, json!({"name": "x", "image": "python:3.12"})).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn args_follow_the_image_entrypoint() {
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;
+    let mut body = pod_body("serve", "RTX4090", 1);
+    body["image"] = json!("vllm/vllm-openai:v0.9.0");
+    body["args"] = json!("--model facebook/opt-125m");
+    let pod: Value = create(&emu, body).await.json().await.unwrap();
+    let id = pod["id"].as_str().unwrap();
+    // ENTRYPOINT ["vllm", "serve"] stays; `args` replace the CMD.
+    assert_eq!(
+        emu.workload(id).await.unwrap()["command"],
+        "vllm serve --model facebook/opt-125m"
+    );
+    let mut body = pod_body("py", "RTX4090", 1);
+    body["image"] = json!("python:3.12");
+    let pod: Value = create(&emu, body).await.json().await.unwrap();
+    let id = pod["id"].as_str().unwrap();
+    // No args: the image's CMD.
+    assert_eq!(emu.workload(id).await.unwrap()["command"], "python3");
 }
 
 #[tokio::test]
@@ -437,7 +563,14 @@ async fn logs_stream_as_server_sent_events() {
         )
         .await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    // The stream ends once the pod has exited (run_ms = 200).
+    // The stream ends once the pod is stopped.
+    let r = emu
+        .post(&format!("/v2/pods/{id}/action"))
+        .json(&json!({"action": "stop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
     let r = emu
         .get(&format!("/v2/pods/{id}/logs?source=container&tail=100"))
         .send()

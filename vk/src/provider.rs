@@ -31,6 +31,15 @@ pub struct Capabilities {
     pub logs: bool,
     pub exec: bool,
     pub metrics: bool,
+    /// Refuses workloads that request no GPU: dispatch skips it for CPU-only pods instead of
+    /// failing them on it.
+    #[serde(default)]
+    pub gpu_only: bool,
+    /// A finished workload keeps costing money here and offers nothing worth keeping it for
+    /// (RunPod restarts an exited container in place and bills a stopped pod's disk): the
+    /// framework deletes it as soon as the pod is terminal.
+    #[serde(default)]
+    pub delete_finished: bool,
 }
 
 /// A provider-neutral, fully resolved description of what to run for one pod.

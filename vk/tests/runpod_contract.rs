@@ -176,7 +176,6 @@ async fn invalid_workloads_fail_before_any_request() {
         .await;
     let rp = adapter(&server);
 
-    let no_gpu = workload().no_gpu().build();
     let bad_cloud = workload().option("cloud", "MOON").build();
     // Not allowed by the operator (only the configured SECURE), or above the disk ceiling.
     let other_cloud = workload().option("cloud", "community").build();
@@ -204,7 +203,26 @@ async fn invalid_workloads_fail_before_any_request() {
         .owner(&Owner::new("cluster-b", "vk-node"))
         .build();
 
-    for w in [no_gpu, bad_cloud, too_many, foreign] {
+    let no_cpu_flavor = RunPod::new(
+        "runpod".into(),
+        RunPodConfig {
+            cpu_flavor_id: None,
+            ..config(&server)
+        },
+        owner(),
+    )
+    .unwrap();
+    let err = no_cpu_flavor
+        .create(&workload().no_gpu().build())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Invalid { message } if message.contains("cpuFlavorId")),
+        "{err:?}"
+    );
+    assert!(no_cpu_flavor.capabilities().gpu_only);
+
+    for w in [bad_cloud, too_many, foreign] {
         let err = rp.create(&w).await.unwrap_err();
         assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
     }
@@ -268,10 +286,12 @@ async fn create_errors_are_classified() {
     )
     .await;
     assert!(matches!(auth, ProviderError::Auth { .. }), "{auth:?}");
+    // v2 create: 403 "Your account cannot access the requested pool. Skip this candidate,
+    // keep going" -- the next provider is tried, as after a capacity error.
     let forbidden =
         create_error(ResponseTemplate::new(403).set_body_json(problem(403, "access denied"))).await;
     assert!(
-        matches!(forbidden, ProviderError::Auth { .. }),
+        matches!(&forbidden, ProviderError::Capacity { message } if message.contains("access denied")),
         "{forbidden:?}"
     );
 
@@ -455,6 +475,14 @@ async fn list_is_one_call_and_maps_every_state() {
             .map(|o| o.state.clone())
     };
     assert_eq!(by_id("p-run"), Some(WorkloadState::Running));
+    // EXITED follows a stop the VK never makes: not a completion.
+    assert_eq!(
+        by_id("p-exit"),
+        Some(WorkloadState::Failed {
+            exit_code: 137,
+            reason: FailureReason::Evicted
+        })
+    );
     assert_eq!(
         by_id("p-err"),
         Some(WorkloadState::Failed {
@@ -581,8 +609,98 @@ async fn capabilities_reflect_the_config() {
     let caps = adapter(&server).capabilities();
     assert_eq!(caps.gpu_types, ["RTX4090"]);
     assert!(!caps.logs && !caps.exec && caps.metrics);
+    // CPU pods are offered (default flavor) and finished pods are deleted, not kept billing.
+    assert!(!caps.gpu_only && caps.delete_finished);
     assert!(matches!(
         adapter(&server).logs("p1", &Default::default()).await.err(),
         Some(ProviderError::Unsupported { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_cpu_only_pod_is_created_as_a_cpu_pod() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pod("c1", "x", "PROVISIONING")))
+        .expect(1)
+        .mount(&server)
+        .await;
+    adapter(&server)
+        .create(&workload().no_gpu().cpu_millis(3000).build())
+        .await
+        .unwrap();
+    let reqs = server.received_requests().await.unwrap();
+    let body: Value = serde_json::from_slice(&reqs[0].body).unwrap();
+    // `CreateCpuConfig`: flavor id and a power-of-two vCPU count; never a `gpu` block.
+    assert_eq!(body["cpu"], json!({"id": "cpu3c", "vcpuCount": 4}));
+    assert!(body.get("gpu").is_none(), "{body}");
+}
+
+/// A RUNNING pod of ours with this uptime.
+fn running_for(uptime: u64) -> Value {
+    let name = owner().workload_id(UID).unwrap().as_str().to_owned();
+    let mut p = pod("p1", &name, "RUNNING");
+    p["startedAt"] = json!("2026-06-01T12:02:00Z");
+    p["runtime"] = json!({"uptime": uptime});
+    p
+}
+
+#[tokio::test]
+async fn a_container_exit_is_seen_through_a_falling_uptime() {
+    // RunPod restarts an exited container in place and the pod stays RUNNING
+    // (runpodctl#149, dstack#1142): only `runtime.uptime` tells.
+    let server = MockServer::start().await;
+    let rp = adapter(&server);
+    let list_once = |uptime: u64| {
+        let server = &server;
+        async move {
+            server.reset().await;
+            mount_list(server, json!([running_for(uptime)])).await;
+        }
+    };
+    list_once(40).await;
+    assert_eq!(rp.list().await.unwrap()[0].state, WorkloadState::Running);
+    list_once(41).await;
+    assert_eq!(rp.list().await.unwrap()[0].state, WorkloadState::Running);
+    // The command ended; RunPod started it again a moment ago.
+    list_once(1).await;
+    let o = rp.list().await.unwrap().remove(0);
+    assert_eq!(o.state, WorkloadState::Succeeded);
+    assert!(o.message.unwrap().contains("no exit code"));
+    // It stays ended while RunPod keeps re-running it: the framework must stop it.
+    list_once(2).await;
+    assert_eq!(rp.list().await.unwrap()[0].state, WorkloadState::Succeeded);
+}
+
+#[tokio::test]
+async fn unknown_exits_can_be_reported_as_failures() {
+    let server = MockServer::start().await;
+    let rp = RunPod::new(
+        "runpod".into(),
+        RunPodConfig {
+            unknown_exit_as: vk::providers::runpod::UnknownExit::Failed,
+            ..config(&server)
+        },
+        owner(),
+    )
+    .unwrap();
+    mount_list(&server, json!([running_for(500)])).await;
+    rp.list().await.unwrap();
+    server.reset().await;
+    mount_list(&server, json!([running_for(3)])).await;
+    assert_eq!(
+        rp.list().await.unwrap()[0].state,
+        WorkloadState::Failed {
+            exit_code: 1,
+            reason: FailureReason::Error
+        }
+    );
+    let yaml = "unknownExitAs: Failed\ncpuFlavorId: null";
+    let cfg = RunPodConfig::from_settings(&serde_yaml::from_str(yaml).unwrap()).unwrap();
+    assert_eq!(
+        cfg.unknown_exit_as,
+        vk::providers::runpod::UnknownExit::Failed
+    );
+    assert_eq!(cfg.cpu_flavor_id, None);
 }

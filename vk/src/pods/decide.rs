@@ -158,7 +158,7 @@ pub fn decide(
                 if !matches!(
                     f.observed.state,
                     WorkloadState::Succeeded | WorkloadState::Failed { .. }
-                ) =>
+                ) || deletes_finished(rules, f.provider) =>
             {
                 Step::StopWorkload {
                     provider: f.provider,
@@ -272,6 +272,14 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
         delay: restart::delay(rules.timings, restarts - 1),
         last: Box::new(last),
     }
+}
+
+/// The provider bills a finished workload and offers nothing to keep it for.
+fn deletes_finished(rules: &Rules<'_>, provider: usize) -> bool {
+    rules
+        .offers
+        .get(provider)
+        .is_some_and(|o| o.capabilities.delete_finished)
 }
 
 fn fail(reason: &'static str, message: String) -> Step {

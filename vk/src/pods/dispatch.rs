@@ -62,7 +62,9 @@ pub fn candidates(
 
 fn fits(p: &Offer, req: &Request) -> bool {
     let caps = &p.capabilities;
-    let Some(gpu) = &req.gpu else { return true };
+    let Some(gpu) = &req.gpu else {
+        return !caps.gpu_only;
+    };
     if caps.max_gpus_per_workload > 0 && gpu.count > caps.max_gpus_per_workload {
         return false;
     }
@@ -159,5 +161,38 @@ mod tests {
             candidates(&ps, &req(None, 1, Some("nope")), None),
             Err(Error::UnknownProvider("nope".into()))
         );
+    }
+
+    #[test]
+    fn cpu_only_pods_skip_gpu_only_providers() {
+        let mut ps = providers();
+        ps[0].capabilities.gpu_only = true;
+        let cpu = |pin: Option<&str>| Request {
+            gpu: None,
+            ..req(None, 1, pin)
+        };
+        // Skipped as a candidate, not a reason to fail the pod.
+        assert_eq!(candidates(&ps, &cpu(None), None).unwrap(), vec![1, 2]);
+        assert_eq!(
+            candidates(&ps, &cpu(None), Some("runpod")).unwrap(),
+            vec![1, 2]
+        );
+        // GPU pods still go there.
+        assert_eq!(
+            candidates(&ps, &req(Some("H100"), 1, None), None).unwrap(),
+            vec![0, 2]
+        );
+        // Pinned to a provider that cannot run it: a clear failure.
+        assert!(matches!(
+            candidates(&ps, &cpu(Some("runpod")), None),
+            Err(Error::NoMatch(m)) if m.contains("CPU-only")
+        ));
+        for p in &mut ps {
+            p.capabilities.gpu_only = true;
+        }
+        assert!(matches!(
+            candidates(&ps, &cpu(None), None),
+            Err(Error::NoMatch(_))
+        ));
     }
 }

@@ -132,6 +132,14 @@ impl PodController {
                     return Ok(Action::await_change());
                 };
                 self.report(&pod, provider, obs).await?;
+                // The pod just ended: a provider that keeps billing a finished workload gets it
+                // deleted now (our own status write may not come back as a change to act on).
+                if obs.state.is_terminal()
+                    && self.slots[provider].provider.capabilities().delete_finished
+                {
+                    self.delete_one(provider, uid, &obs.provider_id, Some(&pod))
+                        .await?;
+                }
                 if let Some(t) = list_changed {
                     self.metrics
                         .status_latency

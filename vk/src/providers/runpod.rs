@@ -9,33 +9,52 @@
 //!   `gpu {id, count, vcpuCount, memory}`, `createdAt`, `startedAt`, `globalNetworking` and
 //!   `runtime` (null unless RUNNING; `{}` right after create) with `uptime`, `cpu.util`,
 //!   `memory.util` (percent), `gpus[]`, `ports[]`.
-//! - `POST /pods` (201) takes `CreatePodRequest`: `name`, `image`, `gpu {id, count,
-//!   minVcpuCountPerGpu, minRamPerGpu}`, `cloud` (SECURE | COMMUNITY), `dataCenterIds`,
-//!   `env` (object), `args` (one string), `ports` (`"8080/tcp"`), `disk` (GB). The schema has
+//! - `POST /pods` (201) takes `CreatePodRequest`: `name`, `image`, exactly one of `gpu {id,
+//!   count, minVcpuCountPerGpu, minRamPerGpu}` and `cpu {id, vcpuCount}` (a CPU flavor from
+//!   `GET /v2/catalog/cpus`; `vcpuCount` a power of two, at least 2), `cloud` (SECURE |
+//!   COMMUNITY), `dataCenterIds`, `env` (object), `args` (one string, "arguments passed to the
+//!   container entrypoint"), `ports` (`"8080/tcp"`), `disk` (GB). The schema has
 //!   `unevaluatedProperties: false`, so nothing else is sent. It places exactly one GPU type
 //!   and never falls back.
 //! - `DELETE /pods/{id}` (204) terminates and removes the pod (v2 documents it as the
 //!   equivalent of `POST /pods/{id}/action {"action":"terminate"}`); 404 unknown, 409 for
 //!   cluster members.
-//! - Errors are RFC 9457 problems `{title, status, detail, errors[]}`. 400 covers both broken
-//!   rules and "no capacity" (human-readable `detail` only); 402 insufficient balance; 422
-//!   schema violations; 429 carries `Retry-After` in integer seconds.
+//! - Errors are RFC 9457 problems `{title, status, detail, errors[]}`. The create operation's
+//!   own table: 422 schema (never retry), 400 a broken rule *or* no capacity (human-readable
+//!   `detail` only: "try your next candidate"), 402 insufficient balance, 403 "your account
+//!   cannot access the requested pool: skip this candidate, keep going", 429 with
+//!   `Retry-After` in integer seconds, 5xx transient.
+//! - A container whose command ends is restarted in place by RunPod and the pod stays
+//!   RUNNING (runpod/runpodctl#149, dstackai/dstack#1142); EXITED follows a `stop` (a user,
+//!   maintenance, a $0 balance). Neither state nor schema carries an exit code.
 //!
 //! Decisions and assumptions:
-//! - Idempotent create: one `GET /pods` before the `POST`; a pod already carrying the
-//!   workload's name (and not TERMINATED) means the earlier attempt succeeded.
+//! - The framework creates only after a list begun after its previous attempt: no lookup.
 //! - 400 whose `detail` reads like capacity ("no instances available", "not enough",
 //!   "unavailable", "could not be placed", ...) is [`ProviderError::Capacity`]; any other 400
 //!   and 422 are [`ProviderError::Invalid`]. 402 is Capacity (another provider may be paid
-//!   up). 401 and 403 are Auth, although RunPod also uses 403 for "no access to this GPU pool".
-//! - EXITED maps to Succeeded: v2 exposes no exit code, so a crashed container that RunPod
-//!   reports as EXITED cannot be told apart from a clean exit. ERROR maps to
-//!   `Failed { exit_code: 1, reason: ProviderError }`.
+//!   up). 403 on create is Capacity (the next candidate may be open to us); elsewhere 401 and
+//!   403 are Auth.
+//! - Exits: a falling `runtime.uptime` (or a new `startedAt`) between two lists means the
+//!   container exited and RunPod restarted it (`exits`). The pod is then reported ended:
+//!   `Succeeded` with exit code 0 by default, or `Failed` with 1 (`unknownExitAs`), the
+//!   message saying the code is assumed. The framework applies the restart policy (Always:
+//!   the RunPod pod is replaced after the back-off, restartCount and lastState recorded;
+//!   Never/OnFailure: the pod ends) and, since `delete_finished`, terminates the RunPod pod
+//!   so it stops re-running and billing. An exit before the first sighting after a VK
+//!   start is only seen at the next one.
+//! - EXITED is `Failed { exit_code: 137, reason: Evicted }`: the VK never stops a pod, so
+//!   someone else did. ERROR maps to `Failed { exit_code: 1, reason: ProviderError }`.
 //! - TERMINATED pods are omitted from `list()`: termination is what our own delete does, and
 //!   the framework reports a workload that vanished without being deleted as lost.
-//! - v2 has no entrypoint override: `command` and `args` are shell-quoted into `args`, which
-//!   replaces the image's CMD (exact for images without an ENTRYPOINT). `workingDir` and
-//!   interruptible/spot requests are not expressible in v2 and are ignored.
+//! - Entrypoint: v2 has no entrypoint override (v1's `dockerEntrypoint`/`dockerStartCmd`
+//!   are gone); `args` replaces the image's CMD and keeps its ENTRYPOINT. Kubernetes `args`
+//!   alone map exactly; a `command` is shell-quoted in front of the args into `args`, exact
+//!   for images without an ENTRYPOINT only. `workingDir` and interruptible/spot requests are
+//!   not expressible in v2 and are ignored.
+//! - Pods requesting no GPU become CPU pods of flavor `cpuFlavorId` (default `cpu3c`) with
+//!   the request's CPUs rounded up to a power of two; memory follows from the flavor.
+//!   Without a flavor the adapter declares `gpu_only` and dispatch passes it by.
 //! - `GET /pods/{id}/logs` exists in v2 (Server-Sent Events, `tail`, `since`, `source`), but a
 //!   non-follow request has no documented end-of-backlog marker; this adapter keeps the
 //!   trait's default (logs unsupported) until that is settled.
@@ -49,9 +68,11 @@
 
 mod adapter;
 mod config;
+mod exits;
 mod state;
 mod wire;
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use reqwest::Method;
@@ -61,9 +82,9 @@ use super::http::{self, Bearer, Client, InitError, RawResponse};
 use super::options::{Options, shell_join};
 use super::rest;
 use crate::naming::Owner;
-use crate::provider::{ProviderError, Workload};
-pub use config::{Cloud, RunPodConfig};
-use wire::{CreateGpu, CreatePodRequest, ListEntry, ListPodsResponse, Pod, Problem};
+use crate::provider::{GpuRequest, ProviderError, Workload};
+pub use config::{Cloud, RunPodConfig, UnknownExit};
+use wire::{CreateCpu, CreateGpu, CreatePodRequest, ListEntry, ListPodsResponse, Pod, Problem};
 
 /// Default API root, including the version prefix.
 pub const DEFAULT_BASE_URL: &str = "https://api.runpod.io/v2";
@@ -78,6 +99,8 @@ pub struct RunPod {
     cfg: RunPodConfig,
     owner: Owner,
     api: Client<Bearer>,
+    /// Container exits seen through falling uptimes.
+    exits: Mutex<exits::Exits>,
 }
 
 impl RunPod {
@@ -97,35 +120,29 @@ impl RunPod {
             cfg,
             owner,
             api,
+            exits: Mutex::default(),
         })
     }
 
     /// The request body for a workload; pure, so it can be checked before any network call.
     fn create_request(&self, w: &Workload) -> Result<CreatePodRequest, ProviderError> {
         let invalid = |message: String| ProviderError::Invalid { message };
-        let gpu = w.gpu.as_ref().filter(|g| g.count > 0).ok_or_else(|| {
-            invalid("RunPod runs GPU pods only: the pod requests no GPU".to_owned())
-        })?;
-        if gpu.count > self.cfg.max_gpus_per_workload {
-            return Err(invalid(format!(
-                "the pod requests {} GPUs, more than the {} allowed on {}",
-                gpu.count, self.cfg.max_gpus_per_workload, self.name
-            )));
-        }
-        let neutral = gpu
-            .gpu_type
-            .as_ref()
-            .or(self.cfg.default_gpu_type.as_ref())
-            .ok_or_else(|| {
-                invalid("the pod names no GPU type and no defaultGpuType is configured".to_owned())
-            })?;
-        let gpu_id = self
-            .cfg
-            .gpu_ids
-            .get(neutral)
-            .cloned()
-            .unwrap_or_else(|| neutral.clone());
-
+        let (gpu, cpu) = match w.gpu.as_ref().filter(|g| g.count > 0) {
+            Some(gpu) => (Some(self.gpu_config(w, gpu)?), None),
+            None => {
+                let flavor = self.cfg.cpu_flavor_id.clone().ok_or_else(|| {
+                    invalid(format!(
+                        "the pod requests no GPU and {} has no cpuFlavorId for CPU pods",
+                        self.name
+                    ))
+                })?;
+                let cpu = CreateCpu {
+                    id: flavor,
+                    vcpu_count: cpu_pod_vcpus(w.cpu_millis),
+                };
+                (None, Some(cpu))
+            }
+        };
         let options = Options::of(w);
         let cloud = match options.parsed::<Cloud>("cloud")? {
             Some(c) if c != self.cfg.cloud && !self.cfg.allowed_clouds.contains(&c) => {
@@ -145,25 +162,51 @@ impl RunPod {
             Some(gb) => gb.ceil() as u32,
             None => self.cfg.container_disk_gb,
         };
-        let per_gpu = |total: f64| Some((total / f64::from(gpu.count)).ceil().max(1.0) as u32);
         let words = w.command.iter().chain(&w.args).map(String::as_str);
         let args = (!w.command.is_empty() || !w.args.is_empty()).then(|| shell_join(words));
 
         Ok(CreatePodRequest {
             name: w.id.as_str().to_owned(),
             image: w.image.clone(),
-            gpu: CreateGpu {
-                id: gpu_id,
-                count: gpu.count,
-                min_vcpu_count_per_gpu: w.cpu_millis.and_then(|m| per_gpu(m as f64 / 1000.0)),
-                min_ram_per_gpu: w.memory_bytes.and_then(|b| per_gpu(b as f64 / GB)),
-            },
+            gpu,
+            cpu,
             cloud,
             data_center_ids,
             env: rest::env_map(&w.env),
             args,
             ports: w.ports.iter().map(|p| format!("{p}/tcp")).collect(),
             disk,
+        })
+    }
+
+    /// The `gpu` block of a GPU pod.
+    fn gpu_config(&self, w: &Workload, gpu: &GpuRequest) -> Result<CreateGpu, ProviderError> {
+        let invalid = |message: String| ProviderError::Invalid { message };
+        if gpu.count > self.cfg.max_gpus_per_workload {
+            return Err(invalid(format!(
+                "the pod requests {} GPUs, more than the {} allowed on {}",
+                gpu.count, self.cfg.max_gpus_per_workload, self.name
+            )));
+        }
+        let neutral = gpu
+            .gpu_type
+            .as_ref()
+            .or(self.cfg.default_gpu_type.as_ref())
+            .ok_or_else(|| {
+                invalid("the pod names no GPU type and no defaultGpuType is configured".to_owned())
+            })?;
+        let id = self
+            .cfg
+            .gpu_ids
+            .get(neutral)
+            .cloned()
+            .unwrap_or_else(|| neutral.clone());
+        let per_gpu = |total: f64| Some((total / f64::from(gpu.count)).ceil().max(1.0) as u32);
+        Ok(CreateGpu {
+            id,
+            count: gpu.count,
+            min_vcpu_count_per_gpu: w.cpu_millis.and_then(|m| per_gpu(m as f64 / 1000.0)),
+            min_ram_per_gpu: w.memory_bytes.and_then(|b| per_gpu(b as f64 / GB)),
         })
     }
 
@@ -219,6 +262,13 @@ impl RunPod {
 
 const GB: f64 = 1_000_000_000.0;
 
+/// vCPUs of a CPU pod: the request rounded up to a power of two, at least 2
+/// (`BaseCpuConfig.vcpuCount`: "must be a power of two", minimum 2).
+fn cpu_pod_vcpus(cpu_millis: Option<u64>) -> u32 {
+    let wanted = cpu_millis.unwrap_or(0).div_ceil(1000).clamp(2, 1 << 16) as u32;
+    wanted.next_power_of_two()
+}
+
 /// RunPod answers "no capacity" as a plain 400 with only human-readable wording.
 fn is_capacity_detail(detail: &str) -> bool {
     let d = detail.to_ascii_lowercase();
@@ -249,5 +299,21 @@ mod tests {
             "Not enough free GPUs on the host machine"
         ));
         assert!(!is_capacity_detail("gpu.count must be at most 8"));
+    }
+
+    #[test]
+    fn cpu_pods_get_a_power_of_two_of_at_least_two_vcpus() {
+        let got: Vec<u32> = [
+            None,
+            Some(500),
+            Some(2000),
+            Some(2001),
+            Some(5000),
+            Some(16_000),
+        ]
+        .into_iter()
+        .map(cpu_pod_vcpus)
+        .collect();
+        assert_eq!(got, [2, 2, 2, 4, 8, 16]);
     }
 }

@@ -119,6 +119,54 @@ fn a_finished_pod_stops_a_workload_still_holding_resources_but_keeps_exited_ones
 }
 
 #[test]
+fn a_finished_pod_deletes_its_ended_workload_where_the_provider_keeps_billing_it() {
+    // RunPod restarts an exited container in place and bills a stopped pod's disk.
+    let owner = owner();
+    let mut offers = offers();
+    offers[0].capabilities.delete_finished = true;
+    let timings = timings();
+    let admission = Admission::default();
+    let rules = Rules {
+        owner: &owner,
+        offers: &offers,
+        timings: &timings,
+        admission: &admission,
+        secret_failover: false,
+    };
+    let done = PodBuilder::new()
+        .assigned("runpod")
+        .phase("Succeeded")
+        .build();
+    for state in [
+        WorkloadState::Succeeded,
+        WorkloadState::Failed {
+            exit_code: 137,
+            reason: FailureReason::Evicted,
+        },
+    ] {
+        let o = observed(state);
+        let found = Some(Found {
+            provider: 0,
+            observed: &o,
+        });
+        assert_eq!(
+            decide(&rules, Some(&done), found, &fresh(), ts(NOW)),
+            Step::StopWorkload { provider: 0 }
+        );
+    }
+    // Other providers keep an exited workload (its logs stay readable).
+    let o = observed(WorkloadState::Succeeded);
+    let found = Some(Found {
+        provider: 1,
+        observed: &o,
+    });
+    assert_eq!(
+        decide(&rules, Some(&done), found, &fresh(), ts(NOW)),
+        Step::Idle
+    );
+}
+
+#[test]
 fn an_invalid_spec_fails_the_pod_even_with_a_workload() {
     let pod = PodBuilder::new()
         .spec(|s| {

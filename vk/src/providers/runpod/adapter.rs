@@ -1,5 +1,7 @@
 //! The [`Provider`] implementation of [`RunPod`]: idempotent create, delete and list.
 
+use std::time::Instant;
+
 use reqwest::Method;
 use tracing::{debug, info};
 
@@ -20,6 +22,8 @@ impl Provider for RunPod {
             logs: false,
             exec: false,
             metrics: true,
+            gpu_only: self.cfg.cpu_flavor_id.is_none(),
+            delete_finished: true,
         }
     }
 
@@ -40,7 +44,14 @@ impl Provider for RunPod {
             info!(provider = %self.name, workload = %w.id, pod_id = ?created.and_then(|p| p.id), "created RunPod pod");
             return Ok(());
         }
-        let err = self.error_from(&resp);
+        let err = match self.error_from(&resp) {
+            // On create, 403 means "your account cannot access the requested pool: skip this
+            // candidate, keep going" (v2 `POST /v2/pods` description); the key itself works.
+            ProviderError::Auth { message } if resp.status.as_u16() == 403 => {
+                ProviderError::Capacity { message }
+            }
+            other => other,
+        };
         debug!(provider = %self.name, workload = %w.id, error = %err, "RunPod create failed");
         Err(err)
     }
@@ -68,9 +79,30 @@ impl Provider for RunPod {
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let pods = self.list_pods().await?;
+        let now = Instant::now();
+        let mut exits = self.exits.lock().unwrap_or_else(|e| e.into_inner());
+        let ids: Vec<&str> = pods.iter().filter_map(|p| p.id.as_deref()).collect();
+        exits.retain(&ids);
+        let exited: Vec<bool> = pods
+            .iter()
+            .map(|p| {
+                let running = p.status.as_ref().and_then(|s| s.as_str()) == Some("RUNNING");
+                match p.id.as_deref() {
+                    Some(id) if running => exits.note(
+                        id,
+                        p.runtime.as_ref().and_then(|r| r.uptime),
+                        p.started_at.as_deref(),
+                        now,
+                    ),
+                    _ => false,
+                }
+            })
+            .collect();
+        drop(exits);
         Ok(pods
             .into_iter()
-            .filter_map(|p| observe(&self.name, p))
+            .zip(exited)
+            .filter_map(|(p, exited)| observe(&self.name, p, exited, self.cfg.unknown_exit_as))
             .collect())
     }
 }

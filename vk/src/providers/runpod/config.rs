@@ -33,6 +33,16 @@ impl FromStr for Cloud {
     }
 }
 
+/// How an exit RunPod reports no code for ends the pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum UnknownExit {
+    /// Completed, exit code 0: a Job with restartPolicy Never or OnFailure completes once.
+    #[default]
+    Succeeded,
+    /// Error, exit code 1: a Job's pod fails and its backoffLimit decides what follows.
+    Failed,
+}
+
 /// The `settings` of a RunPod provider in the VK configuration.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -68,6 +78,14 @@ pub struct RunPodConfig {
     /// Largest container disk a pod may ask for, GB (unset: no ceiling).
     #[serde(default)]
     pub max_disk_gb: Option<u32>,
+    /// CPU flavor (`GET /v2/catalog/cpus`, e.g. `cpu3c`) for pods that request no GPU; unset
+    /// (`null`): this provider refuses CPU-only pods and dispatch skips it for them.
+    #[serde(default = "default_cpu_flavor")]
+    pub cpu_flavor_id: Option<String>,
+    /// How a container exit is reported: RunPod exposes no exit code, so the exit is
+    /// `Succeeded` (assumed 0, the default) or `Failed` (assumed 1).
+    #[serde(default)]
+    pub unknown_exit_as: UnknownExit,
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
@@ -79,6 +97,9 @@ pub struct RunPodConfig {
 
 fn default_base_url() -> String {
     DEFAULT_BASE_URL.to_owned()
+}
+fn default_cpu_flavor() -> Option<String> {
+    Some("cpu3c".to_owned())
 }
 fn default_disk_gb() -> u32 {
     20
@@ -103,6 +124,8 @@ impl Default for RunPodConfig {
             max_gpus_per_workload: default_max_gpus(),
             allowed_clouds: Vec::new(),
             max_disk_gb: None,
+            cpu_flavor_id: default_cpu_flavor(),
+            unknown_exit_as: UnknownExit::default(),
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
         }
@@ -133,6 +156,8 @@ impl fmt::Debug for RunPodConfig {
             .field("data_center_ids", &self.data_center_ids)
             .field("container_disk_gb", &self.container_disk_gb)
             .field("max_gpus_per_workload", &self.max_gpus_per_workload)
+            .field("cpu_flavor_id", &self.cpu_flavor_id)
+            .field("unknown_exit_as", &self.unknown_exit_as)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("allow_insecure_http", &self.allow_insecure_http)
             .finish()

@@ -5,12 +5,23 @@ use jiff::Timestamp;
 use tracing::warn;
 
 use super::wire::Pod;
-use super::{ERROR_EXIT_CODE, GB};
+use super::{ERROR_EXIT_CODE, GB, UnknownExit};
 use crate::naming::WorkloadId;
 use crate::provider::{FailureReason, Observed, Usage, WorkloadState};
 
+/// Exit code assumed for an exit reported as failed (RunPod exposes none).
+const ASSUMED_FAILURE_EXIT_CODE: i32 = 1;
+/// Exit code reported for a pod stopped outside the VK (its container was killed).
+const STOPPED_EXIT_CODE: i32 = 137;
+
 /// Translates one listed pod; `None` when it is not one of ours (any VK's) or is terminated.
-pub(super) fn observe(provider: &str, pod: Pod) -> Option<Observed> {
+/// `exited`: its container exited and RunPod restarted it in place (see `super::exits`).
+pub(super) fn observe(
+    provider: &str,
+    pod: Pod,
+    exited: bool,
+    unknown_exit: UnknownExit,
+) -> Option<Observed> {
     let id = WorkloadId::parse(pod.name.as_deref()?)?;
     let Some(provider_id) = pod.id.clone().filter(|s| !s.is_empty()) else {
         warn!(provider, workload = %id, "listed pod has no id; ignoring it");
@@ -24,8 +35,27 @@ pub(super) fn observe(provider: &str, pod: Pod) -> Option<Observed> {
     let (state, message) = match raw.as_str() {
         "PROVISIONING" => (WorkloadState::Queued { reason: None }, None),
         "STARTING" => (WorkloadState::Starting, None),
+        "RUNNING" if exited => {
+            let state = match unknown_exit {
+                UnknownExit::Succeeded => WorkloadState::Succeeded,
+                UnknownExit::Failed => WorkloadState::Failed {
+                    exit_code: ASSUMED_FAILURE_EXIT_CODE,
+                    reason: FailureReason::Error,
+                },
+            };
+            (state, Some(EXIT_MESSAGE.to_owned()))
+        }
         "RUNNING" => (WorkloadState::Running, None),
-        "EXITED" => (WorkloadState::Succeeded, None),
+        // EXITED follows a stop (the VK never stops, it terminates): a user, host
+        // maintenance or a balance at $0 (PodStatus: "container exited (stopped)"; the
+        // `stop` action moves a pod to EXITED). Not a completion.
+        "EXITED" => (
+            WorkloadState::Failed {
+                exit_code: STOPPED_EXIT_CODE,
+                reason: FailureReason::Evicted,
+            },
+            Some(STOPPED_MESSAGE.to_owned()),
+        ),
         "ERROR" => (
             WorkloadState::Failed {
                 exit_code: ERROR_EXIT_CODE,
@@ -71,6 +101,11 @@ pub(super) fn observe(provider: &str, pod: Pod) -> Option<Observed> {
     })
 }
 
+const EXIT_MESSAGE: &str = "the container exited and RunPod restarted it in place; RunPod \
+     reports no exit code, so the code shown is assumed (provider setting unknownExitAs)";
+const STOPPED_MESSAGE: &str = "RunPod stopped the pod (EXITED) without the virtual kubelet \
+     asking: a stop by a user, host maintenance or an account balance at $0";
+
 /// Usage from the `runtime` block; `None` when RunPod reports no utilisation.
 fn usage(pod: &Pod) -> Option<Usage> {
     let rt = pod.runtime.as_ref()?;
@@ -111,7 +146,13 @@ mod tests {
             ("PROVISIONING", Some(WorkloadState::Queued { reason: None })),
             ("STARTING", Some(WorkloadState::Starting)),
             ("RUNNING", Some(WorkloadState::Running)),
-            ("EXITED", Some(WorkloadState::Succeeded)),
+            (
+                "EXITED",
+                Some(WorkloadState::Failed {
+                    exit_code: 137,
+                    reason: FailureReason::Evicted,
+                }),
+            ),
             (
                 "ERROR",
                 Some(WorkloadState::Failed {
@@ -131,6 +172,8 @@ mod tests {
             let got = observe(
                 "rp",
                 pod(json!({"id": "p1", "name": NAME, "status": status})),
+                false,
+                UnknownExit::Succeeded,
             );
             assert_eq!(got.map(|o| o.state), want, "{status}");
         }
@@ -144,11 +187,32 @@ mod tests {
                 json!({"id": "p1", "name": NAME, "status": "RUNNING", "runtime": "weird",
                        "createdAt": 5, "gpu": {"vcpuCount": "many"}}),
             ),
+            false,
+            UnknownExit::Succeeded,
         )
         .unwrap();
         assert_eq!(o.state, WorkloadState::Running);
         assert_eq!(o.usage, None);
         assert_eq!(o.created_at, None);
+    }
+
+    #[test]
+    fn a_running_pod_whose_container_exited_ends_as_configured() {
+        let running = || pod(json!({"id": "p1", "name": NAME, "status": "RUNNING"}));
+        let o = observe("rp", running(), true, UnknownExit::Succeeded).unwrap();
+        assert_eq!(o.state, WorkloadState::Succeeded);
+        assert!(o.message.unwrap().contains("no exit code"));
+        let o = observe("rp", running(), true, UnknownExit::Failed).unwrap();
+        assert_eq!(
+            o.state,
+            WorkloadState::Failed {
+                exit_code: 1,
+                reason: FailureReason::Error
+            }
+        );
+        let stopped = pod(json!({"id": "p1", "name": NAME, "status": "EXITED"}));
+        let o = observe("rp", stopped, false, UnknownExit::Succeeded).unwrap();
+        assert!(o.message.unwrap().contains("without the virtual kubelet"));
     }
 
     #[test]

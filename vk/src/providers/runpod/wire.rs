@@ -14,7 +14,11 @@ use crate::providers::rest::lenient;
 pub(super) struct CreatePodRequest {
     pub(super) name: String,
     pub(super) image: String,
-    pub(super) gpu: CreateGpu,
+    /// Exactly one of `gpu` and `cpu` is set (a GPU or a CPU pod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) gpu: Option<CreateGpu>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) cpu: Option<CreateCpu>,
     pub(super) cloud: Cloud,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(super) data_center_ids: Vec<String>,
@@ -37,6 +41,15 @@ pub(super) struct CreateGpu {
     pub(super) min_vcpu_count_per_gpu: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) min_ram_per_gpu: Option<u32>,
+}
+
+/// `CreateCpuConfig`: a CPU flavor (`GET /v2/catalog/cpus`) and a power-of-two vCPU count
+/// of at least 2; memory follows from the flavor.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CreateCpu {
+    pub(super) id: String,
+    pub(super) vcpu_count: u32,
 }
 
 #[derive(Debug, Deserialize)]

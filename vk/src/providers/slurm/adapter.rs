@@ -24,6 +24,7 @@ impl Provider for Slurm {
             logs: self.cfg.output_dir.is_some(),
             exec: self.cfg.exec == ExecMode::Srun,
             metrics: false,
+            ..Capabilities::default()
         }
     }
 

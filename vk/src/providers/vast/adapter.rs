@@ -26,6 +26,7 @@ impl Provider for Vast {
             logs: true,
             exec: false,
             metrics: true,
+            ..Capabilities::default()
         }
     }
 
