@@ -88,7 +88,15 @@ async fn job_workload_gone(w: &mut Vkw, name: String) {
     wait_for(
         Duration::from_secs(30),
         "the Job's workload ended",
-        || async { w.live_of(&u).await.is_empty().then_some(()) },
+        // Ended, deleted, or (Vast) a stopped instance: its GPU is released and no longer
+        // billed, only its disk is, and the VK keeps it for the pod's logs until the pod goes.
+        || async {
+            w.live_of(&u)
+                .await
+                .iter()
+                .all(|wl| matches!(wl["state"].as_str(), Some("exited" | "stopped")))
+                .then_some(())
+        },
     )
     .await;
 }
