@@ -1099,6 +1099,8 @@ fn main() {
     let mut failed = Vec::new();
     let mut first = true;
     let in_cluster_gpus = regex::Regex::new(overflow::IN_CLUSTER_GPUS).unwrap();
+    // Scenarios that test the virtual kubelet rather than the provider run once per run.
+    let first_provider = regex::Regex::new("^the provider is the first of this run$").unwrap();
     for p in providers
         .split(',')
         .map(str::trim)
@@ -1140,6 +1142,9 @@ fn main() {
         // provider of a kind run only, and is skipped (never passed) elsewhere.
         if pods && first {
             cucumber = cucumber.given(in_cluster_gpus.clone(), |_w, _ctx| async {}.boxed_local());
+        }
+        if first {
+            cucumber = cucumber.given(first_provider.clone(), |_w, _ctx| async {}.boxed_local());
         }
         first = false;
         let cucumber =
