@@ -93,6 +93,22 @@ where
     }
 }
 
+/// Waits (20 s) until Node `node` reports Ready.
+pub async fn wait_node_ready(c: &Client, node: &str) {
+    wait_for(Duration::from_secs(20), "node Ready", || async {
+        let n = Api::<k8s_openapi::api::core::v1::Node>::all(c.clone())
+            .get_opt(node)
+            .await
+            .ok()??;
+        n.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
 /// A provider emulator (RunPod v2, Vast, slurmrestd) served in-process; stopped when dropped.
 pub struct Emulator {
     pub addr: SocketAddr,

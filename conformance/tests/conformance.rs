@@ -29,7 +29,7 @@ use cucumber::writer::Stats as _;
 use cucumber::{World, WriterExt, given, then, when, writer};
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use mock_providers::config::{ExecutionMode, GpuStock};
@@ -296,17 +296,7 @@ fn emulator_gpus() -> Vec<GpuStock> {
 
 /// Waits until the scenario's VK has registered its node and reports it Ready.
 async fn wait_node_ready(w: &Vkw) {
-    let c = w.c();
-    let node = w.node();
-    wait_for(Duration::from_secs(20), "node Ready", || async {
-        let n = Api::<Node>::all(c.clone()).get_opt(&node).await.ok()??;
-        n.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    conformance::harness::wait_node_ready(&w.c(), &w.node()).await;
 }
 
 /// The reasons of every Event in the scenario's namespace.

@@ -148,15 +148,7 @@ impl Bed {
         let providers = format!("{}{}", rp.provider_yaml(RUNPOD), slurm_with_exec(&slurm));
         let vk = Vk::start_with(providers, VkOptions::default()).await;
         let node = vk.node.clone();
-        wait_for(Duration::from_secs(20), "node Ready", || async {
-            let n = Api::<Node>::all(c.clone()).get_opt(&node).await.ok()??;
-            n.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        })
-        .await;
+        wait_node_ready(&c, &node).await;
         let ns = namespace(&c, "exec").await;
         let jobs = JobsGuard {
             slurm: slurm.clone(),

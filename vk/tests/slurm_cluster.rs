@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::{AsyncBufReadExt, StreamExt};
 use harness::*;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, LogParams, PostParams};
 use kube::{Api, Client};
 use mock_providers::config::{ExecutionMode, GpuStock};
@@ -53,15 +53,7 @@ impl Bed {
         let providers = format!("{}{}", rp.provider_yaml("rp"), slurm.provider_yaml(SLURM));
         let vk = Vk::start_with(providers, VkOptions::default()).await;
         let node = vk.node.clone();
-        wait_for(Duration::from_secs(20), "node Ready", || async {
-            let n = Api::<Node>::all(c.clone()).get_opt(&node).await.ok()??;
-            n.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        })
-        .await;
+        wait_node_ready(&c, &node).await;
         let ns = namespace(&c, "slurm").await;
         let jobs = JobsGuard {
             slurm: slurm.clone(),
