@@ -11,10 +11,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{EvictParams, ListParams};
+use kube::api::EvictParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Api, Client, Resource};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{GPU, OPT_IN_LABEL, VIRTUAL_NODE_LABEL};
@@ -272,6 +274,35 @@ impl State {
     }
 }
 
+/// A cache of every `K`, kept current by a watch (re-listing with back-off after errors);
+/// managed fields are dropped to keep it small.
+fn cache<K>(api: Api<K>) -> reflector::Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(r) = stream.next().await {
+            if let Err(e) = r {
+                warn!(error = %ErrorChain(&e), "reclaim: watch error; retrying");
+            }
+        }
+    });
+    store
+}
+
 /// Runs the controller until the process ends.
 pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance: String) {
     let recorder = Recorder::new(
@@ -281,22 +312,22 @@ pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance:
             instance: Some(instance),
         },
     );
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client.clone());
+    // Watches, not lists: each look reads the caches the watches keep current, so a large
+    // cluster costs one watch per kind, not a list of every pod every interval.
+    let nodes = cache::<Node>(Api::all(client.clone()));
+    let pods = cache::<Pod>(Api::all(client.clone()));
     let mut state = State::default();
     // Pods already told why they stay in-cluster (by UID).
     let mut told = std::collections::HashSet::<String>::new();
     loop {
         tokio::time::sleep(settings.interval).await;
-        let lp = ListParams::default();
-        let (n, p) = match tokio::try_join!(nodes.list(&lp), pods.list(&lp)) {
-            Ok(x) => x,
-            Err(e) => {
-                warn!(error = %ErrorChain(&e), "reclaim: listing nodes and pods failed");
-                continue;
-            }
-        };
-        let snap = snapshot(&n.items, &p.items);
+        if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
+            warn!("reclaim: the node and pod watches ended");
+            return;
+        }
+        let n: Vec<Node> = nodes.state().iter().map(|x| (**x).clone()).collect();
+        let p: Vec<Pod> = pods.state().iter().map(|x| (**x).clone()).collect();
+        let snap = snapshot(&n, &p);
         let state_label = |s: &str| StateLabels {
             state: s.to_owned(),
         };
@@ -315,7 +346,7 @@ pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance:
             };
             metrics.offloaded_replicas.get_or_create(&l).set(*count);
         }
-        for (pod, why) in refused_and_pending(&p.items) {
+        for (pod, why) in refused_and_pending(&p) {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             if !told.insert(uid) {
                 continue;
@@ -333,12 +364,12 @@ pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance:
                 warn!(error = %ErrorChain(&e), "overflow: failed to record the event");
             }
         }
-        told.retain(|uid| p.items.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
+        told.retain(|uid| p.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
         let Step::Move(c, node) = state.step(&snap, &settings, Instant::now()) else {
             continue;
         };
         let api: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
-        let Some(pod) = p.items.iter().find(|x| {
+        let Some(pod) = p.iter().find(|x| {
             x.metadata.name.as_deref() == Some(&c.name)
                 && x.metadata.namespace.as_deref() == Some(&c.namespace)
         }) else {
