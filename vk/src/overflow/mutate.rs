@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use super::{DECISION_ANNOTATION, VIRTUAL_NODE_LABEL};
 use crate::node::TAINT_KEY;
 
-/// Weight of the preference for in-cluster nodes: the maximum, so it outweighs the scheduler's
+/// Weight of the preference for in-cluster nodes: the maximum (1-100, "Assigning Pods to Nodes:
+/// node affinity weight" in the Kubernetes docs), so it outweighs the scheduler's
 /// resource-balancing scores, which favour the virtual node's huge capacity.
 pub const PREFER_IN_CLUSTER_WEIGHT: i32 = 100;
 

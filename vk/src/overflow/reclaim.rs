@@ -1,5 +1,6 @@
 //! Reclaim: offloaded replicas come back to in-cluster GPUs once those have been free for a
-//! settle period, one replica at a time, through the Eviction API (so PodDisruptionBudgets hold),
+//! settle period, one replica at a time, through the Eviction API (so PodDisruptionBudgets hold:
+//! "API-initiated Eviction" in the Kubernetes docs; a refused eviction answers 429),
 //! and only when the replacement fits in-cluster. Only pods labelled [`RECLAIM_LABEL`]`=true`
 //! (as well as opted in to overflow) and owned by a ReplicaSet are moved: a Deployment's
 //! ReplicaSet makes the replacement, which the webhook's preference puts in-cluster.
