@@ -74,6 +74,7 @@ mod config;
 mod instances;
 mod limits;
 mod logs;
+mod market;
 mod pace;
 mod plan;
 mod rent;
