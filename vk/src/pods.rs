@@ -311,11 +311,11 @@ impl PodController {
             .collect()
     }
 
-    /// GPUs the providers' inventories show free, where every provider with GPUs tells.
-    pub fn inventory_gpus(&self) -> Option<u64> {
+    /// GPUs the providers' inventories show free (providers that give no count add none).
+    pub fn inventory_gpus(&self) -> u64 {
         self.slots
             .iter()
-            .map(|s| read(&s.inventory).as_ref().and_then(|i| i.available_gpus()))
+            .filter_map(|s| read(&s.inventory).as_ref().and_then(|i| i.available_gpus()))
             .sum()
     }
 

@@ -5,7 +5,8 @@
 //! or opens it again on failure.
 //!
 //! A failure is an answer that says the provider is not working: a transient error (5xx, a
-//! timeout, a connection refused, a 429), an auth error, or any call slower than `slow`. An
+//! timeout, a connection refused, a 429 the adapter could not wait out: a provider refusing
+//! our calls cannot take new pods now), an auth error, or any call slower than `slow`. An
 //! answer that says no to the request (capacity, invalid, not found, unsupported) shows a
 //! working provider and counts as a success.
 
