@@ -8,6 +8,7 @@
 //! Ctrl-C.
 
 mod cluster;
+mod dispatch;
 mod procs;
 mod report;
 
@@ -224,7 +225,14 @@ async fn run(args: &Args, client: &Client, cleanup: &Arc<Cleanup>) -> anyhow::Re
         }),
         rounds: Vec::new(),
         summary: Vec::new(),
+        dispatch: dispatch::measure(),
     };
+    for d in &report.dispatch {
+        log(format!(
+            "dispatch: {} providers, {:.0} ns per pod",
+            d.providers, d.ns_per_pod
+        ));
+    }
     let mut plan: Vec<(usize, f64)> = args.n.iter().map(|&n| (n, 0.0)).collect();
     if args.probe_n > 0 {
         plan.push((args.probe_n, args.probe_rate));

@@ -219,6 +219,8 @@ pub struct Report {
     pub settings: serde_json::Value,
     pub rounds: Vec<Round>,
     pub summary: Vec<Target>,
+    /// The cost of one dispatch decision by number of providers (see `crate::dispatch`).
+    pub dispatch: Vec<crate::dispatch::DispatchCost>,
 }
 
 fn fmt_opt(v: Option<f64>, unit: &str) -> String {
@@ -357,6 +359,17 @@ impl Report {
         s.push_str(&format!("Machine: {}  \n", self.machine.one_line()));
         s.push_str(&format!("Started: {}  \n", self.started_at));
         s.push_str(&format!("Settings: `{}`\n\n", self.settings));
+        if !self.dispatch.is_empty() {
+            s.push_str(
+                "Dispatch per pod (cheapest policy, a two-type GPU set, one breaker open, one \
+                 recent refusal; independent of the pods on the node):\n\n\
+                 | providers | ns per pod |\n|---|---|\n",
+            );
+            for d in &self.dispatch {
+                s.push_str(&format!("| {} | {:.0} |\n", d.providers, d.ns_per_pod));
+            }
+            s.push('\n');
+        }
         let ns: Vec<String> = self.rounds.iter().map(Round::label).collect();
         s.push_str(&format!("| figure | {} |\n", ns.join(" | ")));
         s.push_str(&format!("|---|{}\n", "---|".repeat(ns.len())));

@@ -372,6 +372,7 @@ impl PodController {
                     .set(n);
             }
             self.metrics.queue_depth.set(self.queue.len() as i64);
+            self.metrics.held_pods.set(self.guard.held() as i64);
             let now = Instant::now();
             for (s, t) in self.slots.iter().zip(self.guard.tallies()) {
                 let provider = s.provider.name().to_owned();

@@ -384,4 +384,31 @@ mod tests {
         let plain = std::io::Error::other("alone");
         assert_eq!(ErrorChain(&plain).to_string(), "alone");
     }
+
+    #[test]
+    fn the_grafana_dashboard_reads_only_metrics_the_vk_exports() {
+        let text = include_str!("../../deploy/grafana-dashboard.json");
+        let exported = Metrics::new().encode();
+        let mut names: Vec<&str> = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("gpu_vk_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(&tail[..end]);
+            rest = &tail[end..];
+        }
+        assert!(names.len() >= 8, "{names:?}");
+        for name in names {
+            let base = name
+                .strip_suffix("_bucket")
+                .or_else(|| name.strip_suffix("_total"))
+                .unwrap_or(name);
+            assert!(
+                exported.contains(&format!("# TYPE {base} ")),
+                "the dashboard reads {name}, which the VK does not export"
+            );
+        }
+    }
 }

@@ -71,7 +71,7 @@ async fn dispatching_vk(w: &mut Vkw, rp: String, rp_price: f64, vast: String, va
     let opts = VkOptions {
         extra_config: format!(
             "dispatch:\n  policy: cheapest\n  inventoryIntervalMs: 1000\n  capacityMemoryMs: 2000\n  \
-             breaker: {{failures: 3, openMs: 4000}}\n{limits}"
+             breaker: {{failures: 3, openMs: 10000}}\n{limits}"
         ),
         ..VkOptions::default()
     };

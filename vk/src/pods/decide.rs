@@ -65,7 +65,7 @@ pub enum Step {
         plan: Plan,
     },
     /// Every provider that could run the pod is passed over for now (breaker open, capacity
-    /// refused moments ago, none free): the pod waits Pending saying why, and is looked at
+    /// refused moments ago, price above the pod's maximum): the pod waits Pending saying why, and is looked at
     /// again after `retry` (or when something changes).
     Hold {
         reason: &'static str,

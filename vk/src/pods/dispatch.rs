@@ -10,8 +10,10 @@
 //!   candidates after the priced ones). The provider already recorded on the pod comes first
 //!   under either policy, so a choice survives restarts and restarts of the container.
 //! - Passed over, with the reason kept for the pod's status: providers whose circuit breaker
-//!   is open, that refused this GPU type for capacity moments ago, whose inventory shows none
-//!   free, or whose price is above the pod's `gpu-vk.io/max-price-per-hour`.
+//!   is open, that refused this GPU type for capacity moments ago, or whose price is above the
+//!   pod's `gpu-vk.io/max-price-per-hour`.
+//! - Tried last: candidates whose inventory shows too few GPUs free. An inventory is up to an
+//!   interval old, so it orders but never excludes: the provider's own answer decides.
 //!
 //! A capacity error at create time moves on to the next candidate (`super::create`).
 
@@ -87,9 +89,6 @@ pub enum Skip {
         gpu_type: Option<String>,
         for_: Duration,
     },
-    NoneFree {
-        gpu_type: Option<String>,
-    },
     OverPrice {
         price: Price,
         max: Price,
@@ -115,19 +114,19 @@ impl Plan {
             .filter_map(|p| match &p.why {
                 Skip::Unhealthy { retry_in, .. } => Some(*retry_in),
                 Skip::RecentlyRefused { for_, .. } => Some(*for_),
-                Skip::NoneFree { .. } | Skip::OverPrice { .. } => None,
+                Skip::OverPrice { .. } => None,
             })
             .min()
     }
 
-    /// True when every provider passed over was for capacity (refusals, none free).
+    /// True when every provider passed over was for capacity (recent refusals).
     pub fn only_capacity(&self) -> bool {
         self.passed_over
             .iter()
-            .all(|p| matches!(p.why, Skip::RecentlyRefused { .. } | Skip::NoneFree { .. }))
+            .all(|p| matches!(p.why, Skip::RecentlyRefused { .. }))
     }
 
-    /// "runpod: circuit open (...); vast: no RTX4090 free", naming providers by `names`.
+    /// "runpod: unhealthy ...; vast: said it had no capacity ...", naming providers by `names`.
     pub fn describe_passed_over(&self, names: &dyn Fn(usize) -> String) -> String {
         self.passed_over
             .iter()
@@ -141,10 +140,6 @@ impl Plan {
                         "said it had no capacity for {} moments ago (retried in {}s)",
                         gpu_type.as_deref().unwrap_or("this request"),
                         for_.as_secs().max(1)
-                    ),
-                    Skip::NoneFree { gpu_type } => format!(
-                        "its inventory shows no {} free",
-                        gpu_type.as_deref().unwrap_or("capacity")
                     ),
                     Skip::OverPrice { price, max } => {
                         format!("{price} is above the pod's maximum of {max}")
@@ -202,6 +197,8 @@ pub fn candidates(
         .and_then(|v| v.parse::<f64>().ok())
         .and_then(Price::from_dollars);
     let default = Standing::default();
+    // Candidates whose inventory shows too few free: tried after all the others.
+    let mut short = Vec::new();
     for &i in &allowed {
         let st = standing.get(i).unwrap_or(&default);
         let mut skip: Option<Skip> = None;
@@ -228,13 +225,10 @@ pub fn candidates(
             }
             let quote = st.inventory.and_then(|inv| inv.quote(t));
             // Free GPUs in all, or on the largest single offer, short of the pod's count.
-            if quote.is_some_and(|q| {
+            let is_short = quote.is_some_and(|q| {
                 q.available_gpus.is_some_and(|n| n < count)
                     || q.max_per_workload.is_some_and(|n| n < count)
-            }) {
-                skip.get_or_insert(Skip::NoneFree { gpu_type });
-                continue;
-            }
+            });
             let price = quote.map(|q| q.price_per_gpu.times(count));
             if let (Some(price), Some(max)) = (price, max_price)
                 && price > max
@@ -243,13 +237,18 @@ pub fn candidates(
                 continue;
             }
             any = true;
-            plan.candidates.push(Candidate {
+            let c = Candidate {
                 provider: i,
                 // "Any GPU" stays any: the adapter picks (its default type, or the cheapest
                 // offer); the price is then the cheapest quote with room.
                 gpu_type,
                 price,
-            });
+            };
+            if is_short {
+                short.push(c);
+            } else {
+                plan.candidates.push(c);
+            }
         }
         if let (false, Some(why)) = (any, skip) {
             plan.passed_over.push(PassedOver { provider: i, why });
@@ -260,9 +259,11 @@ pub fn candidates(
     }
     if policy == DispatchPolicy::Cheapest {
         // Stable: equal prices (and the unpriced) keep configuration and type order.
-        plan.candidates
-            .sort_by_key(|c| c.price.map_or((1, Price(0)), |p| (0, p)));
+        let by_price = |c: &Candidate| c.price.map_or((1, Price(0)), |p| (0, p));
+        plan.candidates.sort_by_key(by_price);
+        short.sort_by_key(by_price);
     }
+    plan.candidates.extend(short);
     if let Some(a) = assigned
         && let Some(ai) = providers.iter().position(|p| p.name == a)
     {

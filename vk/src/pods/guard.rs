@@ -165,6 +165,11 @@ impl Guard {
         self.lock().held.first().map(|(_, u)| u.clone())
     }
 
+    /// Pods held now.
+    pub fn held(&self) -> usize {
+        self.lock().held.len()
+    }
+
     pub fn is_held(&self, uid: &str) -> bool {
         self.lock().held.iter().any(|(_, u)| u == uid)
     }
