@@ -271,9 +271,10 @@ impl EndpointLimit {
     }
 }
 
-/// Arrival jitter forgiven on an interval: a client that spaces its calls exactly one
-/// interval apart sees them arrive a few milliseconds closer now and then (scheduling on a
-/// loaded machine). The real service's precision is not documented.
+/// Arrival jitter forgiven on an interval or a burst period (a twentieth of it): a client
+/// that spaces its calls exactly one interval apart sees them arrive a few milliseconds closer
+/// now and then (scheduling on a loaded machine). The real service's precision is not
+/// documented.
 const INTERVAL_SLACK_DIVISOR: u32 = 20;
 
 /// Counters, faults, quota windows and endpoint clocks.
@@ -466,10 +467,11 @@ impl GateState {
                 self.endpoint_last.insert(endpoint, now);
             }
             EndpointLimit::Burst { n, per } => {
+                let slack = per / INTERVAL_SLACK_DIVISOR;
                 let log = self.endpoint_log.entry(endpoint).or_default();
                 while log
                     .front()
-                    .is_some_and(|t| now.saturating_duration_since(*t) >= per)
+                    .is_some_and(|t| now.saturating_duration_since(*t) + slack >= per)
                 {
                     log.pop_front();
                 }
@@ -767,7 +769,7 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(
-            g.take_endpoint("search", search, t0 + Duration::from_secs(59)),
+            g.take_endpoint("search", search, t0 + Duration::from_secs(56)),
             Err(Denied::TooFrequent { threshold_s: None })
         );
         assert!(
