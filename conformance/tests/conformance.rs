@@ -10,6 +10,8 @@
 mod batch;
 #[path = "conformance/leader.rs"]
 mod leader;
+#[path = "conformance/limits.rs"]
+mod limits;
 #[path = "conformance/observability.rs"]
 mod observability;
 #[path = "conformance/overflow.rs"]
@@ -60,6 +62,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "CPU-only pods",
         ],
         // Vast bids can be outbid: real preemptions; Vast serves container logs.
+        // Vast enforces a minimum interval per endpoint (the emulator at the tenth the VK is
+        // paced at) and limits env entries to 256 characters (`create_instance.yaml`).
         "vast" => &[
             "fault injection",
             "preemption",
@@ -67,6 +71,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
+            "per-endpoint rate limits",
+            "a 256-character limit per env entry",
         ],
         // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
         // become Preempted pods; job output files are served as logs; no usage figures; exec
