@@ -900,6 +900,8 @@ pub struct VkOptions {
     pub replicas: u32,
     /// More Helm values when the VK runs as a pod (YAML, top level), e.g. `overflow: {...}`.
     pub chart_values: String,
+    /// More top-level keys of the VK's config file (YAML), e.g. `dispatch: {...}`.
+    pub extra_config: String,
 }
 
 impl Default for VkOptions {
@@ -913,6 +915,7 @@ impl Default for VkOptions {
             rust_log: "info,vk=debug".into(),
             replicas: 1,
             chart_values: String::new(),
+            extra_config: String::new(),
         }
     }
 }
@@ -938,8 +941,12 @@ impl Vk {
         let render = |metrics_addr: &str, kubelet_port: u16| {
             format!(
                 "nodeName: {node}\nclusterId: test-cluster\nkubeletPort: {kubelet_port}\nmetricsAddr: {metrics_addr}\n\
-                 workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\n  lossLists: 3\n  lossWindowMs: {}\nproviders:\n{providers}",
-                opts.poll_ms, opts.gc_grace_ms, opts.restart_backoff_ms, opts.loss_window_ms
+                 workers: 8\ntimings:\n  pollIntervalMs: {}\n  gcGraceMs: {}\n  leaseRenewMs: 2000\n  restartBackoffMs: {}\n  restartBackoffMaxMs: 5000\n  lossLists: 3\n  lossWindowMs: {}\n{}providers:\n{providers}",
+                opts.poll_ms,
+                opts.gc_grace_ms,
+                opts.restart_backoff_ms,
+                opts.loss_window_ms,
+                opts.extra_config
             )
         };
         if pod::pod_mode() {

@@ -8,6 +8,8 @@
 
 #[path = "conformance/batch.rs"]
 mod batch;
+#[path = "conformance/dispatch.rs"]
+mod dispatch;
 #[path = "conformance/leader.rs"]
 mod leader;
 #[path = "conformance/limits.rs"]
@@ -129,6 +131,8 @@ struct Vkw {
     duplicates_seen: BTreeMap<String, usize>,
     /// What the overflow scenario created and measured (see `overflow`).
     overflow: Option<overflow::Overflow>,
+    /// The providers of a dispatch scenario (see `dispatch`).
+    dispatch: Option<dispatch::Dispatch>,
 }
 
 impl std::fmt::Debug for Vkw {
@@ -160,6 +164,7 @@ impl Vkw {
             takeovers: Vec::new(),
             duplicates_seen: BTreeMap::new(),
             overflow: None,
+            dispatch: None,
         }
     }
 
@@ -1097,6 +1102,8 @@ fn main() {
     let in_cluster_gpus = regex::Regex::new(overflow::IN_CLUSTER_GPUS).unwrap();
     // Scenarios that test the virtual kubelet rather than the provider run once per run.
     let first_provider = regex::Regex::new("^the provider is the first of this run$").unwrap();
+    // Scenarios whose VKs run as processes beside the suite (they stop and start them).
+    let local_testbed = regex::Regex::new("^the virtual kubelet runs as a process$").unwrap();
     for p in providers
         .split(',')
         .map(str::trim)
@@ -1141,6 +1148,9 @@ fn main() {
         }
         if first {
             cucumber = cucumber.given(first_provider.clone(), |_w, _ctx| async {}.boxed_local());
+        }
+        if !pods {
+            cucumber = cucumber.given(local_testbed.clone(), |_w, _ctx| async {}.boxed_local());
         }
         first = false;
         let cucumber =

@@ -2,6 +2,7 @@
 //! RFC 9457 problem errors and IETF `RateLimit` headers, as in runpod/docs
 //! `api-reference-v2/openapi.json`.
 
+mod catalog;
 mod images;
 mod validate;
 
@@ -153,6 +154,7 @@ pub fn router(state: State) -> Router {
         .route("/v2/pods/{id}", get(get_pod).delete(delete_pod))
         .route("/v2/pods/{id}/action", post(pod_action))
         .route("/v2/pods/{id}/logs", get(pod_logs))
+        .route("/v2/catalog/gpus", get(catalog::list_gpu_types))
         .route("/_admin/runpod/account", get(get_account).put(put_account))
         .fallback(not_found_route)
         .with_state(state)

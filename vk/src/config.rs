@@ -97,6 +97,137 @@ pub struct Config {
     /// Limits of the kubelet API server.
     #[serde(default)]
     pub kubelet_api: KubeletApiConfig,
+    /// How a provider is chosen for each pod (policy, health, capacity memory).
+    #[serde(default)]
+    pub dispatch: DispatchConfig,
+    /// Spend and workload guardrails over all providers together (each provider may have its
+    /// own too: `providers[].limits`).
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Which order providers are tried in (`dispatch.policy`, or a pod's
+/// `gpu-vk.io/dispatch-policy` where `dispatch.podPolicy` allows).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DispatchPolicy {
+    /// Configuration order (the provider recorded on the pod first).
+    #[default]
+    Preference,
+    /// Lowest price per hour for the pod's GPU type and count first, from each provider's own
+    /// price data; unpriced providers after, in configuration order.
+    Cheapest,
+}
+
+impl DispatchPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Preference => "preference",
+            Self::Cheapest => "cheapest",
+        }
+    }
+}
+
+/// The `dispatch` block.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DispatchConfig {
+    #[serde(default)]
+    pub policy: DispatchPolicy,
+    /// Pods may choose the policy with `gpu-vk.io/dispatch-policy`.
+    #[serde(default = "yes")]
+    pub pod_policy: bool,
+    /// After a provider said "no capacity" for a GPU type, new pods skip it for that type
+    /// this long, so a burst does not hammer a provider that just said no.
+    #[serde(default = "default_capacity_memory_ms")]
+    pub capacity_memory_ms: u64,
+    /// Interval between two inventory (price and free capacity) calls to each provider.
+    #[serde(default = "default_inventory_interval_ms")]
+    pub inventory_interval_ms: u64,
+    #[serde(default)]
+    pub breaker: BreakerConfig,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            policy: DispatchPolicy::default(),
+            pod_policy: true,
+            capacity_memory_ms: default_capacity_memory_ms(),
+            inventory_interval_ms: default_inventory_interval_ms(),
+            breaker: BreakerConfig::default(),
+        }
+    }
+}
+
+impl DispatchConfig {
+    pub fn capacity_memory(&self) -> Duration {
+        Duration::from_millis(self.capacity_memory_ms)
+    }
+    pub fn inventory_interval(&self) -> Duration {
+        Duration::from_millis(self.inventory_interval_ms)
+    }
+}
+
+/// The `dispatch.breaker` block: a provider's circuit breaker (`crate::provider::health`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BreakerConfig {
+    /// Consecutive failed calls that open the breaker.
+    #[serde(default = "default_breaker_failures")]
+    pub failures: u32,
+    /// How long an open breaker keeps new pods away before the next call probes.
+    #[serde(default = "default_breaker_open_ms")]
+    pub open_ms: u64,
+    /// A call slower than this counts as failed.
+    #[serde(default = "default_breaker_slow_ms")]
+    pub slow_call_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failures: default_breaker_failures(),
+            open_ms: default_breaker_open_ms(),
+            slow_call_ms: default_breaker_slow_ms(),
+        }
+    }
+}
+
+impl BreakerConfig {
+    pub fn rules(&self) -> crate::provider::health::BreakerRules {
+        crate::provider::health::BreakerRules {
+            failures: self.failures,
+            open: Duration::from_millis(self.open_ms),
+            slow: Duration::from_millis(self.slow_call_ms),
+        }
+    }
+}
+
+/// Guardrails: the most that may be spent per hour and the most workloads that may exist at
+/// once. Spend is what the providers list (price x live workloads), so it holds across
+/// restarts; a pod that would go past a limit waits Pending until room appears.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Dollars per hour.
+    #[serde(default)]
+    pub max_spend_per_hour: Option<f64>,
+    #[serde(default)]
+    pub max_workloads: Option<u32>,
+}
+
+impl Limits {
+    fn validate(&self, what: &str) -> Result<(), Error> {
+        if let Some(s) = self.max_spend_per_hour
+            && !(s.is_finite() && s >= 0.0)
+        {
+            return Err(Error::Invalid(format!(
+                "{what}.maxSpendPerHour must be a non-negative number of dollars"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The `kubeletApi` block: bounds on the kubelet API server's connections and exec sessions.
@@ -240,6 +371,9 @@ pub struct ProviderConfig {
     /// to the provider). Unset: [`SecretEnv::default_for`] the kind.
     #[serde(default)]
     pub secret_env: Option<SecretEnv>,
+    /// Guardrails of this provider alone.
+    #[serde(default)]
+    pub limits: Limits,
 }
 
 /// May a provider receive Secret-sourced environment values?
@@ -453,6 +587,8 @@ impl Config {
                     p.name
                 )));
             }
+            p.limits
+                .validate(&format!("providers[{}].limits", p.name))?;
             if p.api_key_env.is_some() && p.api_key_file.is_some() {
                 return Err(Error::Invalid(format!(
                     "provider {}: set apiKeyEnv or apiKeyFile, not both",
@@ -466,6 +602,13 @@ impl Config {
             ));
         }
         self.leader_election.validate()?;
+        self.limits.validate("limits")?;
+        if self.dispatch.inventory_interval_ms == 0 || self.dispatch.breaker.failures == 0 {
+            return Err(Error::Invalid(
+                "dispatch.inventoryIntervalMs and dispatch.breaker.failures must be positive"
+                    .into(),
+            ));
+        }
         if !(1..=MAX_CONNECTIONS_LIMIT).contains(&self.kubelet_api.max_connections) {
             return Err(Error::Invalid(format!(
                 "kubeletApi.maxConnections must be between 1 and {MAX_CONNECTIONS_LIMIT}"
@@ -541,6 +684,23 @@ fn default_loss_lists() -> u32 {
 }
 fn default_loss_window_ms() -> u64 {
     30_000
+}
+fn default_capacity_memory_ms() -> u64 {
+    30_000
+}
+fn default_inventory_interval_ms() -> u64 {
+    // Vast allows 10 offer searches a minute and RunPod 60 calls a minute in all: one
+    // inventory call a minute each stays far inside both.
+    60_000
+}
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_open_ms() -> u64 {
+    30_000
+}
+fn default_breaker_slow_ms() -> u64 {
+    20_000
 }
 fn default_leader_namespace() -> String {
     "kube-node-lease".into()
@@ -652,6 +812,26 @@ mod tests {
             parse("nodeName: vk\nclusterId: c\nproviders:\n- {name: a, kind: runpod, secretEnv: maybe}\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn dispatch_and_limits_are_read_and_checked() {
+        let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod, limits: {maxWorkloads: 3}}\n";
+        let cfg = parse(base).unwrap();
+        assert_eq!(cfg.dispatch.policy, DispatchPolicy::Preference);
+        assert!(cfg.dispatch.pod_policy);
+        assert_eq!(cfg.providers[0].limits.max_workloads, Some(3));
+        assert_eq!(cfg.limits, Limits::default());
+        let cfg = parse(&format!(
+            "{base}dispatch: {{policy: cheapest, breaker: {{failures: 2}}}}\nlimits: {{maxSpendPerHour: 2.5}}\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.dispatch.policy, DispatchPolicy::Cheapest);
+        assert_eq!(cfg.dispatch.breaker.rules().failures, 2);
+        assert_eq!(cfg.limits.max_spend_per_hour, Some(2.5));
+        assert!(parse(&format!("{base}dispatch: {{policy: random}}\n")).is_err());
+        assert!(parse(&format!("{base}limits: {{maxSpendPerHour: -1}}\n")).is_err());
+        assert!(parse(&format!("{base}dispatch: {{breaker: {{failures: 0}}}}\n")).is_err());
     }
 
     #[test]

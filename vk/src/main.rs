@@ -254,6 +254,13 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
         .await
         .context("refusing to start: the node name is taken")?;
     let fw = PodController::new(client.clone(), cfg.clone(), providers, metrics.clone());
+    {
+        let fw = fw.clone();
+        node.report_facts(Arc::new(move || vk::node::ProviderFacts {
+            health: fw.health(),
+            free_gpus: fw.inventory_gpus(),
+        }));
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

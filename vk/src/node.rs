@@ -1,5 +1,8 @@
 //! The virtual Node: registration, Lease heartbeats, status on change (or every few minutes),
-//! re-creation when the Node is deleted, and a clean not-ready on shutdown.
+//! re-creation when the Node is deleted, and a clean not-ready on shutdown. Beside the
+//! kubelet's own conditions it reports one condition per provider (`gpu-vk.io/provider.<name>`:
+//! True while its circuit breaker admits new pods) and, with `capacity.gpus: inventory`, the
+//! GPUs the providers' inventories show free as allocatable `nvidia.com/gpu`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,7 +26,37 @@ mod address;
 pub use address::service_address;
 
 use crate::config::Config;
+use crate::provider::health::Health;
 use crate::telemetry::ErrorChain;
+
+/// `capacity.gpus` value that makes allocatable GPUs follow the providers' inventories.
+pub const GPUS_FROM_INVENTORY: &str = "inventory";
+/// Node condition type per provider: `gpu-vk.io/provider.<name>`.
+pub const PROVIDER_CONDITION_PREFIX: &str = "gpu-vk.io/provider.";
+
+/// What the pod pipeline knows that the node reports: each provider's health and the GPUs the
+/// inventories show free (providers that give no count add none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProviderFacts {
+    pub health: Vec<(String, Health)>,
+    pub free_gpus: u64,
+}
+
+impl ProviderFacts {
+    /// Equal for the node's purposes: health by state (not by the seconds left), GPUs.
+    fn same(&self, o: &Self) -> bool {
+        let kinds = |f: &Self| -> Vec<(String, bool)> {
+            f.health
+                .iter()
+                .map(|(n, h)| (n.clone(), h.admits()))
+                .collect()
+        };
+        self.free_gpus == o.free_gpus && kinds(self) == kinds(o)
+    }
+}
+
+/// Where the node reads [`ProviderFacts`] (the pod pipeline, once it exists).
+pub type FactsSource = Arc<dyn Fn() -> ProviderFacts + Send + Sync>;
 
 /// Taint key keeping ordinary pods off the virtual node.
 pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
@@ -100,6 +133,7 @@ pub struct NodeManager {
     client: Client,
     cfg: Arc<Config>,
     provider_names: Vec<String>,
+    facts: std::sync::RwLock<Option<FactsSource>>,
 }
 
 impl NodeManager {
@@ -108,7 +142,22 @@ impl NodeManager {
             client,
             cfg,
             provider_names,
+            facts: std::sync::RwLock::new(None),
         }
+    }
+
+    /// Lets the node report what `source` says of the providers (health, inventory GPUs).
+    pub fn report_facts(&self, source: FactsSource) {
+        *self.facts.write().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    fn facts(&self) -> ProviderFacts {
+        self.facts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|f| f())
+            .unwrap_or_default()
     }
 
     fn api(&self) -> Api<Node> {
@@ -159,15 +208,22 @@ impl NodeManager {
 
     /// The status we report; `ready` false on shutdown.
     pub fn status(&self, ready: bool, now: Timestamp) -> NodeStatus {
+        self.status_with(ready, now, &self.facts())
+    }
+
+    /// [`Self::status`] with the given provider facts.
+    pub fn status_with(&self, ready: bool, now: Timestamp, facts: &ProviderFacts) -> NodeStatus {
         let c = &self.cfg.capacity;
+        let gpus = if c.gpus == GPUS_FROM_INVENTORY {
+            facts.free_gpus.to_string()
+        } else {
+            c.gpus.clone()
+        };
         let resources = BTreeMap::from([
             ("cpu".to_owned(), Quantity(c.cpu.clone())),
             ("memory".to_owned(), Quantity(c.memory.clone())),
             ("pods".to_owned(), Quantity(c.pods.clone())),
-            (
-                crate::pods::spec::GPU_RESOURCE.to_owned(),
-                Quantity(c.gpus.clone()),
-            ),
+            (crate::pods::spec::GPU_RESOURCE.to_owned(), Quantity(gpus)),
             ("ephemeral-storage".to_owned(), Quantity("100Ti".into())),
         ]);
         let cond = |type_: &str, status: bool, reason: &str, message: &str| NodeCondition {
@@ -188,36 +244,63 @@ impl NodeManager {
                 "virtual kubelet is shutting down",
             )
         };
+        let providers = facts.health.iter().map(|(name, h)| {
+            let (ok, reason, message) = match h {
+                Health::Healthy => (
+                    true,
+                    "ProviderHealthy",
+                    "new pods are sent to it".to_owned(),
+                ),
+                Health::Probing { reason } => (
+                    true,
+                    "ProviderProbing",
+                    format!("the next call decides; it failed before: {reason}"),
+                ),
+                Health::Unhealthy { reason, retry_in } => (
+                    false,
+                    "CircuitOpen",
+                    format!("no new pods for {}s: {reason}", retry_in.as_secs().max(1)),
+                ),
+            };
+            cond(
+                &format!("{PROVIDER_CONDITION_PREFIX}{name}"),
+                ok,
+                reason,
+                &message,
+            )
+        });
+        let mut conditions = vec![
+            ready_cond,
+            cond(
+                "MemoryPressure",
+                false,
+                "KubeletHasSufficientMemory",
+                "no memory pressure on a virtual node",
+            ),
+            cond(
+                "DiskPressure",
+                false,
+                "KubeletHasNoDiskPressure",
+                "no disk pressure on a virtual node",
+            ),
+            cond(
+                "PIDPressure",
+                false,
+                "KubeletHasSufficientPID",
+                "no PID pressure on a virtual node",
+            ),
+            cond(
+                "NetworkUnavailable",
+                false,
+                "RouteCreated",
+                "virtual node network is provider-managed",
+            ),
+        ];
+        conditions.extend(providers);
         NodeStatus {
             capacity: Some(resources.clone()),
             allocatable: Some(resources),
-            conditions: Some(vec![
-                ready_cond,
-                cond(
-                    "MemoryPressure",
-                    false,
-                    "KubeletHasSufficientMemory",
-                    "no memory pressure on a virtual node",
-                ),
-                cond(
-                    "DiskPressure",
-                    false,
-                    "KubeletHasNoDiskPressure",
-                    "no disk pressure on a virtual node",
-                ),
-                cond(
-                    "PIDPressure",
-                    false,
-                    "KubeletHasSufficientPID",
-                    "no PID pressure on a virtual node",
-                ),
-                cond(
-                    "NetworkUnavailable",
-                    false,
-                    "RouteCreated",
-                    "virtual node network is provider-managed",
-                ),
-            ]),
+            conditions: Some(conditions),
             addresses: Some(vec![
                 NodeAddress {
                     type_: "InternalIP".into(),
@@ -383,6 +466,7 @@ impl NodeManager {
         let main = async {
             let mut uid = String::new();
             let mut last_status = None::<Instant>;
+            let mut last_facts = self.facts();
             loop {
                 if uid.is_empty() {
                     match self.register().await {
@@ -400,9 +484,15 @@ impl NodeManager {
                     if let Err(e) = self.renew_lease(&uid).await {
                         warn!(error = %ErrorChain(&e), "lease renewal failed");
                     }
-                    if last_status.is_none_or(|t| t.elapsed() >= status_every) {
+                    let facts = self.facts();
+                    if last_status.is_none_or(|t| t.elapsed() >= status_every)
+                        || !facts.same(&last_facts)
+                    {
                         match self.post_status(true).await {
-                            Ok(()) => last_status = Some(Instant::now()),
+                            Ok(()) => {
+                                last_status = Some(Instant::now());
+                                last_facts = facts;
+                            }
                             Err(e) => warn!(error = %ErrorChain(&e), "node status update failed"),
                         }
                     }
@@ -476,5 +566,57 @@ mod tests {
             check_ownership(&node(None, "v1.36.0-gpu-vk.0.1.0"), "abc123"),
             Ok(())
         );
+    }
+
+    #[tokio::test]
+    async fn provider_health_is_a_condition_each_and_inventory_mode_reports_free_gpus() {
+        let kube = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = Client::try_from(kube).unwrap();
+        let cfg: Config = serde_yaml::from_str(
+            "nodeName: vk\nclusterId: c\ncapacity: {gpus: inventory}\nproviders:\n- {name: rp, kind: runpod}\n- {name: v, kind: vast}\n",
+        )
+        .unwrap();
+        let nm = NodeManager::new(client, Arc::new(cfg), vec!["rp".into(), "v".into()]);
+        let facts = ProviderFacts {
+            health: vec![
+                ("rp".into(), Health::Healthy),
+                (
+                    "v".into(),
+                    Health::Unhealthy {
+                        reason: "5 consecutive failed calls".into(),
+                        retry_in: Duration::from_secs(12),
+                    },
+                ),
+            ],
+            free_gpus: 37,
+        };
+        let st = nm.status_with(true, Timestamp::now(), &facts);
+        let conds = st.conditions.unwrap();
+        let of = |t: &str| conds.iter().find(|c| c.type_ == t).unwrap().clone();
+        assert_eq!(of("gpu-vk.io/provider.rp").status, "True");
+        let v = of("gpu-vk.io/provider.v");
+        assert_eq!(
+            (v.status.as_str(), v.reason.as_deref()),
+            ("False", Some("CircuitOpen"))
+        );
+        assert!(v.message.unwrap().contains("12s"));
+        assert_eq!(
+            of("Ready").status,
+            "True",
+            "a provider's health never makes the node NotReady"
+        );
+        assert_eq!(
+            st.allocatable.unwrap()[crate::pods::spec::GPU_RESOURCE],
+            Quantity("37".into())
+        );
+        // Only a change of state (not the seconds left) is worth a status write.
+        let mut later = facts.clone();
+        later.health[1].1 = Health::Unhealthy {
+            reason: "x".into(),
+            retry_in: Duration::from_secs(2),
+        };
+        assert!(facts.same(&later));
+        later.health[1].1 = Health::Healthy;
+        assert!(!facts.same(&later));
     }
 }

@@ -30,6 +30,8 @@ pub mod env;
 pub mod events;
 pub mod evidence;
 pub mod gc;
+pub mod guard;
+pub mod inventory;
 pub mod memory;
 pub mod observe;
 pub mod queue;
@@ -55,8 +57,9 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::naming::Owner;
+use crate::provider::health::{Breaker, Health};
 use crate::provider::layer;
-use crate::provider::{DynProvider, Observed, ProviderError};
+use crate::provider::{DynProvider, Inventory, Observed, ProviderError};
 use crate::telemetry::{Metrics, PodLabels};
 use events::Events;
 use memory::Recent;
@@ -96,6 +99,13 @@ struct ProviderSlot {
     /// Workloads beyond the first for one pod, by provider id, with the list count when first
     /// seen (see [`duplicates`]); the garbage collector deletes them.
     extras: RwLock<HashMap<String, (Observed, u64)>>,
+    /// Fed by every call through the layer; dispatch skips the provider while it is open.
+    breaker: Arc<Breaker>,
+    /// The last inventory (prices, free capacity), refreshed by [`inventory`].
+    inventory: RwLock<Option<Arc<Inventory>>>,
+    /// GPU types (lower case; `None`: CPU-only or any) this provider refused for capacity,
+    /// until when (see `dispatch.capacityMemoryMs`).
+    refused: RwLock<HashMap<Option<String>, Instant>>,
 }
 
 /// The shared state of the pod pipeline of a running VK.
@@ -116,6 +126,8 @@ pub struct PodController {
     recent: RwLock<Recent>,
     queue: Queue,
     events: Events,
+    /// Spend and workload guardrails, and the pods they hold.
+    guard: guard::Guard,
     pub metrics: Metrics,
 }
 
@@ -144,15 +156,42 @@ impl PodController {
         );
         let slots: Vec<ProviderSlot> = providers
             .into_iter()
-            .map(|p| ProviderSlot {
-                provider: layer::layer(p, metrics.clone(), layer::DEFAULT_TIMEOUT),
-                cache: RwLock::default(),
-                listed_at: RwLock::default(),
-                lists: Default::default(),
-                evidence: RwLock::default(),
-                extras: RwLock::default(),
+            .map(|p| {
+                let breaker = Arc::new(Breaker::new(cfg.dispatch.breaker.rules()));
+                ProviderSlot {
+                    provider: layer::layer(
+                        p,
+                        metrics.clone(),
+                        layer::DEFAULT_TIMEOUT,
+                        breaker.clone(),
+                    ),
+                    cache: RwLock::default(),
+                    listed_at: RwLock::default(),
+                    lists: Default::default(),
+                    evidence: RwLock::default(),
+                    extras: RwLock::default(),
+                    breaker,
+                    inventory: RwLock::default(),
+                    refused: RwLock::default(),
+                }
             })
             .collect();
+        let guard = guard::Guard::new(
+            cfg.limits.clone(),
+            slots
+                .iter()
+                .map(|s| {
+                    let name = s.provider.name().to_owned();
+                    let limits = cfg
+                        .providers
+                        .iter()
+                        .find(|p| p.name == name)
+                        .map(|p| p.limits.clone())
+                        .unwrap_or_default();
+                    (name, limits)
+                })
+                .collect(),
+        );
         let offers = slots
             .iter()
             .map(|s| {
@@ -191,6 +230,7 @@ impl PodController {
             recent: RwLock::default(),
             queue: Queue::new(),
             events,
+            guard,
             metrics,
         })
     }
@@ -262,6 +302,23 @@ impl PodController {
         self.slots[i].provider.name()
     }
 
+    /// Each provider's health now, by name (for the node's conditions and the metrics).
+    pub fn health(&self) -> Vec<(String, Health)> {
+        let now = Instant::now();
+        self.slots
+            .iter()
+            .map(|s| (s.provider.name().to_owned(), s.breaker.health(now)))
+            .collect()
+    }
+
+    /// GPUs the providers' inventories show free (providers that give no count add none).
+    pub fn inventory_gpus(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter_map(|s| read(&s.inventory).as_ref().and_then(|i| i.available_gpus()))
+            .sum()
+    }
+
     /// True once the pod store is synced and every provider was listed once.
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
@@ -280,6 +337,12 @@ impl PodController {
             tasks.spawn(
                 format!("observer of provider {}", self.provider_name(i)),
                 self.clone().observe(i),
+            );
+        }
+        for i in 0..self.slots.len() {
+            tasks.spawn(
+                format!("inventory of provider {}", self.provider_name(i)),
+                self.clone().refresh_inventory(i),
             );
         }
         tasks.spawn("workers", self.clone().start_when_ready());
@@ -309,6 +372,20 @@ impl PodController {
                     .set(n);
             }
             self.metrics.queue_depth.set(self.queue.len() as i64);
+            let now = Instant::now();
+            for (s, t) in self.slots.iter().zip(self.guard.tallies()) {
+                let provider = s.provider.name().to_owned();
+                let l = crate::telemetry::ProviderLabels { provider };
+                self.metrics.spend.get_or_create(&l).set(t.spend.dollars());
+                self.metrics
+                    .workloads
+                    .get_or_create(&l)
+                    .set(i64::from(t.workloads));
+                self.metrics
+                    .provider_healthy
+                    .get_or_create(&l)
+                    .set(i64::from(s.breaker.health(now).admits()));
+            }
         }
     }
 }

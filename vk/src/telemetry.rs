@@ -40,6 +40,12 @@ pub struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DispatchLabels {
+    pub policy: String,
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodLabels {
     pub provider: String,
     pub phase: String,
@@ -76,6 +82,16 @@ pub struct Metrics {
     pub offloaded_replicas: Family<ProviderLabels, Gauge>,
     /// `vk overflow`: replicas moved back in-cluster.
     pub reclaim_moves: Counter,
+    /// Dollars per hour the live workloads cost, by provider (from the providers' lists).
+    pub spend: Family<ProviderLabels, Gauge<f64, AtomicU64>>,
+    /// Live workloads by provider (what `maxWorkloads` counts).
+    pub workloads: Family<ProviderLabels, Gauge>,
+    /// 1 while the provider's circuit breaker lets new pods through, 0 while it is open.
+    pub provider_healthy: Family<ProviderLabels, Gauge>,
+    /// Workloads created, by the dispatch policy that chose them and the provider.
+    pub dispatch_decisions: Family<DispatchLabels, Counter>,
+    /// Pods held by a guardrail now.
+    pub held_pods: Gauge,
 }
 
 /// Latency buckets, seconds: 1 ms to 60 s.
@@ -184,6 +200,36 @@ impl Metrics {
             "Offloaded replicas evicted to move back to in-cluster GPUs",
             reclaim_moves.clone(),
         );
+        let spend = Family::<ProviderLabels, Gauge<f64, AtomicU64>>::default();
+        r.register(
+            "spend_dollars_per_hour",
+            "Dollars per hour the live workloads cost, by provider, from the providers' own lists",
+            spend.clone(),
+        );
+        let workloads = Family::<ProviderLabels, Gauge>::default();
+        r.register(
+            "provider_workloads",
+            "Live (not finished) workloads by provider",
+            workloads.clone(),
+        );
+        let provider_healthy = Family::<ProviderLabels, Gauge>::default();
+        r.register(
+            "provider_healthy",
+            "1 while the provider's circuit breaker admits new pods, 0 while it is open",
+            provider_healthy.clone(),
+        );
+        let dispatch_decisions = Family::<DispatchLabels, Counter>::default();
+        r.register(
+            "dispatch_decisions",
+            "Workloads created, by dispatch policy and provider",
+            dispatch_decisions.clone(),
+        );
+        let held_pods = Gauge::default();
+        r.register(
+            "held_pods",
+            "Pods waiting Pending because a spend or workload guardrail is reached",
+            held_pods.clone(),
+        );
         Self {
             registry: Arc::new(r),
             reconciles,
@@ -202,6 +248,11 @@ impl Metrics {
             in_cluster_gpus,
             offloaded_replicas,
             reclaim_moves,
+            spend,
+            workloads,
+            provider_healthy,
+            dispatch_decisions,
+            held_pods,
         }
     }
 

@@ -242,6 +242,7 @@ pub fn observed(state: WorkloadState) -> Observed {
         ip: Some("10.1.2.3".into()),
         provider_restarts: 0,
         usage: None,
+        price: None,
     }
 }
 

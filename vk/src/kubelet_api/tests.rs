@@ -273,6 +273,7 @@ fn observed(uid: &str, usage: Option<Usage>) -> Observed {
         ip: None,
         provider_restarts: 0,
         usage,
+        price: None,
     }
 }
 

@@ -1,8 +1,9 @@
-//! Creating a pod's workload: resolve its environment, then try the dispatch candidates in
-//! order until one provider accepts it (failover on capacity errors, see
-//! [`super::decide::after_create_error`]).
+//! Creating a pod's workload: resolve its environment, then try the dispatch plan's
+//! candidates in order until one provider accepts it (failover on capacity errors, see
+//! [`super::decide::after_create_error`]), within the guardrails ([`super::guard`]). The
+//! decision and its inputs are recorded on the pod (`gpu-vk.io/dispatch`) and as an Event.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -10,27 +11,50 @@ use kube::ResourceExt;
 use tracing::info;
 
 use super::decide::{AfterCreateError, after_create_error, assigned, restart_count};
+use super::dispatch::{Candidate, Plan};
 use super::events::EventType;
 use super::reconcile::Action;
 use super::spec::{self, Request};
 use super::translate::{Situation, reason};
 use super::{Error, PodController, env, queue, read, write};
 use crate::naming::WorkloadId;
-use crate::provider::{Observed, WorkloadState};
+use crate::provider::{GpuRequest, Observed, WorkloadState};
+use crate::telemetry::DispatchLabels;
+
+/// A held pod looks again this often even if no wake-up reaches it (a wake-up lost to a
+/// reconcile in flight); wake-ups normally come first.
+const HELD_RECHECK: Duration = Duration::from_secs(30);
 
 impl PodController {
-    /// Creates the workload `id` on the first of `candidates` that accepts it. `seen` is when this
-    /// process first saw the pod (for the admission latency metric).
+    /// Creates the workload `id` on the first of the plan's candidates that accepts it. `seen`
+    /// is when this process first saw the pod (for the admission latency metric).
     pub(super) async fn create(
         &self,
         pod: &Pod,
         id: WorkloadId,
         req: &Request,
-        candidates: &[usize],
+        plan: &Plan,
         seen: Instant,
     ) -> Result<Action, Error> {
         let uid = id.pod_uid().to_owned();
         let assigned = assigned(pod).unwrap_or_default().to_owned();
+        let arrived = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or_else(Timestamp::now, |t| t.0);
+        if self.guard.active() {
+            let behind = self.guard.behind(&uid, arrived);
+            if behind > 0 {
+                self.guard.hold(&uid, arrived);
+                let msg = format!(
+                    "waiting for {behind} earlier pod(s) held by a spend or workload limit \
+                     (pods get room in arrival order)"
+                );
+                self.hold(pod, reason::LIMIT_REACHED, &msg).await?;
+                return Ok(Action::requeue(HELD_RECHECK));
+            }
+        }
         let env = match env::resolve(
             pod,
             &env::KubeSource(self.client.clone()),
@@ -74,10 +98,12 @@ impl PodController {
                 ),
             );
         }
-        let workload = spec::workload(pod, req, id.clone(), env.vars);
+        let base = spec::workload(pod, req, id.clone(), env.vars);
 
         let mut capacity_msgs = Vec::new();
-        for &i in candidates {
+        let mut limit_msgs = Vec::new();
+        for (n, c) in plan.candidates.iter().enumerate() {
+            let i = c.provider;
             let slot = &self.slots[i];
             let name = slot.provider.name().to_owned();
             // An earlier attempt on this provider may have created the workload even though it
@@ -85,6 +111,17 @@ impl PodController {
             // what lets adapters create without looking up the name first.
             if read(&self.recent).created.contains_key(&(i, uid.clone())) {
                 return Ok(Action::requeue(self.cfg.timings.poll_interval()));
+            }
+            if let Err(why) = self.guard.reserve(&uid, i, c.price) {
+                limit_msgs.push(format!("{name}: {why}"));
+                continue;
+            }
+            let mut workload = base.clone();
+            if let (Some(g), Some(t)) = (&req.gpu, &c.gpu_type) {
+                workload.gpu = Some(GpuRequest {
+                    gpu_type: Some(t.clone()),
+                    count: g.count,
+                });
             }
             write(&self.recent)
                 .created
@@ -100,45 +137,20 @@ impl PodController {
                 .insert((i, uid.clone()), Instant::now());
             let e = match result {
                 Ok(()) => {
-                    let obs = Observed {
-                        id: id.clone(),
-                        provider_id: String::new(),
-                        state: WorkloadState::Queued { reason: None },
-                        message: None,
-                        created_at: Some(Timestamp::now()),
-                        started_at: None,
-                        finished_at: None,
-                        ip: None,
-                        provider_restarts: 0,
-                        usage: None,
-                    };
-                    write(&slot.cache).insert(uid.clone(), obs.clone());
-                    let waited = seen.elapsed();
-                    if restart_count(pod) == 0 {
-                        // Relaunches after a restart back-off are not admission latency.
-                        self.metrics.create_latency.observe(waited.as_secs_f64());
-                    }
-                    info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, since_seen_ms = waited.as_millis() as u64, provider_ms = call.as_millis() as u64, "created workload");
-                    // The status write also records the chosen provider on the pod.
-                    self.write_status(pod, &Situation::Observed(&obs), &name)
-                        .await?;
-                    self.event(
-                        pod,
-                        EventType::Normal,
-                        "Created",
-                        "CreateWorkload",
-                        &format!("created workload {id} on provider {name}"),
-                    );
-                    return Ok(Action::await_change());
+                    // The next held pod (if any) may fit too.
+                    self.wake_held();
+                    return self.created(pod, &id, plan, n, &name, seen, call).await;
                 }
                 Err(e) => e,
             };
+            self.guard.release(&uid);
             match after_create_error(&name, &e) {
                 AfterCreateError::NextCandidate => {
                     let message = match &e {
                         crate::provider::ProviderError::Capacity { message } => message.clone(),
                         other => other.to_string(),
                     };
+                    self.remember_refusal(i, c.gpu_type.as_deref());
                     self.event(
                         pod,
                         EventType::Warning,
@@ -175,6 +187,18 @@ impl PodController {
                 }
             }
         }
+        if capacity_msgs.is_empty() && !limit_msgs.is_empty() {
+            // Every candidate is over a guardrail: wait for room, in arrival order.
+            self.guard.hold(&uid, arrived);
+            let msg = format!(
+                "a spend or workload limit is reached; the pod is created as soon as room \
+                 appears ({})",
+                limit_msgs.join("; ")
+            );
+            self.hold(pod, reason::LIMIT_REACHED, &msg).await?;
+            return Ok(Action::requeue(HELD_RECHECK));
+        }
+        capacity_msgs.extend(limit_msgs);
         let msg = format!("no provider has capacity ({})", capacity_msgs.join("; "));
         let s = Situation::Waiting {
             reason: reason::PROVIDER_CAPACITY,
@@ -184,5 +208,131 @@ impl PodController {
         Ok(Action::requeue(
             self.cfg.timings.poll_interval().max(queue::backoff(3)),
         ))
+    }
+
+    /// The workload was accepted by candidate `n` of the plan: cache it, record the decision
+    /// on the pod (annotation and Event) and count it.
+    #[allow(clippy::too_many_arguments)]
+    async fn created(
+        &self,
+        pod: &Pod,
+        id: &WorkloadId,
+        plan: &Plan,
+        n: usize,
+        name: &str,
+        seen: Instant,
+        call: Duration,
+    ) -> Result<Action, Error> {
+        let c = &plan.candidates[n];
+        let uid = id.pod_uid().to_owned();
+        let obs = Observed {
+            id: id.clone(),
+            provider_id: String::new(),
+            state: WorkloadState::Queued { reason: None },
+            message: None,
+            created_at: Some(Timestamp::now()),
+            started_at: None,
+            finished_at: None,
+            ip: None,
+            provider_restarts: 0,
+            usage: None,
+            price: c.price,
+        };
+        write(&self.slots[c.provider].cache).insert(uid.clone(), obs.clone());
+        let waited = seen.elapsed();
+        if restart_count(pod) == 0 {
+            // Relaunches after a restart back-off are not admission latency.
+            self.metrics.create_latency.observe(waited.as_secs_f64());
+        }
+        let policy = plan.policy.unwrap_or_default().as_str();
+        self.metrics
+            .dispatch_decisions
+            .get_or_create(&DispatchLabels {
+                policy: policy.to_owned(),
+                provider: name.to_owned(),
+            })
+            .inc();
+        let decision = self.describe_decision(plan, n);
+        info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, since_seen_ms = waited.as_millis() as u64, provider_ms = call.as_millis() as u64, decision = %decision, "created workload");
+        // The status write also records the chosen provider and the decision on the pod.
+        self.write_status_annotated(
+            pod,
+            &Situation::Observed(&obs),
+            name,
+            restart_count(pod),
+            Some(&decision),
+        )
+        .await?;
+        self.event(
+            pod,
+            EventType::Normal,
+            "Dispatched",
+            "CreateWorkload",
+            &decision,
+        );
+        self.event(
+            pod,
+            EventType::Normal,
+            "Created",
+            "CreateWorkload",
+            &format!("created workload {id} on provider {name}"),
+        );
+        Ok(Action::await_change())
+    }
+
+    /// "policy cheapest: chose vast: 1x RTX4090 at $0.41/h; runpod $0.69/h; slurm unpriced".
+    fn describe_decision(&self, plan: &Plan, n: usize) -> String {
+        let one = |c: &Candidate| {
+            let price = c
+                .price
+                .map_or_else(|| "unpriced".to_owned(), |p| p.to_string());
+            match &c.gpu_type {
+                Some(t) => format!("{} {t} {price}", self.provider_name(c.provider)),
+                None => format!("{} {price}", self.provider_name(c.provider)),
+            }
+        };
+        let chosen = &plan.candidates[n];
+        let mut text = format!(
+            "policy {}: chose {}",
+            plan.policy.unwrap_or_default().as_str(),
+            one(chosen)
+        );
+        let others: Vec<String> = plan
+            .candidates
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != n)
+            .map(|(_, c)| one(c))
+            .collect();
+        if !others.is_empty() {
+            text.push_str("; also considered ");
+            text.push_str(&others.join(", "));
+        }
+        if !plan.passed_over.is_empty() {
+            let names = |i: usize| self.provider_name(i).to_owned();
+            text.push_str("; passed over ");
+            text.push_str(&plan.describe_passed_over(&names));
+        }
+        text
+    }
+
+    /// The pod waits Pending with `reason` (an Event when it starts waiting for this reason).
+    pub(super) async fn hold(
+        &self,
+        pod: &Pod,
+        reason: &'static str,
+        message: &str,
+    ) -> Result<(), Error> {
+        let waiting_for = super::decide::current_container(pod)
+            .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone());
+        if waiting_for.as_deref() != Some(reason) {
+            self.event(pod, EventType::Warning, reason, "Dispatch", message);
+        }
+        let assigned = assigned(pod).unwrap_or_default().to_owned();
+        let s = Situation::Waiting {
+            reason,
+            message: message.to_owned(),
+        };
+        self.write_status(pod, &s, &assigned).await
     }
 }

@@ -9,13 +9,13 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::dispatch::{self, Offer};
+use super::dispatch::{self, Offer, Plan, Standing};
 use super::memory::{Listed, Memory};
 use super::restart;
 use super::secrets;
 use super::spec::{self, ANN_ASSIGNED, Request};
 use super::translate::reason;
-use crate::config::Timings;
+use crate::config::{DispatchConfig, Timings};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
@@ -58,11 +58,19 @@ pub enum Step {
     Lost { provider: String },
     /// Look again after this long (a list to come, a restart back-off to expire).
     Wait(Duration),
-    /// Create the workload `id`, trying these providers in this order.
+    /// Create the workload `id`, trying the plan's candidates in order.
     Create {
         id: WorkloadId,
         request: Box<Request>,
-        candidates: Vec<usize>,
+        plan: Plan,
+    },
+    /// Every provider that could run the pod is passed over for now (breaker open, capacity
+    /// refused moments ago, none free): the pod waits Pending saying why, and is looked at
+    /// again after `retry` (or when something changes).
+    Hold {
+        reason: &'static str,
+        message: String,
+        retry: Duration,
     },
 }
 
@@ -74,6 +82,9 @@ pub struct Rules<'a> {
     pub admission: &'a Admission,
     /// `secretFailover`: a pod reading Secrets may move on to the next provider.
     pub secret_failover: bool,
+    /// What dispatch knows of each provider now (parallel to `offers`).
+    pub standing: &'a [Standing<'a>],
+    pub dispatch: &'a DispatchConfig,
 }
 
 /// Who may have workloads created at the providers: checked before every create, because a
@@ -195,7 +206,17 @@ pub fn decide(
     if let Err(why) = rules.admission.check(pod) {
         return fail(reason::NOT_ALLOWED, why);
     }
-    let candidates = match dispatch::candidates(rules.offers, &request, assigned(pod)) {
+    let policy = request
+        .policy
+        .filter(|_| rules.dispatch.pod_policy)
+        .unwrap_or(rules.dispatch.policy);
+    let mut plan = match dispatch::candidates(
+        rules.offers,
+        rules.standing,
+        &request,
+        assigned(pod),
+        policy,
+    ) {
         Ok(c) => c,
         Err(e) => {
             let r = match e {
@@ -206,11 +227,48 @@ pub fn decide(
         }
     };
     let secrets = secrets::referenced(pod);
-    let candidates =
-        match secrets::restrict(rules.offers, candidates, &secrets, rules.secret_failover) {
-            Ok(c) => c,
+    if !secrets.is_empty() {
+        let mut order = plan.providers();
+        // Passed-over providers count too: a Secret-bearing pod waiting for its only
+        // allowed provider must not fail just because that one is unhealthy right now.
+        for p in &plan.passed_over {
+            if !order.contains(&p.provider) {
+                order.push(p.provider);
+            }
+        }
+        match secrets::restrict(rules.offers, order, &secrets, rules.secret_failover) {
+            Ok(allowed) => {
+                plan.candidates.retain(|c| allowed.contains(&c.provider));
+                plan.passed_over.retain(|p| allowed.contains(&p.provider));
+            }
             Err(why) => return fail(reason::SECRETS_NOT_ALLOWED, why),
+        }
+    }
+    if plan.candidates.is_empty() {
+        let names = |i: usize| {
+            rules
+                .offers
+                .get(i)
+                .map(|o| o.name.clone())
+                .unwrap_or_default()
         };
+        let (reason, what) = if plan.only_capacity() {
+            (reason::PROVIDER_CAPACITY, "no provider has capacity now")
+        } else {
+            (
+                reason::PROVIDER_UNAVAILABLE,
+                "no provider can take the pod now",
+            )
+        };
+        return Step::Hold {
+            reason,
+            message: format!("{what}: {}", plan.describe_passed_over(&names)),
+            retry: plan
+                .retry_in()
+                .unwrap_or(rules.timings.poll_interval())
+                .max(Duration::from_millis(200)),
+        };
+    }
     let uid = pod.uid().unwrap_or_default();
     let Some(id) = rules.owner.workload_id(&uid) else {
         return fail(
@@ -221,7 +279,7 @@ pub fn decide(
     Step::Create {
         id,
         request: Box::new(request),
-        candidates,
+        plan,
     }
 }
 
@@ -474,6 +532,8 @@ mod admission_tests {
             timings: &timings,
             admission: &a,
             secret_failover: false,
+            standing: &[],
+            dispatch: &crate::config::DispatchConfig::default(),
         };
         let memory = Memory::fresh();
         let pod = PodBuilder::new().gpus("1").build();

@@ -1,13 +1,26 @@
-//! Dispatch: which providers may run a pod, in which order.
+//! Dispatch: which providers may run a pod, in which order, as one pure function over a
+//! snapshot of the providers ([`Standing`]: health, inventory, recent capacity refusals), so
+//! its cost per pod is O(providers x GPU types asked), never O(pods).
 //!
-//! A pinned provider (`gpu-vk.io/provider`) is the only candidate. Otherwise the provider
-//! already recorded on the pod comes first (its choice survives restarts), then every
-//! configured provider whose capabilities fit the request, in configuration order; a capacity
-//! error moves on to the next. Richer policies (price, health) slot in by reordering here.
+//! - A pinned provider (`gpu-vk.io/provider`) is the only candidate.
+//! - Otherwise every configured provider whose capabilities fit, for each GPU type the pod
+//!   accepts (`gpu-vk.io/gpu-type: H100,A100-80GB` is a set, in the pod's order of
+//!   preference), ordered by the policy: `preference` (configuration order) or `cheapest`
+//!   (price per hour for the pod's type and count, from each provider's inventory; unpriced
+//!   candidates after the priced ones). The provider already recorded on the pod comes first
+//!   under either policy, so a choice survives restarts and restarts of the container.
+//! - Passed over, with the reason kept for the pod's status: providers whose circuit breaker
+//!   is open, that refused this GPU type for capacity moments ago, whose inventory shows none
+//!   free, or whose price is above the pod's `gpu-vk.io/max-price-per-hour`.
+//!
+//! A capacity error at create time moves on to the next candidate (`super::create`).
 
-use crate::config::SecretEnv;
+use std::time::Duration;
+
+use crate::config::{DispatchPolicy, SecretEnv};
 use crate::pods::spec::Request;
-use crate::provider::Capabilities;
+use crate::provider::health::Health;
+use crate::provider::{Capabilities, Inventory, Price};
 
 /// A provider as dispatch sees it: its name, what it can run, and whether it may receive
 /// Secret-sourced environment values (see [`super::secrets`]).
@@ -18,6 +31,132 @@ pub struct Offer {
     pub secret_env: SecretEnv,
 }
 
+/// What dispatch knows of one provider at this moment.
+#[derive(Clone, Debug)]
+pub struct Standing<'a> {
+    pub health: Health,
+    /// The last inventory, if the provider has one.
+    pub inventory: Option<&'a Inventory>,
+    /// GPU types (`None`: CPU-only / any) the provider refused for capacity moments ago,
+    /// and how long the memory lasts.
+    pub refused: Vec<(Option<String>, Duration)>,
+}
+
+impl Default for Standing<'_> {
+    fn default() -> Self {
+        Self {
+            health: Health::Healthy,
+            inventory: None,
+            refused: Vec::new(),
+        }
+    }
+}
+
+/// One way to run the pod: a provider, the GPU type to ask it for, and its price per hour
+/// for the pod's count (where known).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub provider: usize,
+    pub gpu_type: Option<String>,
+    pub price: Option<Price>,
+}
+
+/// The candidates, best first, and what was passed over (for the pod's status when nothing is
+/// left, and for the decision Event).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub policy: Option<DispatchPolicy>,
+    pub candidates: Vec<Candidate>,
+    pub passed_over: Vec<PassedOver>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassedOver {
+    pub provider: usize,
+    pub why: Skip,
+}
+
+/// Why a fitting provider was passed over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Skip {
+    Unhealthy {
+        reason: String,
+        retry_in: Duration,
+    },
+    RecentlyRefused {
+        gpu_type: Option<String>,
+        for_: Duration,
+    },
+    NoneFree {
+        gpu_type: Option<String>,
+    },
+    OverPrice {
+        price: Price,
+        max: Price,
+    },
+}
+
+impl Plan {
+    /// The candidates' providers, best first, each once.
+    pub fn providers(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for c in &self.candidates {
+            if !out.contains(&c.provider) {
+                out.push(c.provider);
+            }
+        }
+        out
+    }
+
+    /// How long until a passed-over provider may be tried again (the shortest wait).
+    pub fn retry_in(&self) -> Option<Duration> {
+        self.passed_over
+            .iter()
+            .filter_map(|p| match &p.why {
+                Skip::Unhealthy { retry_in, .. } => Some(*retry_in),
+                Skip::RecentlyRefused { for_, .. } => Some(*for_),
+                Skip::NoneFree { .. } | Skip::OverPrice { .. } => None,
+            })
+            .min()
+    }
+
+    /// True when every provider passed over was for capacity (refusals, none free).
+    pub fn only_capacity(&self) -> bool {
+        self.passed_over
+            .iter()
+            .all(|p| matches!(p.why, Skip::RecentlyRefused { .. } | Skip::NoneFree { .. }))
+    }
+
+    /// "runpod: circuit open (...); vast: no RTX4090 free", naming providers by `names`.
+    pub fn describe_passed_over(&self, names: &dyn Fn(usize) -> String) -> String {
+        self.passed_over
+            .iter()
+            .map(|p| {
+                let why = match &p.why {
+                    Skip::Unhealthy { reason, retry_in } => format!(
+                        "unhealthy, not sent new pods for {}s ({reason})",
+                        retry_in.as_secs().max(1)
+                    ),
+                    Skip::RecentlyRefused { gpu_type, for_ } => format!(
+                        "said it had no capacity for {} moments ago (retried in {}s)",
+                        gpu_type.as_deref().unwrap_or("this request"),
+                        for_.as_secs().max(1)
+                    ),
+                    Skip::NoneFree { gpu_type } => format!(
+                        "its inventory shows no {} free",
+                        gpu_type.as_deref().unwrap_or("capacity")
+                    ),
+                    Skip::OverPrice { price, max } => {
+                        format!("{price} is above the pod's maximum of {max}")
+                    }
+                };
+                format!("{}: {why}", names(p.provider))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     #[error("pod pins provider {0:?}, which is not configured on this node")]
@@ -26,41 +165,133 @@ pub enum Error {
     NoMatch(String),
 }
 
-/// Indexes of the providers to try, best first.
+/// The pod's candidates under `policy`; `standing` is parallel to `providers` (missing
+/// entries: healthy, no inventory).
 pub fn candidates(
     providers: &[Offer],
+    standing: &[Standing<'_>],
     req: &Request,
     assigned: Option<&str>,
-) -> Result<Vec<usize>, Error> {
-    if let Some(pin) = &req.pinned_provider {
-        let i = providers
-            .iter()
-            .position(|p| &p.name == pin)
-            .ok_or_else(|| Error::UnknownProvider(pin.clone()))?;
-        if !fits(&providers[i], req) {
-            return Err(Error::NoMatch(format!(
-                "{} (pinned provider {pin})",
-                describe(req)
-            )));
+    policy: DispatchPolicy,
+) -> Result<Plan, Error> {
+    let allowed: Vec<usize> = match &req.pinned_provider {
+        Some(pin) => {
+            let i = providers
+                .iter()
+                .position(|p| &p.name == pin)
+                .ok_or_else(|| Error::UnknownProvider(pin.clone()))?;
+            if types(req).into_iter().all(|t| !fits(&providers[i], req, t)) {
+                return Err(Error::NoMatch(format!(
+                    "{} (pinned provider {pin})",
+                    describe(req)
+                )));
+            }
+            vec![i]
         }
-        return Ok(vec![i]);
+        None => (0..providers.len()).collect(),
+    };
+    let mut plan = Plan {
+        policy: Some(policy),
+        ..Plan::default()
+    };
+    let mut fitting = false;
+    let count = req.gpu.as_ref().map_or(1, |g| g.count.max(1));
+    let max_price = req
+        .options
+        .get("max_price_per_hour")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(Price::from_dollars);
+    let default = Standing::default();
+    for &i in &allowed {
+        let st = standing.get(i).unwrap_or(&default);
+        let mut skip: Option<Skip> = None;
+        let mut any = false;
+        for t in types(req) {
+            if !fits(&providers[i], req, t) {
+                continue;
+            }
+            fitting = true;
+            if let Health::Unhealthy { reason, retry_in } = &st.health {
+                skip = Some(Skip::Unhealthy {
+                    reason: reason.clone(),
+                    retry_in: *retry_in,
+                });
+                break;
+            }
+            let gpu_type = t.map(str::to_owned);
+            if let Some((_, left)) = st.refused.iter().find(|(rt, _)| same_type(rt, t)) {
+                skip.get_or_insert(Skip::RecentlyRefused {
+                    gpu_type,
+                    for_: *left,
+                });
+                continue;
+            }
+            let quote = st.inventory.and_then(|inv| inv.quote(t));
+            // Free GPUs in all, or on the largest single offer, short of the pod's count.
+            if quote.is_some_and(|q| {
+                q.available_gpus.is_some_and(|n| n < count)
+                    || q.max_per_workload.is_some_and(|n| n < count)
+            }) {
+                skip.get_or_insert(Skip::NoneFree { gpu_type });
+                continue;
+            }
+            let price = quote.map(|q| q.price_per_gpu.times(count));
+            if let (Some(price), Some(max)) = (price, max_price)
+                && price > max
+            {
+                skip.get_or_insert(Skip::OverPrice { price, max });
+                continue;
+            }
+            any = true;
+            plan.candidates.push(Candidate {
+                provider: i,
+                // "Any GPU" stays any: the adapter picks (its default type, or the cheapest
+                // offer); the price is then the cheapest quote with room.
+                gpu_type,
+                price,
+            });
+        }
+        if let (false, Some(why)) = (any, skip) {
+            plan.passed_over.push(PassedOver { provider: i, why });
+        }
     }
-    let mut out: Vec<usize> = (0..providers.len())
-        .filter(|&i| fits(&providers[i], req))
-        .collect();
-    if let Some(a) = assigned
-        && let Some(pos) = out.iter().position(|&i| providers[i].name == a)
-    {
-        let i = out.remove(pos);
-        out.insert(0, i);
-    }
-    if out.is_empty() {
+    if !fitting {
         return Err(Error::NoMatch(describe(req)));
     }
-    Ok(out)
+    if policy == DispatchPolicy::Cheapest {
+        // Stable: equal prices (and the unpriced) keep configuration and type order.
+        plan.candidates
+            .sort_by_key(|c| c.price.map_or((1, Price(0)), |p| (0, p)));
+    }
+    if let Some(a) = assigned
+        && let Some(ai) = providers.iter().position(|p| p.name == a)
+    {
+        // Stable partition: the recorded provider's candidates first.
+        plan.candidates.sort_by_key(|c| c.provider != ai);
+    }
+    Ok(plan)
 }
 
-fn fits(p: &Offer, req: &Request) -> bool {
+/// The GPU types the pod accepts, in its order; one `None` for "any" or CPU-only.
+fn types(req: &Request) -> Vec<Option<&str>> {
+    match &req.gpu {
+        None => vec![None],
+        Some(_) if !req.gpu_types.is_empty() => {
+            req.gpu_types.iter().map(|t| Some(t.as_str())).collect()
+        }
+        Some(g) => vec![g.gpu_type.as_deref()],
+    }
+}
+
+fn same_type(a: &Option<String>, b: Option<&str>) -> bool {
+    match (a.as_deref(), b) {
+        (Some(x), Some(y)) => x.eq_ignore_ascii_case(y),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn fits(p: &Offer, req: &Request, gpu_type: Option<&str>) -> bool {
     let caps = &p.capabilities;
     let Some(gpu) = &req.gpu else {
         return !caps.gpu_only;
@@ -68,7 +299,7 @@ fn fits(p: &Offer, req: &Request) -> bool {
     if caps.max_gpus_per_workload > 0 && gpu.count > caps.max_gpus_per_workload {
         return false;
     }
-    match &gpu.gpu_type {
+    match gpu_type {
         Some(t) if !caps.gpu_types.is_empty() => {
             caps.gpu_types.iter().any(|c| c.eq_ignore_ascii_case(t))
         }
@@ -78,121 +309,18 @@ fn fits(p: &Offer, req: &Request) -> bool {
 
 fn describe(req: &Request) -> String {
     match &req.gpu {
-        Some(g) => format!(
-            "{} x {}",
-            g.count,
-            g.gpu_type.as_deref().unwrap_or("any GPU")
-        ),
+        Some(g) => {
+            let t = if req.gpu_types.len() > 1 {
+                format!("any of {}", req.gpu_types.join(", "))
+            } else {
+                g.gpu_type.clone().unwrap_or_else(|| "any GPU".into())
+            };
+            format!("{} x {t}", g.count)
+        }
         None => "a CPU-only workload".into(),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::provider::GpuRequest;
-
-    fn offer(name: &str, types: &[&str], max: u32) -> Offer {
-        Offer {
-            name: name.into(),
-            capabilities: Capabilities {
-                gpu_types: types.iter().map(|s| s.to_string()).collect(),
-                max_gpus_per_workload: max,
-                ..Default::default()
-            },
-            secret_env: SecretEnv::Allow,
-        }
-    }
-
-    fn providers() -> Vec<Offer> {
-        vec![
-            offer("runpod", &["A100-80GB", "H100"], 8),
-            offer("vast", &["RTX4090"], 4),
-            offer("slurm", &[], 2),
-        ]
-    }
-
-    fn req(t: Option<&str>, n: u32, pin: Option<&str>) -> Request {
-        Request {
-            pinned_provider: pin.map(str::to_owned),
-            gpu: Some(GpuRequest {
-                gpu_type: t.map(str::to_owned),
-                count: n,
-            }),
-            cpu_millis: None,
-            memory_bytes: None,
-            options: Default::default(),
-        }
-    }
-
-    #[test]
-    fn filters_by_type_and_count_in_config_order() {
-        let ps = providers();
-        assert_eq!(
-            candidates(&ps, &req(Some("h100"), 1, None), None).unwrap(),
-            vec![0, 2]
-        );
-        assert_eq!(
-            candidates(&ps, &req(Some("RTX4090"), 4, None), None).unwrap(),
-            vec![1]
-        );
-        assert_eq!(
-            candidates(&ps, &req(None, 1, None), None).unwrap(),
-            vec![0, 1, 2]
-        );
-        assert!(matches!(
-            candidates(&ps, &req(Some("RTX4090"), 5, None), None),
-            Err(Error::NoMatch(_))
-        ));
-    }
-
-    #[test]
-    fn assigned_first_and_pins_exclusive() {
-        let ps = providers();
-        assert_eq!(
-            candidates(&ps, &req(None, 1, None), Some("slurm")).unwrap(),
-            vec![2, 0, 1]
-        );
-        assert_eq!(
-            candidates(&ps, &req(None, 1, Some("vast")), Some("runpod")).unwrap(),
-            vec![1]
-        );
-        assert_eq!(
-            candidates(&ps, &req(None, 1, Some("nope")), None),
-            Err(Error::UnknownProvider("nope".into()))
-        );
-    }
-
-    #[test]
-    fn cpu_only_pods_skip_gpu_only_providers() {
-        let mut ps = providers();
-        ps[0].capabilities.gpu_only = true;
-        let cpu = |pin: Option<&str>| Request {
-            gpu: None,
-            ..req(None, 1, pin)
-        };
-        // Skipped as a candidate, not a reason to fail the pod.
-        assert_eq!(candidates(&ps, &cpu(None), None).unwrap(), vec![1, 2]);
-        assert_eq!(
-            candidates(&ps, &cpu(None), Some("runpod")).unwrap(),
-            vec![1, 2]
-        );
-        // GPU pods still go there.
-        assert_eq!(
-            candidates(&ps, &req(Some("H100"), 1, None), None).unwrap(),
-            vec![0, 2]
-        );
-        // Pinned to a provider that cannot run it: a clear failure.
-        assert!(matches!(
-            candidates(&ps, &cpu(Some("runpod")), None),
-            Err(Error::NoMatch(m)) if m.contains("CPU-only")
-        ));
-        for p in &mut ps {
-            p.capabilities.gpu_only = true;
-        }
-        assert!(matches!(
-            candidates(&ps, &cpu(None), None),
-            Err(Error::NoMatch(_))
-        ));
-    }
-}
+#[path = "dispatch/tests.rs"]
+mod tests;

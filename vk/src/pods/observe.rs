@@ -55,6 +55,12 @@ impl PodController {
         let slot = &self.slots[i];
         let mut changed = Vec::new();
         let lists = slot.lists.load(std::sync::atomic::Ordering::Relaxed);
+        // Spend and live workloads as the provider itself lists them (extras included: they
+        // cost money too until collected).
+        let tally = super::guard::Tally::of(list.iter().filter(|o| self.owner.owns(&o.id)));
+        if self.guard.listed(i, tally, started) {
+            self.wake_held();
+        }
         {
             let recent = read(&self.recent);
             let mut cache = write(&slot.cache);
@@ -145,6 +151,16 @@ impl PodController {
             }
         }
         for uid in changed {
+            self.queue.add(&uid);
+        }
+    }
+}
+
+impl PodController {
+    /// Room may have appeared under the guardrails: the earliest held pod looks again (it
+    /// wakes the next one once it got room, so they go in arrival order).
+    pub(super) fn wake_held(&self) {
+        if let Some(uid) = self.guard.head() {
             self.queue.add(&uid);
         }
     }

@@ -84,12 +84,16 @@ impl PodController {
                     read(&self.recent).listed(i, uid, listed_at)
                 }),
         };
+        let (inventories, standings) = self.standings();
+        let standing = super::inventory::attach(&inventories, standings);
         let rules = Rules {
             owner: &self.owner,
             offers: &self.offers,
             timings: &self.cfg.timings,
             admission: &self.admission,
             secret_failover: self.cfg.secret_failover,
+            standing: &standing,
+            dispatch: &self.cfg.dispatch,
         };
         let step = decide::decide(
             &rules,
@@ -102,6 +106,10 @@ impl PodController {
             Timestamp::now(),
         );
         let Some(pod) = pod else {
+            if self.guard.is_held(uid) {
+                self.guard.forget(uid);
+                self.wake_held();
+            }
             if step == Step::DeleteOrphanedWorkloads {
                 self.delete_workloads(uid, None).await?;
                 if self.find(uid).is_none() {
@@ -113,6 +121,10 @@ impl PodController {
         match step {
             Step::Idle | Step::DeleteOrphanedWorkloads => Ok(Action::await_change()),
             Step::FinishDeletion => {
+                if self.guard.is_held(uid) {
+                    self.guard.forget(uid);
+                    self.wake_held();
+                }
                 self.finish_deletion(&pod, uid).await?;
                 Ok(Action::await_change())
             }
@@ -182,13 +194,17 @@ impl PodController {
                 Ok(Action::await_change())
             }
             Step::Wait(d) => Ok(Action::requeue(d)),
-            Step::Create {
-                id,
-                request,
-                candidates,
+            Step::Hold {
+                reason,
+                message,
+                retry,
             } => {
+                self.hold(&pod, reason, &message).await?;
+                Ok(Action::requeue(retry))
+            }
+            Step::Create { id, request, plan } => {
                 let seen = seen.unwrap_or_else(std::time::Instant::now);
-                self.create(&pod, id, &request, &candidates, seen).await
+                self.create(&pod, id, &request, &plan, seen).await
             }
         }
     }

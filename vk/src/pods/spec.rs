@@ -13,8 +13,13 @@ pub const PREFIX: &str = "gpu-vk.io/";
 pub const ANN_PROVIDER: &str = "gpu-vk.io/provider";
 /// Written by the VK: the provider chosen for this pod, so the choice survives restarts.
 pub const ANN_ASSIGNED: &str = "gpu-vk.io/assigned-provider";
-/// GPU type wanted (e.g. `A100-80GB`); any type when absent.
+/// GPU type wanted (e.g. `A100-80GB`), or a comma-separated set of acceptable types in order
+/// of preference (`H100,A100-80GB`); any type when absent.
 pub const ANN_GPU_TYPE: &str = "gpu-vk.io/gpu-type";
+/// The pod's dispatch policy (`preference` or `cheapest`), where `dispatch.podPolicy` allows.
+pub const ANN_DISPATCH_POLICY: &str = "gpu-vk.io/dispatch-policy";
+/// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
+pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
 /// The resource name of GPUs.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
@@ -50,6 +55,10 @@ pub struct SpecError(pub String);
 pub struct Request {
     pub pinned_provider: Option<String>,
     pub gpu: Option<GpuRequest>,
+    /// Every GPU type the pod accepts, in its order (empty: the one in `gpu`, or any).
+    pub gpu_types: Vec<String>,
+    /// The pod's own dispatch policy, if it names one.
+    pub policy: Option<crate::config::DispatchPolicy>,
     pub cpu_millis: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub options: BTreeMap<String, String>,
@@ -104,6 +113,8 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
     let mut options = BTreeMap::new();
     let mut pinned_provider = None;
     let mut gpu_type = None;
+    let mut gpu_types = Vec::new();
+    let mut policy = None;
     for (k, v) in &annotations {
         let Some(key) = k.strip_prefix(PREFIX) else {
             continue;
@@ -115,14 +126,34 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
                 }
                 pinned_provider = Some(v.clone());
             }
-            ANN_ASSIGNED => {}
+            ANN_ASSIGNED | ANN_DISPATCH => {}
             ANN_GPU_TYPE => {
-                if v.is_empty() || v.contains(char::is_whitespace) {
+                let set: Vec<&str> = v.split(',').collect();
+                if set
+                    .iter()
+                    .any(|t| t.is_empty() || t.contains(char::is_whitespace))
+                {
                     return Err(SpecError(format!(
-                        "annotation {ANN_GPU_TYPE} has invalid value {v:?}"
+                        "annotation {ANN_GPU_TYPE} has invalid value {v:?} (a GPU type, or \
+                         types separated by commas without spaces)"
                     )));
                 }
-                gpu_type = Some(v.clone());
+                gpu_type = set.first().map(|t| (*t).to_owned());
+                if set.len() > 1 {
+                    gpu_types = set.iter().map(|t| (*t).to_owned()).collect();
+                }
+            }
+            ANN_DISPATCH_POLICY => {
+                policy = Some(match v.as_str() {
+                    "preference" => crate::config::DispatchPolicy::Preference,
+                    "cheapest" => crate::config::DispatchPolicy::Cheapest,
+                    _ => {
+                        return Err(SpecError(format!(
+                            "annotation {ANN_DISPATCH_POLICY} has invalid value {v:?} \
+                             (expected preference or cheapest)"
+                        )));
+                    }
+                });
             }
             _ => match OPTIONS.iter().find(|(name, _)| *name == key) {
                 Some((_, valid)) if valid(v) => {
@@ -135,7 +166,7 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
                 None => {
                     let known: Vec<_> = OPTIONS.iter().map(|(n, _)| *n).collect();
                     return Err(SpecError(format!(
-                        "unknown annotation {k} (known: provider, gpu-type, {})",
+                        "unknown annotation {k} (known: provider, gpu-type, dispatch-policy, {})",
                         known.join(", ")
                     )));
                 }
@@ -172,6 +203,8 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
     Ok(Request {
         pinned_provider,
         gpu,
+        gpu_types,
+        policy,
         cpu_millis,
         memory_bytes,
         options,

@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use super::decide::{assigned, restart_count};
 use super::events::EventType;
-use super::spec::ANN_ASSIGNED;
+use super::spec::{ANN_ASSIGNED, ANN_DISPATCH};
 use super::translate::{self, Situation, reason};
 use super::{Error, PodController, StoredPod, write};
 use crate::provider::{Observed, WorkloadState};
@@ -105,6 +105,20 @@ impl PodController {
         provider: &str,
         restarts: i32,
     ) -> Result<(), Error> {
+        self.write_status_annotated(pod, s, provider, restarts, None)
+            .await
+    }
+
+    /// [`Self::write_status_with_restarts`], also recording `decision` (the dispatch decision)
+    /// as the pod's `gpu-vk.io/dispatch` annotation in the same write.
+    pub(super) async fn write_status_annotated(
+        &self,
+        pod: &Pod,
+        s: &Situation<'_>,
+        provider: &str,
+        restarts: i32,
+        decision: Option<&str>,
+    ) -> Result<(), Error> {
         let provider_restarts = match s {
             Situation::Observed(o) => o.provider_restarts as i32,
             _ => 0,
@@ -119,7 +133,16 @@ impl PodController {
         // The chosen provider rides on the status write (the pods/status subresource accepts
         // annotations), so creating a workload costs no extra API request before or after.
         let annotate = !provider.is_empty() && assigned(pod) != Some(provider);
-        if !annotate && !translate::status_changed(pod.status.as_ref(), &status) {
+        let decide = decision.filter(|d| {
+            pod.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_DISPATCH))
+                .map(String::as_str)
+                != Some(*d)
+        });
+        if !annotate && decide.is_none() && !translate::status_changed(pod.status.as_ref(), &status)
+        {
             return Ok(());
         }
         let mut value = serde_json::to_value(&status).unwrap_or_default();
@@ -135,6 +158,9 @@ impl PodController {
         let mut metadata = serde_json::json!({ "uid": pod.metadata.uid });
         if annotate {
             metadata["annotations"] = serde_json::json!({ ANN_ASSIGNED: provider });
+        }
+        if let Some(d) = decide {
+            metadata["annotations"][ANN_DISPATCH] = serde_json::json!(d);
         }
         let patch = serde_json::json!({ "metadata": metadata, "status": value });
         let api: Api<Pod> =

@@ -18,6 +18,10 @@ use crate::provider::{Observed, WorkloadState};
 pub mod reason {
     pub const PROVIDER_CAPACITY: &str = "ProviderCapacity";
     pub const PROVIDER_ERROR: &str = "ProviderError";
+    /// Every provider that could run the pod is unhealthy (circuit open) for now.
+    pub const PROVIDER_UNAVAILABLE: &str = "ProviderUnavailable";
+    /// A spend or workload guardrail holds the pod until room appears.
+    pub const LIMIT_REACHED: &str = "LimitReached";
     pub const PROVIDER_LOST: &str = "ProviderLost";
     pub const PROVIDER_QUEUED: &str = "ProviderQueued";
     pub const PREEMPTED: &str = "Preempted";

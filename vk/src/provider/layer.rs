@@ -4,16 +4,18 @@
 //!
 //! A call that outlives its timeout becomes [`ProviderError::Transient`], which the pipeline
 //! retries with back-off. Streams handed back by `logs` and `exec` are not bounded by the
-//! timeout: it covers opening them, not reading them.
+//! timeout: it covers opening them, not reading them. Every outcome also feeds the provider's
+//! circuit breaker ([`super::health`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use super::health::Breaker;
 use super::{
-    BoxFuture, Capabilities, DynProvider, ExecRequest, ExecSession, LogOptions, LogStream,
-    Observed, ProviderError, Workload,
+    BoxFuture, Capabilities, DynProvider, ExecRequest, ExecSession, Inventory, LogOptions,
+    LogStream, Observed, ProviderError, Workload,
 };
 use crate::telemetry::Metrics;
 
@@ -25,14 +27,22 @@ pub struct Layered {
     inner: Arc<dyn DynProvider>,
     metrics: Metrics,
     timeout: Duration,
+    breaker: Arc<Breaker>,
 }
 
-/// Wraps `inner` so each call is bounded by `timeout`, counted in `metrics` and traced.
-pub fn layer(inner: Arc<dyn DynProvider>, metrics: Metrics, timeout: Duration) -> Arc<Layered> {
+/// Wraps `inner` so each call is bounded by `timeout`, counted in `metrics`, traced and fed
+/// to `breaker`.
+pub fn layer(
+    inner: Arc<dyn DynProvider>,
+    metrics: Metrics,
+    timeout: Duration,
+    breaker: Arc<Breaker>,
+) -> Arc<Layered> {
     Arc::new(Layered {
         inner,
         metrics,
         timeout,
+        breaker,
     })
 }
 
@@ -55,6 +65,7 @@ impl Layered {
     ) -> Result<T, ProviderError> {
         let name = self.inner.name();
         let span = tracing::debug_span!("provider_call", provider = %name, op);
+        let started = Instant::now();
         let result = match tokio::time::timeout(self.timeout, fut.instrument(span)).await {
             Ok(r) => r,
             Err(_) => Err(ProviderError::transient(format!(
@@ -63,6 +74,11 @@ impl Layered {
             ))),
         };
         self.metrics.call(name, op, succeeded(op, &result));
+        // Streams (logs, exec) report only on opening; `Unsupported` says nothing of health.
+        if !matches!(result, Err(ProviderError::Unsupported { .. })) {
+            self.breaker
+                .record(&result, started.elapsed(), Instant::now());
+        }
         result
     }
 }
@@ -86,6 +102,10 @@ impl DynProvider for Layered {
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<Observed>, ProviderError>> {
         Box::pin(self.call("list", self.inner.list()))
+    }
+
+    fn inventory(&self) -> BoxFuture<'_, Result<Inventory, ProviderError>> {
+        Box::pin(self.call("inventory", self.inner.inventory()))
     }
 
     fn logs<'a>(
@@ -143,6 +163,7 @@ mod tests {
             Arc::new(Slow { delay, answer }),
             metrics.clone(),
             Duration::from_millis(50),
+            Arc::new(Breaker::new(Default::default())),
         );
         (p, metrics)
     }

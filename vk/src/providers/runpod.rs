@@ -67,6 +67,7 @@
 //! data center ids), `disk_gb`.
 
 mod adapter;
+mod catalog;
 mod config;
 mod exits;
 mod state;

@@ -70,7 +70,9 @@ use super::http::{self, InitError};
 use super::options::Options;
 use super::rest;
 use crate::naming::{Owner, WorkloadId};
-use crate::provider::{LogOptions, LogStream, Observed, ProviderError, Workload, WorkloadState};
+use crate::provider::{
+    LogOptions, LogStream, Observed, Price, ProviderError, Workload, WorkloadState,
+};
 use client::Client;
 pub use config::SlurmConfig;
 pub use exec::ExecMode;
@@ -389,7 +391,7 @@ impl JobRequestView {
 }
 
 /// Translates one listed job; `None` when it is not one of this VK's workloads.
-fn observe(owner: &Owner, job: &JobRecord) -> Option<Observed> {
+fn observe(owner: &Owner, job: &JobRecord, price_per_gpu: Option<Price>) -> Option<Observed> {
     let id = WorkloadId::parse(job.name.as_deref()?.trim())?;
     if !owner.owns(&id) {
         return None;
@@ -424,5 +426,6 @@ fn observe(owner: &Owner, job: &JobRecord) -> Option<Observed> {
         ip: None,
         provider_restarts: job.restart_cnt.unwrap_or(0),
         usage: None,
+        price: price_per_gpu.map(|p| p.times(job.gpus())),
     })
 }

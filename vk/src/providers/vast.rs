@@ -75,6 +75,7 @@ pub mod gpus;
 mod instances;
 mod limits;
 mod logs;
+mod market;
 mod pace;
 mod plan;
 mod rent;

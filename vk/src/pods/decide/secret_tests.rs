@@ -27,6 +27,8 @@ fn decide_with(pod: &Pod, policies: &[(&str, SecretEnv)], secret_failover: bool)
         timings: &timings,
         admission: &admission,
         secret_failover,
+        standing: &[],
+        dispatch: &crate::config::DispatchConfig::default(),
     };
     decide(
         &rules,
@@ -52,9 +54,9 @@ fn with_secret() -> PodBuilder {
     }])
 }
 
-fn candidates(step: &Step) -> &[usize] {
+fn candidates(step: &Step) -> Vec<usize> {
     match step {
-        Step::Create { candidates, .. } => candidates,
+        Step::Create { plan, .. } => plan.providers(),
         other => panic!("expected a create, got {other:?}"),
     }
 }

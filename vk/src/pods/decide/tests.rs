@@ -51,6 +51,8 @@ fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) ->
         timings: &timings,
         admission: &admission,
         secret_failover: false,
+        standing: &[],
+        dispatch: &crate::config::DispatchConfig::default(),
     };
     let found = found.map(|(provider, observed)| Found { provider, observed });
     decide(&rules, pod, found, &memory, ts(NOW))
@@ -132,6 +134,8 @@ fn a_finished_pod_deletes_its_ended_workload_where_the_provider_keeps_billing_it
         timings: &timings,
         admission: &admission,
         secret_failover: false,
+        standing: &[],
+        dispatch: &crate::config::DispatchConfig::default(),
     };
     let done = PodBuilder::new()
         .assigned("runpod")
@@ -328,7 +332,7 @@ fn a_pod_waiting_out_its_back_off_waits_then_is_created_again() {
         .build();
     assert!(matches!(
         step(Some(&due), None, fresh()),
-        Step::Create { candidates, .. } if candidates == vec![0, 1, 2]
+        Step::Create { plan, .. } if plan.providers() == vec![0, 1, 2]
     ));
 }
 
@@ -389,8 +393,8 @@ fn a_new_pod_is_created_with_candidates_that_fit_in_configuration_order() {
     let pod = PodBuilder::new().gpus("1").build();
     assert!(matches!(
         step(Some(&pod), None, fresh()),
-        Step::Create { candidates, id, .. }
-            if candidates == vec![0, 1, 2] && id == crate::test_support::workload_id()
+        Step::Create { plan, id, .. }
+            if plan.providers() == vec![0, 1, 2] && id == crate::test_support::workload_id()
     ));
     let h100 = PodBuilder::new()
         .gpus("1")
@@ -398,7 +402,7 @@ fn a_new_pod_is_created_with_candidates_that_fit_in_configuration_order() {
         .build();
     assert!(matches!(
         step(Some(&h100), None, fresh()),
-        Step::Create { candidates, .. } if candidates == vec![0, 2]
+        Step::Create { plan, .. } if plan.providers() == vec![0, 2]
     ));
 }
 
@@ -407,7 +411,7 @@ fn the_provider_recorded_on_the_pod_is_tried_first() {
     let pod = PodBuilder::new().gpus("1").assigned("slurm").build();
     assert!(matches!(
         step(Some(&pod), None, fresh()),
-        Step::Create { candidates, .. } if candidates == vec![2, 0, 1]
+        Step::Create { plan, .. } if plan.providers() == vec![2, 0, 1]
     ));
 }
 
@@ -511,12 +515,9 @@ fn decision_table() {
     for (name, pod, obs, memory) in &cases {
         let s = step(pod.as_ref(), obs.as_ref().map(|o| (0, o)), *memory);
         let s = match s {
-            Step::Create {
-                candidates,
-                request,
-                ..
-            } => format!(
-                "Create {{ candidates: {candidates:?}, gpus: {:?} }}",
+            Step::Create { plan, request, .. } => format!(
+                "Create {{ candidates: {:?}, gpus: {:?} }}",
+                plan.providers(),
                 request.gpu.map(|g| g.count)
             ),
             Step::Restart {

@@ -7,8 +7,8 @@ use tracing::{debug, info};
 
 use super::RunPod;
 use super::state::observe;
-use super::wire::Pod;
-use crate::provider::{Capabilities, Observed, Provider, ProviderError, Workload};
+use super::wire::{GpuCatalog, Pod};
+use crate::provider::{Capabilities, Inventory, Observed, Provider, ProviderError, Workload};
 
 impl Provider for RunPod {
     fn name(&self) -> &str {
@@ -75,6 +75,22 @@ impl Provider for RunPod {
             return Ok(());
         }
         Err(self.error_from(&resp))
+    }
+
+    /// One `GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=<cloud>`: list prices
+    /// per GPU and whether any is free (availability is a level, not a count).
+    async fn inventory(&self) -> Result<Inventory, ProviderError> {
+        let mut url = self.api.url(&["catalog", "gpus"], false);
+        url.query_pairs_mut()
+            .append_pair("include", "AVAILABILITY")
+            .append_pair("product", "POD")
+            .append_pair("cloud", self.cfg.cloud.as_str());
+        let resp = self.api.send(Method::GET, url, None).await?;
+        if !resp.is_success() {
+            return Err(self.error_from(&resp));
+        }
+        let catalog: GpuCatalog = resp.json("GPU catalog")?;
+        Ok(super::catalog::inventory(&self.cfg, catalog))
     }
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {

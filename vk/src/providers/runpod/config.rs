@@ -20,6 +20,16 @@ pub enum Cloud {
     Community,
 }
 
+impl Cloud {
+    /// The API's spelling (`SECURE`, `COMMUNITY`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Secure => "SECURE",
+            Self::Community => "COMMUNITY",
+        }
+    }
+}
+
 impl FromStr for Cloud {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -7,7 +7,7 @@ use tracing::warn;
 use super::wire::Pod;
 use super::{ERROR_EXIT_CODE, GB, UnknownExit};
 use crate::naming::WorkloadId;
-use crate::provider::{FailureReason, Observed, Usage, WorkloadState};
+use crate::provider::{FailureReason, Observed, Price, Usage, WorkloadState};
 
 /// Exit code assumed for an exit reported as failed (RunPod exposes none).
 const ASSUMED_FAILURE_EXIT_CODE: i32 = 1;
@@ -98,6 +98,7 @@ pub(super) fn observe(
         ip,
         provider_restarts: 0,
         usage,
+        price: pod.cost.and_then(Price::from_dollars),
     })
 }
 

@@ -100,6 +100,10 @@ pub(super) struct Pod {
     pub(super) created_at: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) started_at: Option<String>,
+    /// "Current cost in USD per hour (0.0 when EXITED or TERMINATED)" (v2 `Pod.cost`), the
+    /// rate billed for the whole pod.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) cost: Option<f64>,
 }
 
 /// The `gpu` / `cpu` block of a pod: what was allocated.
@@ -156,4 +160,42 @@ pub(super) struct Problem {
     pub(super) detail: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) errors: Option<Vec<String>>,
+}
+
+/// `GET /v2/catalog/gpus` answers `ListGpuTypesResponse` = `{gpus: [GpuType]}` (runpod/docs
+/// `api-reference-v2/openapi.json`).
+#[derive(Debug, Deserialize)]
+pub(super) struct GpuCatalog {
+    pub(super) gpus: Vec<serde_json::Value>,
+}
+
+/// One `GpuType` of the catalogue, leniently decoded.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct GpuType {
+    /// "Individual GPU type identifier (use for pod creation)", e.g. `NVIDIA GeForce RTX 4090`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) id: Option<String>,
+    /// Offered on the secure / community cloud.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) secure: Option<bool>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) community: Option<bool>,
+    /// "List price in USD per hour for a single GPU of this type", per cloud.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) price: Option<PerCloud<f64>>,
+    /// Largest GPU count on one pod ("a ceiling, not a stock level"), per cloud.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) max_count: Option<PerCloud<u32>>,
+    /// `NONE | LOW | MEDIUM | HIGH`, present with `include=AVAILABILITY`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) availability: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct PerCloud<T> {
+    #[serde(default)]
+    pub(super) secure: Option<T>,
+    #[serde(default)]
+    pub(super) community: Option<T>,
 }

@@ -7,8 +7,8 @@ use tracing::{info, warn};
 use super::wire::{self, SubmitAnswer};
 use super::{ExecMode, Slurm, exec, logs, observe};
 use crate::provider::{
-    Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
-    ProviderError, Workload, WorkloadState,
+    Capabilities, ExecRequest, ExecSession, Inventory, LogOptions, LogStream, Observed, Price,
+    Provider, ProviderError, Quote, Workload, WorkloadState,
 };
 use crate::providers::http;
 
@@ -63,6 +63,22 @@ impl Provider for Slurm {
         Ok(())
     }
 
+    /// Slurm publishes no prices: one configured quote for any GPU type it maps, free
+    /// capacity unknown (the scheduler queues what does not fit).
+    async fn inventory(&self) -> Result<Inventory, ProviderError> {
+        let Some(price) = self.cfg.price_per_gpu_hour.and_then(Price::from_dollars) else {
+            return Ok(Inventory::default());
+        };
+        Ok(Inventory {
+            quotes: vec![Quote {
+                gpu_type: None,
+                price_per_gpu: price,
+                available_gpus: None,
+                max_per_workload: Some(self.cfg.max_gpus_per_workload),
+            }],
+        })
+    }
+
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let jobs = self.client.jobs().await?;
         // Every job of ours, even two carrying one workload id (a finished job and its
@@ -70,7 +86,8 @@ impl Provider for Slurm {
         // live extras (`pods::duplicates`).
         let mut out: Vec<Observed> = Vec::with_capacity(jobs.len());
         for job in &jobs {
-            let Some(obs) = observe(&self.owner, job) else {
+            let price = self.cfg.price_per_gpu_hour.and_then(Price::from_dollars);
+            let Some(obs) = observe(&self.owner, job, price) else {
                 continue;
             };
             if let WorkloadState::Unknown { raw } = &obs.state {

@@ -55,6 +55,11 @@ pub struct SlurmConfig {
     pub gpu_types: BTreeMap<String, String>,
     #[serde(default = "default_max_gpus")]
     pub max_gpus_per_workload: u32,
+    /// What one GPU-hour on this cluster costs the organisation, in dollars (Slurm has no
+    /// prices of its own): used by the `cheapest` dispatch policy and the spend figures.
+    /// Unset: the cluster is unpriced (dispatch puts it after priced providers).
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<f64>,
     /// Sets the jobs' `requeue` flag; unset keeps the cluster's default (`JobRequeue`).
     #[serde(default)]
     pub requeue: Option<bool>,
@@ -127,6 +132,7 @@ impl Default for SlurmConfig {
             path: default_path(),
             gpu_types: BTreeMap::new(),
             max_gpus_per_workload: default_max_gpus(),
+            price_per_gpu_hour: None,
             requeue: None,
             allowed_partitions: Vec::new(),
             allowed_accounts: Vec::new(),
@@ -169,6 +175,7 @@ impl fmt::Debug for SlurmConfig {
             .field("work_dir", &self.work_dir)
             .field("gpu_types", &self.gpu_types)
             .field("max_gpus_per_workload", &self.max_gpus_per_workload)
+            .field("price_per_gpu_hour", &self.price_per_gpu_hour)
             .field("requeue", &self.requeue)
             .field("exec", &self.exec)
             .field("srun_path", &self.srun_path)

@@ -337,6 +337,9 @@ pub(crate) struct JobRecord {
     pub end_time: Value,
     #[serde(default, deserialize_with = "crate::providers::rest::lenient")]
     pub nodes: Option<String>,
+    /// GPUs the job asked for per node, `gres:gpu:2` / `gres/gpu:a100:2` (both dialects).
+    #[serde(default, deserialize_with = "crate::providers::rest::lenient")]
+    pub tres_per_node: Option<String>,
 }
 
 /// `{jobs: [...]}`; a body without `jobs` is malformed, not "no jobs".
@@ -346,6 +349,22 @@ pub(crate) struct JobList {
 }
 
 impl JobRecord {
+    /// GPUs per node from `tres_per_node` (0 when it names none).
+    pub fn gpus(&self) -> u32 {
+        let Some(spec) = self.tres_per_node.as_deref() else {
+            return 0;
+        };
+        spec.split(',')
+            .filter_map(|part| {
+                let rest = part
+                    .trim()
+                    .strip_prefix("gres/gpu")
+                    .or_else(|| part.trim().strip_prefix("gres:gpu"))?;
+                rest.rsplit(':').next()?.parse::<u32>().ok()
+            })
+            .sum()
+    }
+
     /// Base state and flags, upper case (`["RUNNING"]`, `["PENDING", "REQUEUED"]`).
     pub fn states(&self) -> Vec<String> {
         match &self.job_state {

@@ -9,9 +9,9 @@ use super::pace::Endpoint;
 use super::rent::Rent;
 use super::state::observe;
 use super::wire::VastError;
-use super::{CONTENTION_PAUSE, CONTENTION_ROUNDS, Vast};
+use super::{CONTENTION_PAUSE, CONTENTION_ROUNDS, Vast, market};
 use crate::provider::{
-    Capabilities, LogOptions, LogStream, Observed, Provider, ProviderError, Workload,
+    Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Workload,
 };
 
 impl Provider for Vast {
@@ -28,6 +28,13 @@ impl Provider for Vast {
             metrics: true,
             ..Capabilities::default()
         }
+    }
+
+    /// One on-demand offer search across every GPU type (the search endpoint allows 10 a
+    /// minute; the inventory interval keeps this far below it).
+    async fn inventory(&self) -> Result<Inventory, ProviderError> {
+        let offers = self.search_offers(&market::search()).await?;
+        Ok(market::inventory(&self.cfg, &offers))
     }
 
     async fn create(&self, w: &Workload) -> Result<(), ProviderError> {

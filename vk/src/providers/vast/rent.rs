@@ -21,7 +21,10 @@ pub(super) enum Rent {
 }
 
 impl Vast {
-    async fn search_offers(&self, search: &OfferSearch) -> Result<Vec<Offer>, ProviderError> {
+    pub(super) async fn search_offers(
+        &self,
+        search: &OfferSearch,
+    ) -> Result<Vec<Offer>, ProviderError> {
         let body = serde_json::to_value(search).map_err(|e| ProviderError::Invalid {
             message: format!("cannot encode the search: {e}"),
         })?;

@@ -6,7 +6,7 @@ use tracing::warn;
 use super::ERROR_EXIT_CODE;
 use super::wire::Instance;
 use crate::naming::WorkloadId;
-use crate::provider::{FailureReason, Observed, Usage, WorkloadState};
+use crate::provider::{FailureReason, Observed, Price, Usage, WorkloadState};
 use crate::providers::{http, rest};
 
 /// Translates one listed instance; `None` when its label is not a workload id.
@@ -48,6 +48,8 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
             .filter(|s| !s.is_empty()),
         provider_restarts: 0,
         usage,
+        // `dph_total`: what the instance costs per hour, GPU and storage (show-instances).
+        price: inst.dph_total.and_then(Price::from_dollars),
     })
 }
 

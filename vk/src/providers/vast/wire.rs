@@ -94,6 +94,11 @@ pub(super) struct Offer {
     pub(super) dph_total: Option<f64>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) min_bid: Option<f64>,
+    /// Vast's exact GPU model name (`RTX 4090`) and the GPUs the offer rents together.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) gpu_name: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) num_gpus: Option<u32>,
 }
 
 /// Body of `PUT /api/v0/asks/{offer_id}/`.
@@ -163,6 +168,9 @@ pub(super) struct Instance {
     pub(super) mem_usage: Option<f64>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) uptime_mins: Option<f64>,
+    /// Total $/hour of the instance (show-instances `dph_total`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) dph_total: Option<f64>,
 }
 
 /// `{success: false, error, msg}`, or `{detail}` on 429.
