@@ -161,6 +161,15 @@ pub fn built_in_names(neutral: &str) -> Option<&'static [&'static str]> {
         .map(|(_, names, _)| *names)
 }
 
+/// The neutral type the built-in table names a Vast `gpu_name` by (its unsized entry: "A100
+/// SXM4" is `A100`, whatever the memory), for inventories read from offers.
+pub fn built_in_neutral(vast_name: &str) -> Option<&'static str> {
+    BUILT_IN
+        .iter()
+        .find(|(_, names, ram)| ram.is_none() && names.contains(&vast_name))
+        .map(|(n, _, _)| *n)
+}
+
 /// True when `name` is one of the canonical Vast names this build knows.
 pub fn is_vast_name(name: &str) -> bool {
     VAST_GPU_NAMES.contains(&name)
@@ -219,6 +228,9 @@ mod tests {
         // The operator's mapping wins; unknown types are searched as written.
         let cfg: BTreeMap<String, String> = [("RTX4090".into(), "RTX 4090D".into())].into();
         assert_eq!(resolve(&cfg, "RTX4090").names, ["RTX 4090D"]);
+        assert_eq!(built_in_neutral("RTX 4090"), Some("RTX4090"));
+        assert_eq!(built_in_neutral("A100 SXM4"), Some("A100"));
+        assert_eq!(built_in_neutral("RTX4090"), None);
         let m = resolve(&none, "RTX4090X");
         assert_eq!(
             (m.names, m.source),
