@@ -267,7 +267,7 @@ impl Emulator {
             // The clouds deny Secret env by default; the suites pass Secrets to them on
             // purpose (env resolution, log redaction), so the test operator allows it.
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{paced}{insecure}",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{names}{paced}{insecure}",
                 insecure = self.insecure_http(),
                 // The emulator runs on simulated (shortened) timings: the Vast adapter paces
                 // its calls at a tenth of the service's documented intervals to match, the
@@ -276,6 +276,17 @@ impl Emulator {
                     "    rateLimits: {list: 0.1, search: 0.6, rent: 0.45, destroy: 0.3, logs: 0.1}\n"
                 } else {
                     ""
+                },
+                // The operator's mapping of the stocked type, as a real configuration has it
+                // (`gpuNames`): the adapter's inventory then names its quotes as pods do.
+                names = if self.kind == "vast" && self.stock_gpu != self.default_gpu {
+                    format!(
+                        "    gpuNames: {{{}: {}}}\n",
+                        yaml_str(&self.default_gpu),
+                        yaml_str(&self.stock_gpu)
+                    )
+                } else {
+                    String::new()
                 },
                 kind = self.kind,
                 url = self.base_url(),
