@@ -471,6 +471,9 @@ impl Bench<'_> {
             &format!("127.0.0.1:{vp}"),
             "--gpus",
             &format!("{GPU_TYPE}={gpus}@1.89"),
+            // Vast's search matches exact names: the adapter maps A100-80GB to the A100 names.
+            "--vast-gpus",
+            &format!("A100 SXM4={gpus}@1.89"),
             "--mode",
             "simulated",
             "--provision-ms",

@@ -109,13 +109,33 @@ pub async fn wait_node_ready(c: &Client, node: &str) {
     .await;
 }
 
+/// Time scale of the Vast emulator's per-endpoint intervals in the suites: a tenth of the real
+/// figures, as the VK's Vast adapter is paced (its `rateLimits` in [`Emulator::provider_yaml`]).
+pub const VAST_TIME_SCALE: f64 = 0.1;
+
+/// The exact Vast `gpu_name` the VK's Vast adapter maps a neutral GPU type to (its built-in
+/// table, `vk::providers::vast::gpus`, for the types the suites stock); other names as given.
+/// Vast's search matches names exactly, so the emulator is stocked under these.
+pub fn vast_gpu_name(neutral: &str) -> String {
+    match neutral {
+        "A100-80GB" => "A100 SXM4",
+        "RTX4090" => "RTX 4090",
+        "H100" => "H100 SXM",
+        other => other,
+    }
+    .to_owned()
+}
+
 /// A provider emulator (RunPod v2, Vast, slurmrestd) served in-process; stopped when dropped.
 pub struct Emulator {
     pub addr: SocketAddr,
     /// `runpod`, `vast` or `slurm` (the adapter kind in the VK configuration).
     pub kind: &'static str,
-    /// GPU type the VK asks for when a pod names none (the first stocked type; empty for Slurm).
+    /// GPU type the VK asks for when a pod names none (the first stocked type, as the VK names
+    /// it; empty for Slurm).
     pub default_gpu: String,
+    /// The same type as the provider names it in its stock (Vast: its exact `gpu_name`).
+    pub stock_gpu: String,
     /// Slurm only: what the VK's provider settings need.
     pub slurm: Option<SlurmEmulation>,
     http: reqwest::Client,
@@ -151,11 +171,25 @@ impl Emulator {
         Self::serve(router, "runpod", default_gpu).await
     }
 
+    /// A Vast emulator stocked with `gpus` (neutral types, stocked under their Vast names: see
+    /// [`vast_gpu_name`]), enforcing Vast's per-endpoint intervals at the tenth of the real
+    /// figures the VK is paced at (see [`Emulator::provider_yaml`]).
     pub async fn vast(mode: ExecutionMode, gpus: Vec<GpuStock>) -> Self {
-        let cfg = EmulatorConfig::new(API_KEY, gpus.clone()).with_mode(mode);
+        let stock: Vec<GpuStock> = gpus
+            .iter()
+            .map(|g| GpuStock {
+                gpu_type: vast_gpu_name(&g.gpu_type),
+                ..g.clone()
+            })
+            .collect();
+        let cfg = EmulatorConfig::new(API_KEY, stock)
+            .with_mode(mode)
+            .with_endpoint_limits(VAST_TIME_SCALE);
         let default_gpu = gpus.first().map(|g| g.gpu_type.clone()).unwrap_or_default();
         let router = mock_providers::vast::router(mock_providers::vast::State::new(cfg));
-        Self::serve(router, "vast", default_gpu).await
+        let mut e = Self::serve(router, "vast", default_gpu).await;
+        e.stock_gpu = vast_gpu_name(&e.default_gpu);
+        e
     }
 
     /// A slurmrestd emulator serving only `dialect`, with 4 nodes of 8 GPUs, partition
@@ -201,6 +235,7 @@ impl Emulator {
         Self {
             addr,
             kind,
+            stock_gpu: default_gpu.clone(),
             default_gpu,
             slurm: None,
             http: reqwest::Client::new(),
@@ -232,14 +267,26 @@ impl Emulator {
             // The clouds deny Secret env by default; the suites pass Secrets to them on
             // purpose (env resolution, log redaction), so the test operator allows it.
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{paced}{insecure}",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{names}{paced}{insecure}",
                 insecure = self.insecure_http(),
                 // The emulator runs on simulated (shortened) timings: the Vast adapter paces
-                // its calls at a tenth of the service's documented intervals to match.
+                // its calls at a tenth of the service's documented intervals to match, the
+                // intervals the Vast emulator enforces ([`VAST_TIME_SCALE`]).
                 paced = if self.kind == "vast" {
                     "    rateLimits: {list: 0.1, search: 0.6, rent: 0.45, destroy: 0.3, logs: 0.1}\n"
                 } else {
                     ""
+                },
+                // The operator's mapping of the stocked type, as a real configuration has it
+                // (`gpuNames`): the adapter's inventory then names its quotes as pods do.
+                names = if self.kind == "vast" && self.stock_gpu != self.default_gpu {
+                    format!(
+                        "    gpuNames: {{{}: {}}}\n",
+                        yaml_str(&self.default_gpu),
+                        yaml_str(&self.stock_gpu)
+                    )
+                } else {
+                    String::new()
                 },
                 kind = self.kind,
                 url = self.base_url(),
@@ -283,7 +330,7 @@ impl Emulator {
         let r = self
             .http
             .put(self.admin("/inventory"))
-            .json(&json!({"gpus": [{"gpu_type": self.default_gpu, "count": 0, "price_per_hour": 1.89}]}))
+            .json(&json!({"gpus": [{"gpu_type": self.stock_gpu, "count": 0, "price_per_hour": 1.89}]}))
             .send()
             .await
             .unwrap();
@@ -345,7 +392,7 @@ impl Emulator {
         let body = if self.slurm.is_some() {
             json!({"name": name, "gpu_count": 1})
         } else {
-            json!({"name": name, "image": "busybox", "gpu_type": "A100-80GB", "gpu_count": 1})
+            json!({"name": name, "image": "busybox", "gpu_type": self.stock_gpu, "gpu_count": 1})
         };
         let r = self
             .http

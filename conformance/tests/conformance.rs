@@ -12,6 +12,8 @@ mod batch;
 mod dispatch;
 #[path = "conformance/leader.rs"]
 mod leader;
+#[path = "conformance/limits.rs"]
+mod limits;
 #[path = "conformance/observability.rs"]
 mod observability;
 #[path = "conformance/overflow.rs"]
@@ -62,6 +64,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "CPU-only pods",
         ],
         // Vast bids can be outbid: real preemptions; Vast serves container logs.
+        // Vast enforces a minimum interval per endpoint (the emulator at the tenth the VK is
+        // paced at) and limits env entries to 256 characters (`create_instance.yaml`).
         "vast" => &[
             "fault injection",
             "preemption",
@@ -69,6 +73,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
+            "per-endpoint rate limits",
+            "a 256-character limit per env entry",
         ],
         // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
         // become Preempted pods; job output files are served as logs; no usage figures; exec

@@ -1,9 +1,11 @@
-//! Emulator configuration: API key, GPU stock, execution mode and rate limit.
+//! Emulator configuration: API key, GPU stock, execution mode and rate limits.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::engine::gate::RateWindows;
 
 /// One GPU type the emulated provider offers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -112,19 +114,25 @@ pub struct EmulatorConfig {
     pub inventory: Vec<GpuStock>,
     /// Simulated or real child processes.
     pub mode: ExecutionMode,
-    /// Requests per minute allowed on the real-API routes; `None` is unlimited.
-    pub rate_limit_per_minute: Option<u32>,
+    /// Requests allowed per minute, hour and day on the real-API routes (RunPod's quota
+    /// windows); all `None` is unlimited.
+    pub rate_windows: RateWindows,
+    /// Enforce the provider's documented per-endpoint limits (Vast's minimum intervals), with
+    /// every interval multiplied by this scale (1.0: the real figures; 0.1: ten times
+    /// shorter, for runs on shortened timings); `None` enforces none.
+    pub endpoint_limit_scale: Option<f64>,
 }
 
 impl EmulatorConfig {
     /// A config with the given key and inventory, simulated mode with 1 s provisioning and
-    /// 1 s start, no rate limit.
+    /// 1 s start, no rate limits.
     pub fn new(api_key: impl Into<String>, inventory: Vec<GpuStock>) -> Self {
         Self {
             api_key: api_key.into(),
             inventory,
             mode: ExecutionMode::default(),
-            rate_limit_per_minute: None,
+            rate_windows: RateWindows::default(),
+            endpoint_limit_scale: None,
         }
     }
 
@@ -136,7 +144,19 @@ impl EmulatorConfig {
 
     /// Set a requests-per-minute limit.
     pub fn with_rate_limit(mut self, per_minute: u32) -> Self {
-        self.rate_limit_per_minute = Some(per_minute);
+        self.rate_windows.per_minute = Some(per_minute);
+        self
+    }
+
+    /// Set the minute, hour and day quotas.
+    pub fn with_rate_windows(mut self, windows: RateWindows) -> Self {
+        self.rate_windows = windows;
+        self
+    }
+
+    /// Enforce the provider's documented per-endpoint limits at this time scale.
+    pub fn with_endpoint_limits(mut self, scale: f64) -> Self {
+        self.endpoint_limit_scale = Some(scale);
         self
     }
 }
@@ -148,7 +168,8 @@ impl fmt::Debug for EmulatorConfig {
             .field("api_key", &"<redacted>")
             .field("inventory", &self.inventory)
             .field("mode", &self.mode)
-            .field("rate_limit_per_minute", &self.rate_limit_per_minute)
+            .field("rate_windows", &self.rate_windows)
+            .field("endpoint_limit_scale", &self.endpoint_limit_scale)
             .finish()
     }
 }

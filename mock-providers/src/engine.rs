@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{EmulatorConfig, ExecutionMode, GpuStock};
 use crate::inventory::{AllocError, Inventory, InventoryLine, Placement};
-use gate::{Admission, Credential, Denied, GateState, RouteKind};
+use gate::{Admission, Credential, Denied, EndpointLimit, GateState, RateWindows, RouteKind};
 use logs::{LogBuffer, LogLine, LogSource};
 use process::{Launch, ProcState};
 
@@ -315,7 +315,9 @@ pub struct Engine {
     flavor: Flavor,
     api_key: String,
     mode: ExecutionMode,
-    rate_limit: Option<u32>,
+    rate_windows: RateWindows,
+    /// Per-endpoint limits (already scaled), by the endpoint names the routes pass.
+    endpoint_limits: HashMap<&'static str, EndpointLimit>,
     weak: Weak<Engine>,
     inner: Mutex<Inner>,
 }
@@ -326,7 +328,8 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field("flavor", &self.flavor)
             .field("mode", &self.mode)
-            .field("rate_limit", &self.rate_limit)
+            .field("rate_windows", &self.rate_windows)
+            .field("endpoint_limits", &self.endpoint_limits)
             .finish_non_exhaustive()
     }
 }
@@ -342,7 +345,14 @@ impl Engine {
             flavor,
             api_key: config.api_key,
             mode: config.mode,
-            rate_limit: config.rate_limit_per_minute,
+            rate_windows: config.rate_windows,
+            endpoint_limits: match (flavor, config.endpoint_limit_scale) {
+                (Flavor::Vast, Some(scale)) => crate::vast::ENDPOINT_LIMITS
+                    .iter()
+                    .map(|(endpoint, limit)| (*endpoint, limit.scaled(scale)))
+                    .collect(),
+                _ => HashMap::new(),
+            },
             weak: weak.clone(),
             inner: Mutex::new(Inner {
                 workloads: BTreeMap::new(),
@@ -373,8 +383,20 @@ impl Engine {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Pass a real-API request through counters, faults, authentication and the rate limit.
+    /// Pass a real-API request through counters, faults, authentication and the quota
+    /// windows.
     pub async fn gate(&self, kind: RouteKind, key: Credential<'_>) -> Result<Admission, Denied> {
+        self.gate_at(kind, "", key).await
+    }
+
+    /// [`Engine::gate`], then the limit of `endpoint` (one of the names the provider's
+    /// routes declare, e.g. [`crate::vast::ENDPOINT_LIMITS`]), if enforced.
+    pub async fn gate_at(
+        &self,
+        kind: RouteKind,
+        endpoint: &'static str,
+        key: Credential<'_>,
+    ) -> Result<Admission, Denied> {
         let (latency, fault) = self.lock().gate.observe(kind);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
@@ -387,10 +409,12 @@ impl Engine {
             Credential::Missing => return Err(Denied::Unauthorized { missing: true }),
             _ => return Err(Denied::Unauthorized { missing: false }),
         }
-        let rate = self
-            .lock()
-            .gate
-            .take_rate(self.rate_limit, Instant::now())?;
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let rate = inner.gate.take_rate(&self.rate_windows, now)?;
+        if let Some(limit) = self.endpoint_limits.get(endpoint) {
+            inner.gate.take_endpoint(endpoint, *limit, now)?;
+        }
         Ok(Admission { rate })
     }
 

@@ -256,8 +256,31 @@ fn machines_for(type_number: u64, start_index: u64, count: u32) -> Vec<Machine> 
     out
 }
 
-/// GPU memory in MB guessed from a type name (`A100-80GB` -> 81920); 24 GB otherwise.
+/// Memory of the emulated GPUs stocked under Vast's exact names, which carry no size: the
+/// emulated data-center cards are the large models (an emulated "A100 SXM4" has 80 GB).
+const NAMED_MEMORY_GB: &[(&str, u64)] = &[
+    ("A100 SXM4", 80),
+    ("A100 PCIE", 80),
+    ("A100 SXM", 80),
+    ("A100X", 80),
+    ("H100 SXM", 80),
+    ("H100 PCIE", 80),
+    ("H100 NVL", 94),
+    ("H200", 141),
+    ("L40S", 48),
+    ("L40", 48),
+    ("A40", 48),
+    ("RTX A6000", 48),
+    ("RTX 6000Ada", 48),
+    ("RTX 5090", 32),
+];
+
+/// GPU memory in MB guessed from a type name (`A100-80GB` -> 81920, `A100 SXM4` -> 81920);
+/// 24 GB otherwise.
 pub fn gpu_memory_mb(gpu_type: &str) -> u64 {
+    if let Some((_, gb)) = NAMED_MEMORY_GB.iter().find(|(n, _)| *n == gpu_type) {
+        return gb * 1024;
+    }
     let upper = gpu_type.to_ascii_uppercase();
     if let Some(pos) = upper.find("GB") {
         let digits: String = upper[..pos]
@@ -333,5 +356,6 @@ mod tests {
     fn memory_from_name() {
         assert_eq!(gpu_memory_mb("A100-80GB"), 80 * 1024);
         assert_eq!(gpu_memory_mb("RTX4090"), 24 * 1024);
+        assert_eq!(gpu_memory_mb("A100 SXM4"), 80 * 1024);
     }
 }

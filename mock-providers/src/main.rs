@@ -69,9 +69,25 @@ struct Args {
     /// Simulated mode: exit with code 0 after running this long (default: run forever).
     #[arg(long)]
     run_ms: Option<u64>,
-    /// Requests per minute on the real-API routes (default: unlimited).
+    /// Requests per minute on the real-API routes (default: unlimited). RunPod's documented
+    /// quota is 60.
     #[arg(long)]
     rate_limit_per_minute: Option<u32>,
+    /// Requests per hour on the real-API routes (default: unlimited; RunPod's: 3000).
+    #[arg(long)]
+    rate_limit_per_hour: Option<u32>,
+    /// Requests per day on the real-API routes (default: unlimited; RunPod's: 50000).
+    #[arg(long)]
+    rate_limit_per_day: Option<u32>,
+    /// The Vast emulator enforces Vast's documented per-endpoint minimum intervals (rent
+    /// 4.5 s, instance list 1 s, destroy 3 s, search 10 a minute...) multiplied by this
+    /// scale: 1 for the real figures, 0.1 for a VK paced at a tenth; 0 turns them off.
+    #[arg(long, default_value_t = 1.0)]
+    vast_rate_limit_scale: f64,
+    /// GPU stock of the Vast emulator, as --gpus, with Vast's exact `gpu_name`s (its search
+    /// matches them exactly), e.g. "A100 SXM4=8@1.89,RTX 4090=16@0.69".
+    #[arg(long, default_value = "A100 SXM4=8@1.89,RTX 4090=16@0.69")]
+    vast_gpus: String,
     /// In process mode, allow binding a non-loopback address (the API then runs commands
     /// sent by anyone who can reach it and knows the key).
     #[arg(long)]
@@ -151,8 +167,16 @@ async fn main() -> anyhow::Result<()> {
         api_key: args.api_key.clone(),
         inventory: gpus,
         mode,
-        rate_limit_per_minute: args.rate_limit_per_minute,
+        rate_windows: mock_providers::config::RateWindows {
+            per_minute: args.rate_limit_per_minute,
+            per_hour: args.rate_limit_per_hour,
+            per_day: args.rate_limit_per_day,
+        },
+        endpoint_limit_scale: None,
     };
+    if !args.vast_rate_limit_scale.is_finite() || args.vast_rate_limit_scale < 0.0 {
+        bail!("--vast-rate-limit-scale must be a non-negative number");
+    }
     let mut servers = Vec::new();
     let mut engines = Vec::new();
     if let Some(addr) = args.runpod {
@@ -166,7 +190,14 @@ async fn main() -> anyhow::Result<()> {
         servers.push(handle);
     }
     if let Some(addr) = args.vast {
-        let state = vast::State::new(config.clone());
+        let mut vast_config = config.clone();
+        if args.gpus.trim() != "nvml" {
+            vast_config.inventory =
+                parse_gpus(&args.vast_gpus).context("failed to parse --vast-gpus")?;
+        }
+        vast_config.endpoint_limit_scale =
+            (args.vast_rate_limit_scale > 0.0).then_some(args.vast_rate_limit_scale);
+        let state = vast::State::new(vast_config);
         engines.push(state.engine().clone());
         let router = vast::router(state);
         let (bound, handle) = spawn_on(addr, keyed(router))
@@ -202,7 +233,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(
         mode = ?args.mode,
         gpus = ?config.inventory,
-        rate_limit_per_minute = ?config.rate_limit_per_minute,
+        rate_windows = ?config.rate_windows,
+        vast_rate_limit_scale = args.vast_rate_limit_scale,
         "emulators ready; admin API under /_admin"
     );
     shutdown_signal().await?;

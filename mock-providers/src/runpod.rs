@@ -21,7 +21,7 @@ use futures::stream::{self, Stream};
 use serde_json::{Value, json};
 
 use crate::config::EmulatorConfig;
-use crate::engine::gate::{Admission, Denied, RouteKind, bearer};
+use crate::engine::gate::{Admission, Denied, RouteKind, WindowState, bearer};
 use crate::engine::logs::{LogLine, LogSource};
 use crate::engine::{Engine, Extra, Flavor, NewWorkload, Phase, StopReason, Workload};
 use crate::inventory::AllocError;
@@ -189,18 +189,33 @@ fn problem_body(status: StatusCode, body: Value) -> Response {
     resp
 }
 
-fn rate_headers(headers: &mut HeaderMap, limit: u32, remaining: u32, reset_s: u64) {
-    if let Ok(v) = HeaderValue::from_str(&format!("\"minute\";r={remaining};t={reset_s}")) {
+/// `RateLimit` and `RateLimit-Policy`, one member per window: runpod/docs
+/// `api-reference-v2/openapi.json`, `components.schemas.RateLimitHeader` ("one member per
+/// window (`minute`, `hour`, `day`), each carrying the remaining request count `r` and
+/// seconds until the window resets `t`", e.g. `"minute";r=0;t=12, "hour";r=2800;t=1812,
+/// "day";r=49500;t=45012`) and `RateLimitPolicyHeader` (quota `q`, window length `w`, e.g.
+/// `"minute";q=60;w=60, "hour";q=3000;w=3600, "day";q=50000;w=86400`), sent "on responses to
+/// authenticated requests, not only on 429s".
+fn rate_headers(headers: &mut HeaderMap, windows: &[WindowState]) {
+    let state: Vec<String> = windows
+        .iter()
+        .map(|w| format!("\"{}\";r={};t={}", w.name, w.remaining, w.reset_s))
+        .collect();
+    let policy: Vec<String> = windows
+        .iter()
+        .map(|w| format!("\"{}\";q={};w={}", w.name, w.limit, w.width_s))
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&state.join(", ")) {
         headers.insert("ratelimit", v);
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("\"minute\";q={limit};w=60")) {
+    if let Ok(v) = HeaderValue::from_str(&policy.join(", ")) {
         headers.insert("ratelimit-policy", v);
     }
 }
 
 fn admitted(mut resp: Response, admission: &Admission) -> Response {
-    if let Some(rate) = admission.rate {
-        rate_headers(resp.headers_mut(), rate.limit, rate.remaining, rate.reset_s);
+    if let Some(rate) = &admission.rate {
+        rate_headers(resp.headers_mut(), &rate.windows);
     }
     resp
 }
@@ -234,22 +249,32 @@ fn denied(d: Denied) -> Response {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             resp
         }
+        // `TooManyRequestsError` of the v2 spec: "the response identifies the window that was
+        // exceeded and how long to wait", `Retry-After` integer seconds "per the exceeded
+        // window", example detail "rate limit exceeded for the minute window".
         Denied::RateLimited {
             retry_after_s,
-            limit,
+            window,
+            windows,
         } => {
             let mut resp = problem(
                 StatusCode::TOO_MANY_REQUESTS,
-                "rate limit exceeded for the minute window",
+                format!("rate limit exceeded for the {window} window"),
                 Vec::new(),
             );
             let headers = resp.headers_mut();
             if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
                 headers.insert(header::RETRY_AFTER, v);
             }
-            rate_headers(headers, limit, 0, retry_after_s);
+            rate_headers(headers, &windows);
             resp
         }
+        // RunPod documents no per-endpoint intervals; never configured for it.
+        Denied::TooFrequent { .. } => problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests",
+            Vec::new(),
+        ),
     }
 }
 

@@ -474,6 +474,56 @@ async fn rate_limit_gives_429_with_retry_after_and_headers() {
     assert_eq!(emu.counters().await["list"], 4);
 }
 
+/// RunPod v2's quota windows (`RateLimit-Policy` example `"minute";q=60;w=60,
+/// "hour";q=3000;w=3600, "day";q=50000;w=86400`): one member per window in both headers, and a
+/// 429 names the exceeded window and waits for its reset.
+#[tokio::test]
+async fn the_hour_and_day_windows_are_enforced_and_reported() {
+    let windows = mock_providers::config::RateWindows {
+        per_minute: Some(5),
+        per_hour: Some(3),
+        per_day: Some(10),
+    };
+    let emu = start_runpod(config(ExecutionMode::default()).with_rate_windows(windows)).await;
+    for (minute, hour, day) in [(4, 2, 9), (3, 1, 8), (2, 0, 7)] {
+        let r = emu.get("/v2/pods").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let rl = r.headers()["ratelimit"].to_str().unwrap().to_owned();
+        let members: Vec<&str> = rl.split(", ").collect();
+        assert_eq!(members.len(), 3, "{rl}");
+        assert!(
+            members[0].starts_with(&format!("\"minute\";r={minute};t=")),
+            "{rl}"
+        );
+        assert!(
+            members[1].starts_with(&format!("\"hour\";r={hour};t=")),
+            "{rl}"
+        );
+        assert!(
+            members[2].starts_with(&format!("\"day\";r={day};t=")),
+            "{rl}"
+        );
+        assert_eq!(
+            r.headers()["ratelimit-policy"].to_str().unwrap(),
+            "\"minute\";q=5;w=60, \"hour\";q=3;w=3600, \"day\";q=10;w=86400"
+        );
+    }
+    // The minute window has room, the hour window does not.
+    let r = emu.get("/v2/pods").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((3_500..=3_600).contains(&retry), "{retry}");
+    let rl = r.headers()["ratelimit"].to_str().unwrap().to_owned();
+    assert!(rl.contains("\"hour\";r=0;"), "{rl}");
+    let body: Value = r.json().await.unwrap();
+    assert_problem(&body, 429);
+    assert_eq!(body["detail"], "rate limit exceeded for the hour window");
+}
+
 #[tokio::test]
 async fn list_returns_every_pod_once_per_call() {
     let emu = start_runpod(config(ExecutionMode::default())).await;

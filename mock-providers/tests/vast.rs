@@ -55,17 +55,17 @@ async fn first_offer(emu: &Emu, gpu: &str, n: u64) -> u64 {
 
 #[tokio::test]
 async fn search_filters_and_orders_offers() {
-    let emu = start_vast(config(ExecutionMode::default())).await;
+    let emu = start_vast(vast_config(ExecutionMode::default())).await;
     let all = search(&emu, json!({})).await;
     // A100: 1 machine of 8 -> sizes 1,2,4,8; RTX4090: 2 machines of 8 -> 8 offers.
     assert_eq!(all.len(), 12);
     let rtx = search(
         &emu,
-        json!({"gpu_name": {"in": ["RTX_4090"]}, "num_gpus": {"gte": 4}, "order": [["dph_total", "desc"]]}),
+        json!({"gpu_name": {"in": ["RTX 4090"]}, "num_gpus": {"gte": 4}, "order": [["dph_total", "desc"]]}),
     )
     .await;
     assert_eq!(rtx.len(), 4);
-    assert!(rtx.iter().all(|o| o["gpu_name"] == "RTX4090"));
+    assert!(rtx.iter().all(|o| o["gpu_name"] == "RTX 4090"));
     assert!(rtx.iter().all(|o| o["num_gpus"].as_u64().unwrap() >= 4));
     let prices: Vec<f64> = rtx
         .iter()
@@ -83,7 +83,7 @@ async fn search_filters_and_orders_offers() {
     let limited = search(&emu, json!({"limit": 2})).await;
     assert_eq!(limited.len(), 2);
     // Old clients wrap the query in "q".
-    let wrapped = search(&emu, json!({"q": {"gpu_name": {"eq": "A100-80GB"}}})).await;
+    let wrapped = search(&emu, json!({"q": {"gpu_name": {"eq": "A100 SXM4"}}})).await;
     assert_eq!(wrapped.len(), 4);
     let r = emu
         .post("/api/v0/bundles")
@@ -98,8 +98,8 @@ async fn search_filters_and_orders_offers() {
 
 #[tokio::test]
 async fn rent_offer_lifecycle_and_offer_disappears() {
-    let emu = start_vast(config(ExecutionMode::simulated(100, 100, None))).await;
-    let offer = first_offer(&emu, "A100-80GB", 8).await;
+    let emu = start_vast(vast_config(ExecutionMode::simulated(100, 100, None))).await;
+    let offer = first_offer(&emu, "A100 SXM4", 8).await;
     let r = rent(
         &emu,
         offer,
@@ -148,7 +148,7 @@ async fn rent_offer_lifecycle_and_offer_disappears() {
     assert_eq!(body["ask_id"], offer);
     // ...and no A100 offers remain.
     assert!(
-        search(&emu, json!({"gpu_name": {"eq": "A100-80GB"}}))
+        search(&emu, json!({"gpu_name": {"eq": "A100 SXM4"}}))
             .await
             .is_empty()
     );
@@ -166,7 +166,7 @@ async fn rent_offer_lifecycle_and_offer_disappears() {
     assert_eq!(stopped["actual_status"], "stopped");
     assert_eq!(stopped["intended_status"], "stopped");
     // Stopping frees the GPUs: offers reappear (with new ids).
-    let again = search(&emu, json!({"gpu_name": {"eq": "A100-80GB"}})).await;
+    let again = search(&emu, json!({"gpu_name": {"eq": "A100 SXM4"}})).await;
     assert_eq!(again.len(), 4);
     assert!(again.iter().all(|o| o["id"] != offer));
     let r = emu
@@ -203,8 +203,8 @@ async fn rent_offer_lifecycle_and_offer_disappears() {
 
 #[tokio::test]
 async fn outbid_interruptible_instance_is_preempted_and_rebid_resumes() {
-    let emu = start_vast(config(ExecutionMode::simulated(0, 0, None))).await;
-    let offer = first_offer(&emu, "RTX4090", 1).await;
+    let emu = start_vast(vast_config(ExecutionMode::simulated(0, 0, None))).await;
+    let offer = first_offer(&emu, "RTX 4090", 1).await;
     let r = rent(
         &emu,
         offer,
@@ -255,7 +255,7 @@ async fn outbid_interruptible_instance_is_preempted_and_rebid_resumes() {
     assert_eq!(show(&emu, id).await["actual_status"], "running");
 
     // Bids below the offer's minimum are refused.
-    let offer = first_offer(&emu, "A100-80GB", 8).await;
+    let offer = first_offer(&emu, "A100 SXM4", 8).await;
     let r = rent(&emu, offer, json!({"image": "img", "price": 0.01})).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert_eq!(r.json::<Value>().await.unwrap()["error"], "invalid_price");
@@ -272,8 +272,8 @@ async fn outbid_interruptible_instance_is_preempted_and_rebid_resumes() {
 
 #[tokio::test]
 async fn create_validation_errors() {
-    let emu = start_vast(config(ExecutionMode::default())).await;
-    let offer = first_offer(&emu, "RTX4090", 1).await;
+    let emu = start_vast(vast_config(ExecutionMode::default())).await;
+    let offer = first_offer(&emu, "RTX 4090", 1).await;
     for (body, error) in [
         (json!({}), "invalid_args"),
         (json!({"image": 3}), "invalid_args"),
@@ -304,7 +304,7 @@ async fn create_validation_errors() {
 
 #[tokio::test]
 async fn auth_and_rate_limit_errors() {
-    let emu = start_vast(config(ExecutionMode::default()).with_rate_limit(2)).await;
+    let emu = start_vast(vast_config(ExecutionMode::default()).with_rate_limit(2)).await;
     let r = emu
         .client
         .get(emu.url("/api/v1/instances/"))
@@ -344,14 +344,14 @@ async fn list_paginates_and_filters() {
     let emu = start_vast(
         mock_providers::EmulatorConfig::new(
             KEY,
-            vec![mock_providers::GpuStock::new("RTX4090", 64, 0.69)],
+            vec![mock_providers::GpuStock::new("RTX 4090", 64, 0.69)],
         )
         .with_mode(ExecutionMode::simulated(0, 0, None)),
     )
     .await;
     let mut ids = Vec::new();
     for i in 0..30 {
-        let offer = first_offer(&emu, "RTX4090", 1).await;
+        let offer = first_offer(&emu, "RTX 4090", 1).await;
         let r = rent(
             &emu,
             offer,
@@ -444,8 +444,8 @@ async fn list_paginates_and_filters() {
 
 #[tokio::test]
 async fn logs_through_result_url() {
-    let emu = start_vast(config(ExecutionMode::simulated(0, 0, None))).await;
-    let offer = first_offer(&emu, "RTX4090", 1).await;
+    let emu = start_vast(vast_config(ExecutionMode::simulated(0, 0, None))).await;
+    let offer = first_offer(&emu, "RTX 4090", 1).await;
     let id = rent(&emu, offer, json!({"image": "img"}))
         .await
         .json::<Value>()
@@ -521,7 +521,7 @@ async fn logs_through_result_url() {
         .text()
         .await
         .unwrap();
-    assert!(daemon.contains("allocated 1 x RTX4090"), "{daemon}");
+    assert!(daemon.contains("allocated 1 x RTX 4090"), "{daemon}");
     let r = emu
         .put("/api/v0/instances/request_logs/424242/")
         .send()
@@ -532,8 +532,8 @@ async fn logs_through_result_url() {
 
 #[tokio::test]
 async fn target_state_stopped_creates_without_gpus() {
-    let emu = start_vast(config(ExecutionMode::simulated(0, 0, None))).await;
-    let offer = first_offer(&emu, "A100-80GB", 8).await;
+    let emu = start_vast(vast_config(ExecutionMode::simulated(0, 0, None))).await;
+    let offer = first_offer(&emu, "A100 SXM4", 8).await;
     let r = rent(
         &emu,
         offer,
@@ -548,7 +548,7 @@ async fn target_state_stopped_creates_without_gpus() {
     assert_eq!(inst["actual_status"], "stopped");
     assert_eq!(inst["intended_status"], "stopped");
     // The machine's GPUs are free: someone else rents them.
-    let other = first_offer(&emu, "A100-80GB", 8).await;
+    let other = first_offer(&emu, "A100 SXM4", 8).await;
     assert_eq!(
         rent(&emu, other, json!({"image": "img"})).await.status(),
         StatusCode::OK
@@ -603,7 +603,7 @@ async fn label_equality_lookup_matches_the_generic_filter() {
     let emu = start_vast(
         mock_providers::EmulatorConfig::new(
             KEY,
-            vec![mock_providers::GpuStock::new("RTX4090", 64, 0.69)],
+            vec![mock_providers::GpuStock::new("RTX 4090", 64, 0.69)],
         )
         .with_mode(ExecutionMode::simulated(0, 0, None)),
     )
@@ -619,7 +619,7 @@ async fn label_equality_lookup_matches_the_generic_filter() {
         Some("pod-a"),
         Some("pod-c"),
     ] {
-        let offer = first_offer(&emu, "RTX4090", 1).await;
+        let offer = first_offer(&emu, "RTX 4090", 1).await;
         let mut body = json!({"image": "img"});
         if let Some(l) = label {
             body["label"] = json!(l);
@@ -654,4 +654,103 @@ async fn label_equality_lookup_matches_the_generic_filter() {
     assert_eq!(pages[0]["label_counts"], json!({"": 2}));
     let pages = filtered_pages(&emu, &json!({"label": {"eq": ""}})).await;
     assert_eq!(pages[0]["total_instances"], 0);
+}
+
+/// Vast's documented per-endpoint limits: rent `threshold: 4.5` (`create_instance.yaml`),
+/// 429 with `{"detail": "API requests too frequent endpoint threshold=4.5"}` and no
+/// `Retry-After` (`rate-limits-and-errors.mdx`).
+#[tokio::test]
+async fn two_rents_a_second_apart_get_200_then_429_without_retry_after() {
+    let emu = start_vast(vast_config(ExecutionMode::default()).with_endpoint_limits(1.0)).await;
+    let offers = search(
+        &emu,
+        json!({"gpu_name": {"eq": "RTX 4090"}, "num_gpus": {"eq": 1}}),
+    )
+    .await;
+    let (a, b) = (
+        offers[0]["id"].as_u64().unwrap(),
+        offers[1]["id"].as_u64().unwrap(),
+    );
+    let r = rent(&emu, a, json!({"image": "busybox", "label": "one"})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = rent(&emu, b, json!({"image": "busybox", "label": "two"})).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().get("retry-after").is_none());
+    assert!(r.headers().get("ratelimit").is_none());
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"detail": "API requests too frequent endpoint threshold=4.5"})
+    );
+    // The refused rent rented nothing; the endpoints are independent (a list right away is
+    // fine), and the refusal is counted.
+    assert_eq!(emu.workloads().await.len(), 1);
+    let r = emu.get("/api/v1/instances/").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(page["instances"].as_array().unwrap().len(), 1);
+    assert_eq!(emu.counters().await["rate_limited"], 1);
+}
+
+#[tokio::test]
+async fn endpoint_limits_follow_the_time_scale() {
+    // A tenth of the real figures: list 0.1 s, destroy 0.3 s, search 10 in any 6 s.
+    let emu = start_vast(vast_config(ExecutionMode::default()).with_endpoint_limits(0.1)).await;
+    assert_eq!(
+        emu.get("/api/v1/instances/").send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let r = emu.get("/api/v1/instances/").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["detail"],
+        "API requests too frequent endpoint threshold=0.1"
+    );
+    tokio::time::sleep(Duration::from_millis(110)).await;
+    assert_eq!(
+        emu.get("/api/v1/instances/").send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    for _ in 0..10 {
+        search(&emu, json!({"gpu_name": {"eq": "RTX 4090"}})).await;
+    }
+    let r = emu
+        .post("/api/v0/bundles/")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().get("retry-after").is_none());
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body, json!({"detail": "API requests too frequent"}));
+}
+
+#[tokio::test]
+async fn without_endpoint_limits_nothing_is_paced() {
+    let emu = start_vast(vast_config(ExecutionMode::default())).await;
+    for _ in 0..5 {
+        assert_eq!(
+            emu.get("/api/v1/instances/").send().await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+}
+
+/// The search matches `gpu_name` exactly (see `vast::query::matches`): vast-cli normalises
+/// names on the client side before it searches.
+#[tokio::test]
+async fn gpu_names_match_exactly() {
+    let emu = start_vast(vast_config(ExecutionMode::default())).await;
+    let exact = search(&emu, json!({"gpu_name": {"in": ["RTX 4090"]}})).await;
+    assert!(!exact.is_empty());
+    assert!(exact.iter().all(|o| o["gpu_name"] == "RTX 4090"));
+    for near in ["RTX_4090", "rtx 4090", "RTX4090", "RTX 4090 ", "Rtx_4090"] {
+        let found = search(&emu, json!({"gpu_name": {"in": [near]}})).await;
+        assert!(found.is_empty(), "{near:?} found {} offers", found.len());
+        let found = search(&emu, json!({"gpu_name": {"eq": near}})).await;
+        assert!(found.is_empty(), "{near:?} found {} offers", found.len());
+    }
 }

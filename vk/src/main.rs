@@ -81,7 +81,8 @@ enum Command {
         #[arg(long, env = "VK_RECLAIM_DISABLED")]
         no_reclaim: bool,
     },
-    /// Validate a configuration file (and that every provider's credentials can be read).
+    /// Validate a configuration file (and that every provider's credentials can be read);
+    /// warns about GPU types a provider cannot map to its own exact names.
     CheckConfig {
         #[arg(long, env = "VK_CONFIG")]
         config: PathBuf,
@@ -101,6 +102,10 @@ fn main() -> anyhow::Result<()> {
                 let cfg = Config::load(&config)?;
                 let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
                 let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
+                // Warnings only: the exit code stays 0.
+                for warning in vk::providers::registry::gpu_type_warnings(&cfg.providers) {
+                    println!("warning: {warning}");
+                }
                 println!(
                     "config OK: node {} with providers {}",
                     cfg.node_name,

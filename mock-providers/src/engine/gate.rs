@@ -1,7 +1,7 @@
 //! What every real-API request passes through: call counters, injected faults, bearer
-//! authentication and the per-minute rate limit.
+//! authentication, quota windows (minute, hour, day) and per-endpoint minimum intervals.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, StatusCode, header};
@@ -165,34 +165,119 @@ pub enum Denied {
         /// True when no credentials were presented at all.
         missing: bool,
     },
-    /// Over the per-minute limit.
+    /// Over a quota window.
     RateLimited {
-        /// Seconds until the window resets.
+        /// Seconds until every exceeded window resets.
         retry_after_s: u64,
-        /// The configured requests per minute.
-        limit: u32,
+        /// The exceeded window (the one that resets last, when several are).
+        window: &'static str,
+        /// Every window's state (nothing was taken from them).
+        windows: Vec<WindowState>,
+    },
+    /// Sooner than an endpoint's minimum interval, or over its burst quota (Vast).
+    TooFrequent {
+        /// The endpoint's interval in seconds (`None` for a burst quota).
+        threshold_s: Option<f64>,
     },
 }
 
 /// An admitted request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admission {
-    /// Quota left, when a rate limit is configured.
+    /// Quota left, when quota windows are configured.
     pub rate: Option<RateInfo>,
 }
 
-/// Quota state after an admitted request (for `RateLimit` headers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Quota state after an admitted request (for `RateLimit` headers): one entry per window.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RateInfo {
-    /// Requests per minute.
+    /// Every configured window, shortest first.
+    pub windows: Vec<WindowState>,
+}
+
+/// One quota window's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowState {
+    /// `minute`, `hour` or `day`.
+    pub name: &'static str,
+    /// Requests allowed in the window.
     pub limit: u32,
+    /// Window length, seconds.
+    pub width_s: u64,
     /// Requests left in this window.
     pub remaining: u32,
     /// Seconds until the window resets.
     pub reset_s: u64,
 }
 
-/// Counters, faults and the rate-limit window.
+/// Request quotas per key and window (RunPod v2 `RateLimit-Policy`); `None` is unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateWindows {
+    pub per_minute: Option<u32>,
+    pub per_hour: Option<u32>,
+    pub per_day: Option<u32>,
+}
+
+impl RateWindows {
+    /// `(name, limit, width)` of each configured window, shortest first.
+    fn quotas(&self) -> impl Iterator<Item = (usize, &'static str, u32, Duration)> {
+        [
+            ("minute", self.per_minute, 60),
+            ("hour", self.per_hour, 3_600),
+            ("day", self.per_day, 86_400),
+        ]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (name, limit, secs))| {
+            limit.map(|l| (i, name, l, Duration::from_secs(secs)))
+        })
+    }
+
+    /// True when no window is configured.
+    pub fn is_unlimited(&self) -> bool {
+        self.quotas().next().is_none()
+    }
+}
+
+/// A documented limit of one endpoint (Vast's `x-rate-limit`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EndpointLimit {
+    /// At least this long between two admitted requests (`threshold`, seconds).
+    Interval(Duration),
+    /// At most `n` admitted requests in any rolling `per` (`requests: 10, per: minute`).
+    Burst {
+        /// Requests allowed.
+        n: u32,
+        /// The rolling period.
+        per: Duration,
+    },
+}
+
+impl EndpointLimit {
+    /// The limit with its time scaled by `scale` (0.1: ten times shorter intervals).
+    pub fn scaled(self, scale: f64) -> Self {
+        let scale = if scale.is_finite() && scale > 0.0 {
+            scale
+        } else {
+            1.0
+        };
+        match self {
+            Self::Interval(d) => Self::Interval(d.mul_f64(scale)),
+            Self::Burst { n, per } => Self::Burst {
+                n,
+                per: per.mul_f64(scale),
+            },
+        }
+    }
+}
+
+/// Arrival jitter forgiven on an interval or a burst period (a twentieth of it): a client
+/// that spaces its calls exactly one interval apart sees them arrive a few milliseconds closer
+/// now and then (scheduling on a loaded machine). The real service's precision is not
+/// documented.
+const INTERVAL_SLACK_DIVISOR: u32 = 20;
+
+/// Counters, faults, quota windows and endpoint clocks.
 #[derive(Debug, Default)]
 pub struct GateState {
     counters: BTreeMap<RouteKind, u64>,
@@ -200,7 +285,14 @@ pub struct GateState {
     /// calls, refused ones included (a Vast offer taken by someone else, no capacity).
     created: u64,
     faults: Vec<FaultRule>,
-    window: Option<(Instant, u32)>,
+    /// Start and count of each quota window (minute, hour, day).
+    windows: [Option<(Instant, u32)>; 3],
+    /// Per endpoint: when the last request was admitted (interval limits)...
+    endpoint_last: HashMap<&'static str, Instant>,
+    /// ...and when the recent ones were (burst limits).
+    endpoint_log: HashMap<&'static str, VecDeque<Instant>>,
+    /// Requests refused by a quota window or an endpoint limit.
+    rate_limited: u64,
     hidden: Vec<HideRule>,
 }
 
@@ -238,7 +330,7 @@ impl ListMask {
 }
 
 impl GateState {
-    /// Forget counters, faults, hidden workloads and the rate window.
+    /// Forget counters, faults, hidden workloads and the rate windows.
     pub fn reset(&mut self) {
         *self = Self::default();
     }
@@ -301,35 +393,96 @@ impl GateState {
         (latency, denied)
     }
 
-    /// Take one request from the rate window.
+    /// Take one request from every quota window; refused (and nothing taken) when one of
+    /// them is used up.
     pub fn take_rate(
         &mut self,
-        limit: Option<u32>,
+        windows: &RateWindows,
         now: Instant,
     ) -> Result<Option<RateInfo>, Denied> {
-        let Some(limit) = limit else {
+        if windows.is_unlimited() {
             return Ok(None);
-        };
-        let minute = Duration::from_secs(60);
-        let (start, count) = match self.window {
-            Some((start, count)) if now.saturating_duration_since(start) < minute => (start, count),
-            _ => (now, 0),
-        };
-        let left = minute.saturating_sub(now.saturating_duration_since(start));
-        let reset_s = left.as_secs_f64().ceil().max(1.0) as u64;
-        if count >= limit {
-            self.window = Some((start, count));
-            return Err(Denied::RateLimited {
-                retry_after_s: reset_s,
+        }
+        let mut states = Vec::new();
+        let mut exceeded: Option<(&'static str, u64)> = None;
+        for (i, name, limit, width) in windows.quotas() {
+            let (start, count) = match self.windows[i] {
+                Some((start, count)) if now.saturating_duration_since(start) < width => {
+                    (start, count)
+                }
+                _ => (now, 0),
+            };
+            self.windows[i] = Some((start, count));
+            let left = width.saturating_sub(now.saturating_duration_since(start));
+            let reset_s = left.as_secs_f64().ceil().max(1.0) as u64;
+            if count >= limit && exceeded.is_none_or(|(_, r)| reset_s > r) {
+                exceeded = Some((name, reset_s));
+            }
+            states.push(WindowState {
+                name,
                 limit,
+                width_s: width.as_secs(),
+                remaining: limit.saturating_sub(count),
+                reset_s,
             });
         }
-        self.window = Some((start, count + 1));
-        Ok(Some(RateInfo {
-            limit,
-            remaining: limit - count - 1,
-            reset_s,
-        }))
+        if let Some((window, retry_after_s)) = exceeded {
+            self.rate_limited += 1;
+            return Err(Denied::RateLimited {
+                retry_after_s,
+                window,
+                windows: states,
+            });
+        }
+        for (i, _, _, _) in windows.quotas() {
+            if let Some((_, count)) = &mut self.windows[i] {
+                *count += 1;
+            }
+        }
+        for w in &mut states {
+            w.remaining = w.remaining.saturating_sub(1);
+        }
+        Ok(Some(RateInfo { windows: states }))
+    }
+
+    /// Admit one request to `endpoint` under its limit, or refuse it (a refused request does
+    /// not move the endpoint's clock: the next one is measured from the last admitted one).
+    pub fn take_endpoint(
+        &mut self,
+        endpoint: &'static str,
+        limit: EndpointLimit,
+        now: Instant,
+    ) -> Result<(), Denied> {
+        match limit {
+            EndpointLimit::Interval(interval) => {
+                let slack = interval / INTERVAL_SLACK_DIVISOR;
+                if let Some(last) = self.endpoint_last.get(endpoint)
+                    && now.saturating_duration_since(*last) + slack < interval
+                {
+                    self.rate_limited += 1;
+                    return Err(Denied::TooFrequent {
+                        threshold_s: Some(interval.as_secs_f64()),
+                    });
+                }
+                self.endpoint_last.insert(endpoint, now);
+            }
+            EndpointLimit::Burst { n, per } => {
+                let slack = per / INTERVAL_SLACK_DIVISOR;
+                let log = self.endpoint_log.entry(endpoint).or_default();
+                while log
+                    .front()
+                    .is_some_and(|t| now.saturating_duration_since(*t) + slack >= per)
+                {
+                    log.pop_front();
+                }
+                if log.len() >= n as usize {
+                    self.rate_limited += 1;
+                    return Err(Denied::TooFrequent { threshold_s: None });
+                }
+                log.push_back(now);
+            }
+        }
+        Ok(())
     }
 
     /// Add a fault rule.
@@ -353,7 +506,8 @@ impl GateState {
         self.created += 1;
     }
 
-    /// Counters for every kind (zeros included), `total`, and `created` (accepted creates).
+    /// Counters for every kind (zeros included), `total`, `created` (accepted creates) and
+    /// `rate_limited` (requests refused by a quota window or an endpoint limit).
     pub fn counters(&self) -> BTreeMap<&'static str, u64> {
         let mut out: BTreeMap<&'static str, u64> = RouteKind::ALL
             .into_iter()
@@ -361,6 +515,7 @@ impl GateState {
             .collect();
         out.insert("total", self.counters.values().sum());
         out.insert("created", self.created);
+        out.insert("rate_limited", self.rate_limited);
         out
     }
 }
@@ -503,18 +658,127 @@ mod tests {
     fn rate_window() {
         let mut g = GateState::default();
         let now = Instant::now();
-        assert_eq!(g.take_rate(Some(2), now).unwrap().unwrap().remaining, 1);
-        assert_eq!(g.take_rate(Some(2), now).unwrap().unwrap().remaining, 0);
+        let minute = RateWindows {
+            per_minute: Some(2),
+            ..RateWindows::default()
+        };
+        let left = |r: Option<RateInfo>| r.unwrap().windows[0].remaining;
+        assert_eq!(left(g.take_rate(&minute, now).unwrap()), 1);
+        assert_eq!(left(g.take_rate(&minute, now).unwrap()), 0);
         assert!(matches!(
-            g.take_rate(Some(2), now),
+            g.take_rate(&minute, now),
             Err(Denied::RateLimited {
                 retry_after_s: 60,
+                window: "minute",
                 ..
             })
         ));
         let later = now + Duration::from_secs(61);
-        assert!(g.take_rate(Some(2), later).is_ok());
-        assert_eq!(g.take_rate(None, now), Ok(None));
+        assert!(g.take_rate(&minute, later).is_ok());
+        assert_eq!(g.take_rate(&RateWindows::default(), now), Ok(None));
+        assert_eq!(g.counters()["rate_limited"], 1);
+    }
+
+    #[test]
+    fn the_hour_and_day_windows_outlast_the_minute() {
+        let mut g = GateState::default();
+        let start = Instant::now();
+        let w = RateWindows {
+            per_minute: Some(3),
+            per_hour: Some(5),
+            per_day: Some(7),
+        };
+        // Minute one: 3 calls, the fourth is refused by the minute window.
+        for _ in 0..3 {
+            g.take_rate(&w, start).unwrap();
+        }
+        let Err(Denied::RateLimited {
+            window, windows, ..
+        }) = g.take_rate(&w, start)
+        else {
+            panic!("the minute window should be exceeded");
+        };
+        assert_eq!(window, "minute");
+        let remaining: Vec<u32> = windows.iter().map(|s| s.remaining).collect();
+        assert_eq!(remaining, [0, 2, 4], "nothing taken by the refused call");
+        // Minute two: 2 more calls use the hour up; the refusal names the hour and waits
+        // for its reset, not the minute's.
+        let m2 = start + Duration::from_secs(61);
+        let ok = g.take_rate(&w, m2).unwrap().unwrap();
+        assert_eq!(ok.windows[0].remaining, 2);
+        g.take_rate(&w, m2).unwrap();
+        let Err(Denied::RateLimited {
+            window,
+            retry_after_s,
+            ..
+        }) = g.take_rate(&w, m2)
+        else {
+            panic!("the hour window should be exceeded");
+        };
+        assert_eq!(window, "hour");
+        assert_eq!(retry_after_s, 3_600 - 61);
+        // Hour two: 2 more calls use the day up.
+        let h2 = start + Duration::from_secs(3_601);
+        g.take_rate(&w, h2).unwrap();
+        g.take_rate(&w, h2).unwrap();
+        assert!(matches!(
+            g.take_rate(&w, h2),
+            Err(Denied::RateLimited {
+                window: "day",
+                retry_after_s: 82_799,
+                ..
+            })
+        ));
+        // The next day everything is back.
+        let d2 = start + Duration::from_secs(86_401);
+        let fresh = g.take_rate(&w, d2).unwrap().unwrap();
+        let remaining: Vec<u32> = fresh.windows.iter().map(|s| s.remaining).collect();
+        assert_eq!(remaining, [2, 4, 6]);
+    }
+
+    #[test]
+    fn endpoint_intervals_and_bursts() {
+        let mut g = GateState::default();
+        let t0 = Instant::now();
+        let rent = EndpointLimit::Interval(Duration::from_millis(4_500));
+        assert!(g.take_endpoint("rent", rent, t0).is_ok());
+        let too_soon = g.take_endpoint("rent", rent, t0 + Duration::from_secs(1));
+        assert_eq!(
+            too_soon,
+            Err(Denied::TooFrequent {
+                threshold_s: Some(4.5)
+            })
+        );
+        // Measured from the last admitted call, not from the refused one.
+        assert!(
+            g.take_endpoint("rent", rent, t0 + Duration::from_millis(4_500))
+                .is_ok()
+        );
+        // Endpoints are independent.
+        assert!(
+            g.take_endpoint("destroy", rent, t0 + Duration::from_millis(4_600))
+                .is_ok()
+        );
+        let search = EndpointLimit::Burst {
+            n: 2,
+            per: Duration::from_secs(60),
+        };
+        assert!(g.take_endpoint("search", search, t0).is_ok());
+        assert!(
+            g.take_endpoint("search", search, t0 + Duration::from_secs(1))
+                .is_ok()
+        );
+        assert_eq!(
+            g.take_endpoint("search", search, t0 + Duration::from_secs(56)),
+            Err(Denied::TooFrequent { threshold_s: None })
+        );
+        assert!(
+            g.take_endpoint("search", search, t0 + Duration::from_secs(60))
+                .is_ok()
+        );
+        let scaled = rent.scaled(0.1);
+        assert_eq!(scaled, EndpointLimit::Interval(Duration::from_millis(450)));
+        assert_eq!(g.counters()["rate_limited"], 2);
     }
 
     #[test]

@@ -1,24 +1,9 @@
-//! Vast query helpers: `{"field": {"op": value}}` filters, GPU-name matching, and the
-//! Docker-flag `env` string (`-e K=V -p 8000:8000`).
+//! Vast query helpers: `{"field": {"op": value}}` filters and the Docker-flag `env` string
+//! (`-e K=V -p 8000:8000`).
 
 use std::cmp::Ordering;
 
 use serde_json::Value;
-
-/// GPU names compare case-insensitively ignoring `_` and spaces (`RTX_4090` == `RTX 4090` == `RTX4090`).
-pub fn normalize_gpu_name(s: &str) -> String {
-    s.chars()
-        .filter(|c| *c != '_' && !c.is_whitespace())
-        .collect::<String>()
-        .to_ascii_lowercase()
-}
-
-fn normalized(field: &str, v: &Value) -> Value {
-    match (field, v) {
-        ("gpu_name", Value::String(s)) => Value::String(normalize_gpu_name(s)),
-        _ => v.clone(),
-    }
-}
 
 fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     match (a, b) {
@@ -40,30 +25,38 @@ fn equal(a: &Value, b: &Value) -> bool {
 
 /// Does `actual` (the record's value of `field`) satisfy `cond` (`{"gte": 1}` or a bare value
 /// meaning `eq`)? `Err` names an unknown operator.
+///
+/// Strings compare exactly, `gpu_name` included: the service matches the canonical name
+/// ("RTX 4090"), so vast-ai/vast-cli does every normalisation on the client side:
+/// `vastai/api/query.py` `parse_query` turns `_` into a space in query values
+/// (`gpu_name=RTX_4090` is sent as "RTX 4090"), and `vastai/cli/commands/benchmarks.py`
+/// `_canonical_gpu_names` maps lower-cased input to the canonical names "for resolving user
+/// input like "rtx_4090"/"RTX 4090" to the canonical "RTX 4090"" before it searches. The
+/// canonical names are the constants of `vastai/data/query.py` (`RTX_4090 = "RTX 4090"`,
+/// `A100_SXM4 = "A100 SXM4"`, ...).
 pub fn matches(field: &str, actual: &Value, cond: &Value) -> Result<bool, String> {
-    let actual = normalized(field, actual);
     let Value::Object(ops) = cond else {
-        return Ok(equal(&actual, &normalized(field, cond)));
+        return Ok(equal(actual, cond));
     };
     for (op, want) in ops {
         let ok = match op.as_str() {
-            "eq" => equal(&actual, &normalized(field, want)),
-            "neq" => !equal(&actual, &normalized(field, want)),
-            "gt" => compare(&actual, &normalized(field, want)) == Some(Ordering::Greater),
+            "eq" => equal(actual, want),
+            "neq" => !equal(actual, want),
+            "gt" => compare(actual, want) == Some(Ordering::Greater),
             "gte" => matches!(
-                compare(&actual, &normalized(field, want)),
+                compare(actual, want),
                 Some(Ordering::Greater | Ordering::Equal)
             ),
-            "lt" => compare(&actual, &normalized(field, want)) == Some(Ordering::Less),
+            "lt" => compare(actual, want) == Some(Ordering::Less),
             "lte" => matches!(
-                compare(&actual, &normalized(field, want)),
+                compare(actual, want),
                 Some(Ordering::Less | Ordering::Equal)
             ),
             "in" | "notin" => {
                 let Value::Array(items) = want else {
                     return Err(format!("operator '{op}' on '{field}' needs a list"));
                 };
-                let found = items.iter().any(|i| equal(&actual, &normalized(field, i)));
+                let found = items.iter().any(|i| equal(actual, i));
                 if op == "in" { found } else { !found }
             }
             other => return Err(format!("unknown operator '{other}' on '{field}'")),
@@ -229,7 +222,15 @@ mod tests {
     fn operators() {
         assert!(matches("num_gpus", &json!(4), &json!({"gte": 1})).unwrap());
         assert!(!matches("num_gpus", &json!(4), &json!({"lt": 4})).unwrap());
-        assert!(matches("gpu_name", &json!("RTX 4090"), &json!({"in": ["RTX_4090"]})).unwrap());
+        assert!(matches("gpu_name", &json!("RTX 4090"), &json!({"in": ["RTX 4090"]})).unwrap());
+        // Exact names only: no case folding, no `_` for a space, no spaces dropped.
+        for near in ["RTX_4090", "rtx 4090", "RTX4090", " RTX 4090"] {
+            assert!(
+                !matches("gpu_name", &json!("RTX 4090"), &json!({"eq": near})).unwrap(),
+                "{near:?}"
+            );
+            assert!(!matches("gpu_name", &json!("RTX 4090"), &json!(near)).unwrap());
+        }
         assert!(matches("gpu_name", &json!("RTX 4090"), &json!({"notin": ["A100"]})).unwrap());
         assert!(matches("verified", &json!(true), &json!({"eq": true})).unwrap());
         assert!(matches("verified", &json!(true), &json!(true)).unwrap());

@@ -116,6 +116,18 @@ pub fn gpus() -> Vec<GpuStock> {
     ]
 }
 
+/// The Vast emulator's stock under Vast's exact `gpu_name`s (its search matches them exactly).
+pub fn vast_gpus() -> Vec<GpuStock> {
+    vec![
+        GpuStock::new("A100 SXM4", 8, 1.89),
+        GpuStock::new("RTX 4090", 16, 0.69),
+    ]
+}
+
+pub fn vast_config(mode: ExecutionMode) -> EmulatorConfig {
+    EmulatorConfig::new(KEY, vast_gpus()).with_mode(mode)
+}
+
 pub fn config(mode: ExecutionMode) -> EmulatorConfig {
     EmulatorConfig::new(KEY, gpus()).with_mode(mode)
 }

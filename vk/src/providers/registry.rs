@@ -85,3 +85,81 @@ fn build_one(p: &ProviderConfig, owner: &Owner) -> Result<Arc<dyn DynProvider>, 
         }
     })
 }
+
+/// Warnings for `vk check-config`: GPU types the configuration names that a provider cannot
+/// map to the provider's own exact names, one line each naming the provider and the type. A
+/// pod asking for such a type finds nothing there (Vast matches `gpu_name` exactly; RunPod
+/// takes only its GPU ids). Settings that do not decode are left to [`build`], which reports
+/// them as errors.
+pub fn gpu_type_warnings(providers: &[ProviderConfig]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in providers {
+        match p.kind.as_str() {
+            "vast" => {
+                if let Ok(cfg) = decode_settings::<vast::VastConfig>(&p.settings) {
+                    out.extend(vast::gpus::unmapped_warnings(
+                        &p.name,
+                        &cfg.gpu_names,
+                        cfg.default_gpu_type.as_deref(),
+                    ));
+                }
+            }
+            "runpod" => {
+                if let Ok(cfg) = decode_settings::<runpod::RunPodConfig>(&p.settings)
+                    && let Some(t) = &cfg.default_gpu_type
+                    && !cfg.gpu_ids.contains_key(t)
+                {
+                    out.push(format!(
+                        "provider {}: defaultGpuType {t} is not in gpuIds, so it is sent to \
+                         RunPod as a GPU id as written (RunPod ids read like \"NVIDIA GeForce \
+                         RTX 4090\"); map it in gpuIds",
+                        p.name
+                    ));
+                }
+            }
+            // Slurm takes GRES types from `gpuTypes` and refuses a pod whose type is not
+            // listed there (or sends the count alone when nothing is): nothing to map.
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn providers(yaml: &str) -> Vec<ProviderConfig> {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn unmapped_gpu_types_are_warned_about_per_provider() {
+        let ps = providers(
+            r#"
+- name: vast-ok
+  kind: vast
+  settings: {defaultGpuType: RTX4090}
+- name: vast-typo
+  kind: vast
+  settings: {defaultGpuType: RTX4009, gpuNames: {A100-80GB: "A100_SXM4"}}
+- name: runpod-ok
+  kind: runpod
+  settings: {defaultGpuType: A100-80GB, gpuIds: {A100-80GB: "NVIDIA A100 80GB PCIe"}}
+- name: runpod-raw
+  kind: runpod
+  settings: {defaultGpuType: H100}
+- name: slurm
+  kind: slurm
+  settings: {gpuTypes: {A100-80GB: a100}}
+"#,
+        );
+        let w = gpu_type_warnings(&ps);
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert!(w[0].starts_with("provider vast-typo:") && w[0].contains("A100-80GB"));
+        assert!(w[0].contains("\"A100_SXM4\""), "{}", w[0]);
+        assert!(w[1].starts_with("provider vast-typo:") && w[1].contains("RTX4009"));
+        assert!(w[2].starts_with("provider runpod-raw:") && w[2].contains("H100"));
+        assert!(gpu_type_warnings(&providers("[]")).is_empty());
+    }
+}

@@ -71,6 +71,7 @@
 mod adapter;
 mod claims;
 mod config;
+pub mod gpus;
 mod instances;
 mod limits;
 mod logs;

@@ -17,8 +17,8 @@ pub struct VastConfig {
     /// [`VastConfig::with_api_key`].
     #[serde(skip)]
     pub api_key: String,
-    /// Neutral GPU type (e.g. `RTX4090`) to Vast `gpu_name` (e.g. `RTX 4090`). Types not
-    /// listed are searched verbatim.
+    /// Neutral GPU type (e.g. `RTX4090`) to Vast's exact `gpu_name` (e.g. `RTX 4090`). Types
+    /// not listed go through the built-in table (`gpus`), else are searched verbatim.
     #[serde(default)]
     pub gpu_names: BTreeMap<String, String>,
     /// Neutral GPU type used when a pod asks for "any" GPU; unset searches every type.

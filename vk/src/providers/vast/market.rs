@@ -15,6 +15,7 @@ pub(super) fn search() -> OfferSearch {
         rentable: Filter::eq(true),
         rented: Filter::eq(false),
         gpu_name: None,
+        gpu_ram: None,
         num_gpus: Filter::gte(1),
         dph_total: None,
         disk_space: Filter::gte(0.0),
@@ -27,7 +28,8 @@ pub(super) fn search() -> OfferSearch {
 }
 
 /// Per exact Vast name: cheapest $/GPU-hour, GPUs offered, largest offer. Types are named as
-/// pods name them (the neutral name `gpuNames` maps to the Vast name, else the Vast name).
+/// pods name them (the neutral name `gpuNames` maps to the Vast name, else the built-in
+/// table's unsized type for it, else the Vast name).
 pub(super) fn inventory(cfg: &VastConfig, offers: &[Offer]) -> Inventory {
     let mut by_name: BTreeMap<&str, (Price, u32, u32)> = BTreeMap::new();
     for o in offers {
@@ -53,7 +55,9 @@ pub(super) fn inventory(cfg: &VastConfig, offers: &[Offer]) -> Inventory {
                 cfg.gpu_names
                     .iter()
                     .find(|(_, v)| v.as_str() == name)
-                    .map_or_else(|| name.to_owned(), |(k, _)| k.clone()),
+                    .map(|(k, _)| k.clone())
+                    .or_else(|| super::gpus::built_in_neutral(name).map(str::to_owned))
+                    .unwrap_or_else(|| name.to_owned()),
             ),
             price_per_gpu: price,
             available_gpus: Some(free),
@@ -85,7 +89,8 @@ mod tests {
         assert_eq!(rtx.price_per_gpu, Price(410_000), "0.82 $/h for 2 GPUs");
         assert_eq!(rtx.available_gpus, Some(3));
         assert_eq!(rtx.max_per_workload, Some(2));
-        let a100 = inv.quote(Some("A100 SXM4")).unwrap();
+        // Unmapped in gpuNames: named by the built-in table's unsized type.
+        let a100 = inv.quote(Some("A100")).unwrap();
         assert_eq!(
             (a100.price_per_gpu, a100.available_gpus),
             (Price(1_000_000), Some(8))

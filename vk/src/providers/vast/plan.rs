@@ -31,17 +31,12 @@ impl Vast {
                 gpu.count, self.cfg.max_gpus_per_workload, self.name
             )));
         }
-        let gpu_name = gpu
+        // Vast matches names exactly: the neutral type goes through the mapping (see `gpus`).
+        let gpu_match = gpu
             .gpu_type
             .as_ref()
             .or(self.cfg.default_gpu_type.as_ref())
-            .map(|t| {
-                self.cfg
-                    .gpu_names
-                    .get(t)
-                    .cloned()
-                    .unwrap_or_else(|| t.clone())
-            });
+            .map(|t| super::gpus::resolve(&self.cfg.gpu_names, t));
         let options = Options::of(w);
         let interruptible = options
             .bool("interruptible")?
@@ -75,7 +70,11 @@ impl Vast {
             verified: self.cfg.verified_only.then_some(Filter::eq(true)),
             rentable: Filter::eq(true),
             rented: Filter::eq(false),
-            gpu_name: gpu_name.map(|n| Filter::one_of(vec![n])),
+            gpu_ram: gpu_match
+                .as_ref()
+                .and_then(|m| m.min_gpu_ram_mb)
+                .map(Filter::gte),
+            gpu_name: gpu_match.map(|m| Filter::one_of(m.names)),
             num_gpus: Filter::eq(gpu.count),
             dph_total: max_price.map(Filter::lte),
             disk_space: Filter::gte(disk),

@@ -64,6 +64,9 @@ pub(super) struct OfferSearch {
     pub(super) rented: Filter<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) gpu_name: Option<Filter<String>>,
+    /// Per GPU, MB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) gpu_ram: Option<Filter<u32>>,
     pub(super) num_gpus: Filter<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) dph_total: Option<Filter<f64>>,
