@@ -127,9 +127,18 @@ mod tests {
         // The benchmark's snapshot must exercise the skips and the price order it claims to.
         let (offers, inventories) = snapshot(8);
         let standing = standings(&inventories);
-        let plan = candidates(&offers, &standing, &request(), None, DispatchPolicy::Cheapest)
-            .unwrap();
-        assert!(plan.candidates.iter().all(|c| c.provider != 0), "open breaker skipped");
+        let plan = candidates(
+            &offers,
+            &standing,
+            &request(),
+            None,
+            DispatchPolicy::Cheapest,
+        )
+        .unwrap();
+        assert!(
+            plan.candidates.iter().all(|c| c.provider != 0),
+            "open breaker skipped"
+        );
         assert!(
             !plan
                 .candidates
