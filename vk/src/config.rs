@@ -374,6 +374,25 @@ pub struct ProviderConfig {
     /// Guardrails of this provider alone.
     #[serde(default)]
     pub limits: Limits,
+    /// A workload still queued or starting (image pulling, container being created) this long
+    /// after the provider created it fails the pod (`StartDeadlineExceeded`) and is deleted:
+    /// an image that never pulls leaves a RunPod pod STARTING and a Vast instance `loading`
+    /// forever, billing. Default 1800 for `runpod` and `vast`; none for `slurm`, where a queue
+    /// wait is normal. 0: no deadline.
+    #[serde(default)]
+    pub start_deadline_seconds: Option<u64>,
+    /// The most a pod may ask for with `gpu-vk.io/start-deadline-seconds` (default: the
+    /// provider's deadline; a pod may always ask for less).
+    #[serde(default)]
+    pub max_start_deadline_seconds: Option<u64>,
+}
+
+/// A provider's start deadline and the ceiling of a pod's own (see
+/// [`ProviderConfig::start_deadline`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartDeadline {
+    pub default: Option<Duration>,
+    pub max: Option<Duration>,
 }
 
 /// May a provider receive Secret-sourced environment values?
@@ -525,6 +544,23 @@ impl std::fmt::Debug for Secret {
 }
 
 impl ProviderConfig {
+    /// This provider's start deadline (its kind's default unless set) and the pod ceiling.
+    pub fn start_deadline(&self) -> StartDeadline {
+        let kind_default = match self.kind.as_str() {
+            "runpod" | "vast" => Some(1800),
+            _ => None,
+        };
+        let secs = self
+            .start_deadline_seconds
+            .or(kind_default)
+            .filter(|s| *s > 0);
+        let max = self.max_start_deadline_seconds.or(secs).filter(|s| *s > 0);
+        StartDeadline {
+            default: secs.map(Duration::from_secs),
+            max: max.map(Duration::from_secs),
+        }
+    }
+
     /// This provider's `secretEnv`, or its kind's default.
     pub fn secret_env(&self) -> SecretEnv {
         self.secret_env
@@ -832,6 +868,38 @@ mod tests {
         assert!(parse(&format!("{base}dispatch: {{policy: random}}\n")).is_err());
         assert!(parse(&format!("{base}limits: {{maxSpendPerHour: -1}}\n")).is_err());
         assert!(parse(&format!("{base}dispatch: {{breaker: {{failures: 0}}}}\n")).is_err());
+    }
+
+    #[test]
+    fn start_deadlines_default_by_kind_and_are_overridden() {
+        let cfg = parse(
+            "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
+             - {name: hpc, kind: slurm}\n- {name: v, kind: vast, startDeadlineSeconds: 0}\n\
+             - {name: hpc2, kind: slurm, startDeadlineSeconds: 600, maxStartDeadlineSeconds: 3600}\n",
+        )
+        .unwrap();
+        let d: Vec<StartDeadline> = cfg.providers.iter().map(|p| p.start_deadline()).collect();
+        let s = |n| Some(Duration::from_secs(n));
+        assert_eq!(
+            d[0],
+            StartDeadline {
+                default: s(1800),
+                max: s(1800)
+            }
+        );
+        assert_eq!(
+            d[1],
+            StartDeadline::default(),
+            "a Slurm queue wait is normal"
+        );
+        assert_eq!(d[2], StartDeadline::default(), "0 turns it off");
+        assert_eq!(
+            d[3],
+            StartDeadline {
+                default: s(600),
+                max: s(3600)
+            }
+        );
     }
 
     #[test]

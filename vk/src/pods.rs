@@ -118,6 +118,8 @@ pub struct PodController {
     offers: Vec<dispatch::Offer>,
     /// Who may have workloads created (see [`decide::Admission`]).
     admission: decide::Admission,
+    /// Each provider's start deadline (see `providers[].startDeadlineSeconds`).
+    start_deadlines: Vec<crate::config::StartDeadline>,
     pods: RwLock<HashMap<String, Arc<StoredPod>>>,
     pods_synced: AtomicBool,
     /// UIDs of pods seen deleted whose workloads may still need deleting.
@@ -216,6 +218,17 @@ impl PodController {
                 .then(|| (crate::node::TAINT_KEY.to_owned(), cfg.node_name.clone())),
             namespaces: cfg.allowed_namespaces.clone(),
         };
+        let start_deadlines = slots
+            .iter()
+            .map(|s| {
+                let name = s.provider.name();
+                cfg.providers
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map(|p| p.start_deadline())
+                    .unwrap_or_default()
+            })
+            .collect();
         Arc::new(Self {
             client,
             cfg,
@@ -223,6 +236,7 @@ impl PodController {
             slots,
             offers,
             admission,
+            start_deadlines,
             pods: RwLock::default(),
             pods_synced: AtomicBool::new(false),
             gone: RwLock::default(),

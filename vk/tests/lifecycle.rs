@@ -338,3 +338,53 @@ async fn secret_values_and_provider_keys_never_reach_the_logs() {
     delete_namespace(&c, &ns).await;
     vk.cleanup(&c).await;
 }
+
+/// An image that never pulls leaves the provider's workload starting forever (here: a start
+/// phase of ten minutes); the provider's start deadline fails the pod with a reason and an
+/// Event, and the workload is deleted, so nothing keeps billing.
+#[tokio::test]
+async fn a_workload_stuck_starting_fails_the_pod_at_its_deadline_and_is_deleted() {
+    let c = client().await;
+    let ns = namespace(&c, "life-stuck").await;
+    let stuck = ExecutionMode::simulated(100, 600_000, None);
+    let rp = Emulator::runpod(stuck, vec![GpuStock::new("A100-80GB", 8, 1.89)]).await;
+    let providers = format!("{}  startDeadlineSeconds: 3\n", rp.provider_yaml("runpod"));
+    let mut vk = Vk::start_with(providers, VkOptions::default()).await;
+    ready_node(&c, &vk).await;
+    create(&c, &ns, gpu_pod("stuck", &vk.node, 1, &[])).await;
+    let p = wait_for(Duration::from_secs(30), "stuck Failed", || async {
+        let p = get(&c, &ns, "stuck").await;
+        (phase(&p) == "Failed").then_some(p)
+    })
+    .await;
+    let status = p.status.clone().unwrap();
+    assert_eq!(status.reason.as_deref(), Some("StartDeadlineExceeded"));
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("still starting"),
+        "{status:?}"
+    );
+    let id = uid(&p);
+    wait_for(
+        Duration::from_secs(20),
+        "the stuck workload deleted",
+        || async {
+            rp.workloads_of(&id)
+                .await
+                .iter()
+                .all(is_terminated)
+                .then_some(())
+        },
+    )
+    .await;
+    let events = events_when(&c, &ns, "stuck", |e| {
+        e.iter().any(|(r, _)| r == "StartDeadlineExceeded")
+    })
+    .await;
+    assert!(!events.is_empty());
+    delete_namespace(&c, &ns).await;
+    vk.cleanup(&c).await;
+}

@@ -15,7 +15,7 @@ use super::restart;
 use super::secrets;
 use super::spec::{self, ANN_ASSIGNED, Request};
 use super::translate::reason;
-use crate::config::{DispatchConfig, Timings};
+use crate::config::{DispatchConfig, StartDeadline, Timings};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
@@ -85,6 +85,8 @@ pub struct Rules<'a> {
     /// What dispatch knows of each provider now (parallel to `offers`).
     pub standing: &'a [Standing<'a>],
     pub dispatch: &'a DispatchConfig,
+    /// Each provider's start deadline (parallel to `offers`; missing: none).
+    pub start_deadlines: &'a [StartDeadline],
 }
 
 /// Who may have workloads created at the providers: checked before every create, because a
@@ -286,6 +288,42 @@ pub fn decide(
 /// The pod has a workload: report it, or restart it when it ended and the policy says so.
 fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step {
     let obs = f.observed;
+    match start_deadline(rules, pod, f) {
+        Err(message) => return fail(reason::INVALID_SPEC, message),
+        Ok(Some(deadline))
+            if matches!(
+                obs.state,
+                WorkloadState::Queued { .. } | WorkloadState::Starting
+            ) && obs
+                .created_at
+                .is_some_and(|c| now.duration_since(c) >= deadline) =>
+        {
+            let provider = rules
+                .offers
+                .get(f.provider)
+                .map(|o| o.name.as_str())
+                .unwrap_or_default();
+            let state = match &obs.state {
+                WorkloadState::Queued { .. } => "queued",
+                _ => "starting",
+            };
+            let detail = obs
+                .message
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            return fail(
+                reason::START_DEADLINE_EXCEEDED,
+                format!(
+                    "the workload was still {state} at provider {provider}{detail} {}s after it \
+                     was created (start deadline; an image that never pulls looks like this); \
+                     it is deleted",
+                    deadline.as_secs()
+                ),
+            );
+        }
+        Ok(_) => {}
+    }
     let policy = pod
         .spec
         .as_ref()
@@ -330,6 +368,40 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
         delay: restart::delay(rules.timings, restarts - 1),
         last: Box::new(last),
     }
+}
+
+/// The start deadline of the pod's workload at its provider: the pod's own
+/// (`gpu-vk.io/start-deadline-seconds`, up to the provider's ceiling) or the provider's.
+fn start_deadline(
+    rules: &Rules<'_>,
+    pod: &Pod,
+    f: Found<'_>,
+) -> Result<Option<jiff::SignedDuration>, String> {
+    let d = rules
+        .start_deadlines
+        .get(f.provider)
+        .copied()
+        .unwrap_or_default();
+    let asked = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(spec::ANN_START_DEADLINE))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let chosen = match (asked, d.max) {
+        (Some(a), Some(max)) if a > max => {
+            return Err(format!(
+                "annotation {} asks for {}s, more than the {}s this provider allows",
+                spec::ANN_START_DEADLINE,
+                a.as_secs(),
+                max.as_secs()
+            ));
+        }
+        (Some(a), _) => Some(a),
+        (None, _) => d.default,
+    };
+    Ok(chosen.and_then(|c| jiff::SignedDuration::try_from(c).ok()))
 }
 
 /// The provider bills a finished workload and offers nothing to keep it for.
@@ -534,6 +606,7 @@ mod admission_tests {
             secret_failover: false,
             standing: &[],
             dispatch: &crate::config::DispatchConfig::default(),
+            start_deadlines: &[],
         };
         let memory = Memory::fresh();
         let pod = PodBuilder::new().gpus("1").build();

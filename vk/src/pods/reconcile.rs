@@ -94,6 +94,7 @@ impl PodController {
             secret_failover: self.cfg.secret_failover,
             standing: &standing,
             dispatch: &self.cfg.dispatch,
+            start_deadlines: &self.start_deadlines,
         };
         let step = decide::decide(
             &rules,

@@ -18,6 +18,8 @@ pub const ANN_ASSIGNED: &str = "gpu-vk.io/assigned-provider";
 pub const ANN_GPU_TYPE: &str = "gpu-vk.io/gpu-type";
 /// The pod's dispatch policy (`preference` or `cheapest`), where `dispatch.podPolicy` allows.
 pub const ANN_DISPATCH_POLICY: &str = "gpu-vk.io/dispatch-policy";
+/// The pod's own start deadline in seconds (see `providers[].startDeadlineSeconds`).
+pub const ANN_START_DEADLINE: &str = "gpu-vk.io/start-deadline-seconds";
 /// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
 pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
 /// The resource name of GPUs.
@@ -43,6 +45,10 @@ const OPTIONS: &[(&str, Validator)] = &[
     ("qos", |v| !v.is_empty()),
     ("time-limit", |v| v.parse::<u32>().is_ok_and(|m| m > 0)),
     ("disk-gb", |v| v.parse::<u32>().is_ok_and(|g| g > 0)),
+    // Read by the framework (`decide`), within the provider's ceiling.
+    ("start-deadline-seconds", |v| {
+        v.parse::<u64>().is_ok_and(|s| s > 0)
+    }),
 ];
 
 /// Why a pod cannot be run as it is. The message is shown to the user on the pod.

@@ -22,6 +22,9 @@ pub mod reason {
     pub const PROVIDER_UNAVAILABLE: &str = "ProviderUnavailable";
     /// A spend or workload guardrail holds the pod until room appears.
     pub const LIMIT_REACHED: &str = "LimitReached";
+    /// The workload was still queued or starting at its start deadline (an image that never
+    /// pulls): the pod fails and the workload is deleted.
+    pub const START_DEADLINE_EXCEEDED: &str = "StartDeadlineExceeded";
     pub const PROVIDER_LOST: &str = "ProviderLost";
     pub const PROVIDER_QUEUED: &str = "ProviderQueued";
     pub const PREEMPTED: &str = "Preempted";

@@ -29,6 +29,7 @@ fn decide_with(pod: &Pod, policies: &[(&str, SecretEnv)], secret_failover: bool)
         secret_failover,
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
+        start_deadlines: &[],
     };
     decide(
         &rules,

@@ -53,6 +53,7 @@ fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) ->
         secret_failover: false,
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
+        start_deadlines: &[],
     };
     let found = found.map(|(provider, observed)| Found { provider, observed });
     decide(&rules, pod, found, &memory, ts(NOW))
@@ -136,6 +137,7 @@ fn a_finished_pod_deletes_its_ended_workload_where_the_provider_keeps_billing_it
         secret_failover: false,
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
+        start_deadlines: &[],
     };
     let done = PodBuilder::new()
         .assigned("runpod")
@@ -534,4 +536,106 @@ fn decision_table() {
         let _ = writeln!(out, "{name:<34} -> {s}");
     }
     insta::assert_snapshot!(out);
+}
+
+// ----------------------------------------------------------------------------------------
+// Start deadline
+
+/// Decides for a workload at `provider` created at `created`, with RunPod's deadline 1800 s
+/// (ceiling 3600 s) and no deadline for Slurm.
+fn with_deadline(pod: &Pod, provider: usize, state: WorkloadState, created: &str) -> Step {
+    let owner = owner();
+    let offers = offers();
+    let timings = timings();
+    let admission = Admission::default();
+    let s = |n| Some(Duration::from_secs(n));
+    let deadlines = [
+        crate::config::StartDeadline {
+            default: s(1800),
+            max: s(3600),
+        },
+        crate::config::StartDeadline::default(),
+        crate::config::StartDeadline::default(),
+    ];
+    let rules = Rules {
+        owner: &owner,
+        offers: &offers,
+        timings: &timings,
+        admission: &admission,
+        secret_failover: false,
+        standing: &[],
+        dispatch: &crate::config::DispatchConfig::default(),
+        start_deadlines: &deadlines,
+    };
+    let obs = Observed {
+        created_at: Some(ts(created)),
+        message: Some("pulling image".into()),
+        ..observed(state)
+    };
+    let found = Some(Found {
+        provider,
+        observed: &obs,
+    });
+    decide(&rules, Some(pod), found, &Memory::fresh(), ts(NOW))
+}
+
+#[test]
+fn a_workload_still_starting_at_its_deadline_fails_the_pod_naming_it() {
+    let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
+    let stuck = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:30:05Z");
+    assert!(
+        matches!(&stuck, Step::Fail { reason, message }
+            if *reason == "StartDeadlineExceeded" && message.contains("still starting at provider runpod (pulling image) 1800s")),
+        "{stuck:?}"
+    );
+    let queued = with_deadline(
+        &pod,
+        0,
+        WorkloadState::Queued { reason: None },
+        "2026-11-29T09:00:00Z",
+    );
+    assert!(matches!(
+        queued,
+        Step::Fail {
+            reason: "StartDeadlineExceeded",
+            ..
+        }
+    ));
+    // One second short, running, or on a provider without a deadline: reported as usual.
+    let early = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:30:06Z");
+    assert_eq!(early, Step::Report { provider: 0 });
+    let running = with_deadline(&pod, 0, WorkloadState::Running, "2026-11-29T05:00:00Z");
+    assert_eq!(running, Step::Report { provider: 0 });
+    let slurm = with_deadline(&pod, 2, WorkloadState::Starting, "2026-11-29T05:00:00Z");
+    assert_eq!(slurm, Step::Report { provider: 2 });
+}
+
+#[test]
+fn a_pod_sets_its_own_start_deadline_within_the_providers_ceiling() {
+    let short = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_DEADLINE, "60")
+        .build();
+    let s = with_deadline(&short, 0, WorkloadState::Starting, "2026-11-29T09:59:00Z");
+    assert!(
+        matches!(
+            s,
+            Step::Fail {
+                reason: "StartDeadlineExceeded",
+                ..
+            }
+        ),
+        "{s:?}"
+    );
+    let long = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_DEADLINE, "7200")
+        .build();
+    let s = with_deadline(&long, 0, WorkloadState::Starting, "2026-11-29T09:59:00Z");
+    assert!(
+        matches!(&s, Step::Fail { reason: "InvalidSpec", message } if message.contains("3600s")),
+        "{s:?}"
+    );
 }
