@@ -370,6 +370,31 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
     }
 }
 
+/// How long until the start deadline of a workload still queued or starting is due: the
+/// pipeline looks at the pod again then, since a workload stuck starting changes nothing a
+/// list would report.
+pub fn start_deadline_due_in(
+    rules: &Rules<'_>,
+    pod: &Pod,
+    f: Found<'_>,
+    now: Timestamp,
+) -> Option<Duration> {
+    if !matches!(
+        f.observed.state,
+        WorkloadState::Queued { .. } | WorkloadState::Starting
+    ) {
+        return None;
+    }
+    let deadline = start_deadline(rules, pod, f).ok()??;
+    let created = f.observed.created_at?;
+    let left = deadline - now.duration_since(created);
+    Some(
+        Duration::try_from(left)
+            .unwrap_or_default()
+            .max(Duration::from_millis(100)),
+    )
+}
+
 /// The start deadline of the pod's workload at its provider: the pod's own
 /// (`gpu-vk.io/start-deadline-seconds`, up to the provider's ceiling) or the provider's.
 fn start_deadline(

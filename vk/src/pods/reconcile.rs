@@ -145,6 +145,15 @@ impl PodController {
                     return Ok(Action::await_change());
                 };
                 self.report(&pod, provider, obs).await?;
+                let due = decide::start_deadline_due_in(
+                    &rules,
+                    &pod,
+                    Found {
+                        provider,
+                        observed: obs,
+                    },
+                    Timestamp::now(),
+                );
                 // The pod just ended: a provider that keeps billing a finished workload gets it
                 // deleted now (our own status write may not come back as a change to act on).
                 if obs.state.is_terminal()
@@ -158,7 +167,7 @@ impl PodController {
                         .status_latency
                         .observe(t.elapsed().as_secs_f64());
                 }
-                Ok(Action::await_change())
+                Ok(due.map_or_else(Action::await_change, Action::requeue))
             }
             Step::Restart {
                 provider,

@@ -639,3 +639,39 @@ fn a_pod_sets_its_own_start_deadline_within_the_providers_ceiling() {
         "{s:?}"
     );
 }
+
+#[test]
+fn a_starting_workload_is_looked_at_again_when_its_deadline_is_due() {
+    let owner = owner();
+    let offers = offers();
+    let timings = timings();
+    let admission = Admission::default();
+    let deadlines = [crate::config::StartDeadline {
+        default: Some(Duration::from_secs(1800)),
+        max: None,
+    }];
+    let rules = Rules {
+        owner: &owner,
+        offers: &offers,
+        timings: &timings,
+        admission: &admission,
+        secret_failover: false,
+        standing: &[],
+        dispatch: &crate::config::DispatchConfig::default(),
+        start_deadlines: &deadlines,
+    };
+    let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
+    let at = |state: WorkloadState| {
+        let obs = Observed {
+            created_at: Some(ts("2026-11-29T09:59:05Z")),
+            ..observed(state)
+        };
+        let f = Found {
+            provider: 0,
+            observed: &obs,
+        };
+        start_deadline_due_in(&rules, &pod, f, ts(NOW))
+    };
+    assert_eq!(at(WorkloadState::Starting), Some(Duration::from_secs(1740)));
+    assert_eq!(at(WorkloadState::Running), None);
+}
