@@ -541,23 +541,19 @@ fn decision_table() {
 // ----------------------------------------------------------------------------------------
 // Start deadline
 
-/// Decides for a workload at `provider` created at `created`, with RunPod's deadline 1800 s
-/// (ceiling 3600 s) and no deadline for Slurm.
-fn with_deadline(pod: &Pod, provider: usize, state: WorkloadState, created: &str) -> Step {
+/// Runs `f` with rules where RunPod's start deadline is 1800 s (ceiling 3600 s) and the
+/// other providers have none.
+fn with_deadline_rules<T>(f: impl FnOnce(&Rules<'_>) -> T) -> T {
     let owner = owner();
     let offers = offers();
     let timings = timings();
     let admission = Admission::default();
     let s = |n| Some(Duration::from_secs(n));
-    let deadlines = [
-        crate::config::StartDeadline {
-            default: s(1800),
-            max: s(3600),
-        },
-        crate::config::StartDeadline::default(),
-        crate::config::StartDeadline::default(),
-    ];
-    let rules = Rules {
+    let deadlines = [crate::config::StartDeadline {
+        default: s(1800),
+        max: s(3600),
+    }];
+    f(&Rules {
         owner: &owner,
         offers: &offers,
         timings: &timings,
@@ -566,17 +562,28 @@ fn with_deadline(pod: &Pod, provider: usize, state: WorkloadState, created: &str
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
         start_deadlines: &deadlines,
-    };
-    let obs = Observed {
+    })
+}
+
+/// A workload in `state` at `provider`, created at `created`, still pulling its image.
+fn created_at(state: WorkloadState, created: &str) -> Observed {
+    Observed {
         created_at: Some(ts(created)),
         message: Some("pulling image".into()),
         ..observed(state)
-    };
-    let found = Some(Found {
-        provider,
-        observed: &obs,
-    });
-    decide(&rules, Some(pod), found, &Memory::fresh(), ts(NOW))
+    }
+}
+
+/// Decides for a workload at `provider` created at `created` under [`with_deadline_rules`].
+fn with_deadline(pod: &Pod, provider: usize, state: WorkloadState, created: &str) -> Step {
+    let obs = created_at(state, created);
+    with_deadline_rules(|rules| {
+        let found = Some(Found {
+            provider,
+            observed: &obs,
+        });
+        decide(rules, Some(pod), found, &Memory::fresh(), ts(NOW))
+    })
 }
 
 #[test]
@@ -642,36 +649,20 @@ fn a_pod_sets_its_own_start_deadline_within_the_providers_ceiling() {
 
 #[test]
 fn a_starting_workload_is_looked_at_again_when_its_deadline_is_due() {
-    let owner = owner();
-    let offers = offers();
-    let timings = timings();
-    let admission = Admission::default();
-    let deadlines = [crate::config::StartDeadline {
-        default: Some(Duration::from_secs(1800)),
-        max: None,
-    }];
-    let rules = Rules {
-        owner: &owner,
-        offers: &offers,
-        timings: &timings,
-        admission: &admission,
-        secret_failover: false,
-        standing: &[],
-        dispatch: &crate::config::DispatchConfig::default(),
-        start_deadlines: &deadlines,
-    };
     let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
-    let at = |state: WorkloadState| {
-        let obs = Observed {
-            created_at: Some(ts("2026-11-29T09:59:05Z")),
-            ..observed(state)
-        };
-        let f = Found {
-            provider: 0,
-            observed: &obs,
-        };
-        start_deadline_due_in(&rules, &pod, f, ts(NOW))
+    let due = |state: WorkloadState| {
+        let obs = created_at(state, "2026-11-29T09:59:05Z");
+        with_deadline_rules(|rules| {
+            let f = Found {
+                provider: 0,
+                observed: &obs,
+            };
+            start_deadline_due_in(rules, &pod, f, ts(NOW))
+        })
     };
-    assert_eq!(at(WorkloadState::Starting), Some(Duration::from_secs(1740)));
-    assert_eq!(at(WorkloadState::Running), None);
+    assert_eq!(
+        due(WorkloadState::Starting),
+        Some(Duration::from_secs(1740))
+    );
+    assert_eq!(due(WorkloadState::Running), None);
 }
