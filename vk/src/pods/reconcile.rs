@@ -106,11 +106,17 @@ impl PodController {
             &memory,
             Timestamp::now(),
         );
+        // A held pod that is no longer waiting to be created (it failed, got a workload, is
+        // going away) holds up nobody: pods behind it get their turn.
+        if !matches!(
+            step,
+            Step::Create { .. } | Step::Hold { .. } | Step::Wait(_)
+        ) && self.guard.is_held(uid)
+        {
+            self.guard.forget(uid);
+            self.wake_held();
+        }
         let Some(pod) = pod else {
-            if self.guard.is_held(uid) {
-                self.guard.forget(uid);
-                self.wake_held();
-            }
             if step == Step::DeleteOrphanedWorkloads {
                 self.delete_workloads(uid, None).await?;
                 if self.find(uid).is_none() {
@@ -122,10 +128,6 @@ impl PodController {
         match step {
             Step::Idle | Step::DeleteOrphanedWorkloads => Ok(Action::await_change()),
             Step::FinishDeletion => {
-                if self.guard.is_held(uid) {
-                    self.guard.forget(uid);
-                    self.wake_held();
-                }
                 self.finish_deletion(&pod, uid).await?;
                 Ok(Action::await_change())
             }
