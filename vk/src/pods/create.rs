@@ -21,8 +21,8 @@ use crate::naming::WorkloadId;
 use crate::provider::{GpuRequest, Observed, WorkloadState};
 use crate::telemetry::DispatchLabels;
 
-/// A held pod looks again this often even if no wake-up reaches it (a wake-up lost to a
-/// reconcile in flight); wake-ups normally come first.
+/// The earliest held pod looks again this often even if no wake-up reaches it (a wake-up
+/// lost to a reconcile in flight); wake-ups normally come first.
 const HELD_RECHECK: Duration = Duration::from_secs(30);
 
 impl PodController {
@@ -52,7 +52,9 @@ impl PodController {
                      (pods get room in arrival order)"
                 );
                 self.hold(pod, reason::LIMIT_REACHED, &msg).await?;
-                return Ok(Action::requeue(HELD_RECHECK));
+                // Not the earliest: it is woken when its turn comes (the earliest wakes the
+                // next once it got room), so it needs no timer of its own.
+                return Ok(Action::await_change());
             }
         }
         let env = match env::resolve(
