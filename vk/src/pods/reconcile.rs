@@ -140,6 +140,15 @@ impl PodController {
             }
             Step::Fail { reason, message } => {
                 self.fail(&pod, reason, &message).await?;
+                // A failed pod keeps no live workload (a start past its deadline is still
+                // billing): stop it now rather than wait for a change to bring the pod back,
+                // which a workload stuck starting never makes.
+                if let Some((i, obs)) = &found
+                    && !obs.state.is_terminal()
+                {
+                    self.delete_one(*i, uid, &obs.provider_id, Some(&pod))
+                        .await?;
+                }
                 Ok(Action::await_change())
             }
             Step::Report { provider } => {
