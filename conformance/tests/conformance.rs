@@ -1120,8 +1120,14 @@ fn main() {
         );
         let junit = std::fs::File::create(report_dir.join(format!("junit-{mode}{p}.xml"))).unwrap();
         let mut cucumber = Vkw::cucumber()
-            // The real Slurm runs 2 jobs at a time: its scenarios take turns.
-            .max_concurrent_scenarios(if p == "slurm-real" { 1 } else { 4 })
+            // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every
+            // scenario's VK is a pod behind a Service on the same 2 cores: three at a time, so
+            // kube-proxy and metrics-server keep up with the fresh VKs.
+            .max_concurrent_scenarios(match (p, pods) {
+                ("slurm-real", _) => 1,
+                (_, true) => 3,
+                _ => 4,
+            })
             .after(|_f, _r, _s, _ev, w| {
                 async move {
                     if let Some(w) = w {
