@@ -41,11 +41,20 @@ fn timings() -> Timings {
 
 /// Decides with the test offers and timings at [`NOW`].
 fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) -> Step {
+    with_rules(&[], |rules| {
+        let found = found.map(|(provider, observed)| Found { provider, observed });
+        decide(rules, pod, found, &memory, ts(NOW))
+    })
+}
+
+/// Runs `f` with the test offers and timings, no admission rules, and these start deadlines
+/// (parallel to the offers).
+fn with_rules<T>(deadlines: &[crate::config::StartDeadline], f: impl FnOnce(&Rules<'_>) -> T) -> T {
     let owner = owner();
     let offers = offers();
     let timings = timings();
     let admission = Admission::default();
-    let rules = Rules {
+    f(&Rules {
         owner: &owner,
         offers: &offers,
         timings: &timings,
@@ -53,10 +62,8 @@ fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) ->
         secret_failover: false,
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
-        start_deadlines: &[],
-    };
-    let found = found.map(|(provider, observed)| Found { provider, observed });
-    decide(&rules, pod, found, &memory, ts(NOW))
+        start_deadlines: deadlines,
+    })
 }
 
 fn failed(exit_code: i32, reason: FailureReason) -> Observed {
@@ -544,25 +551,12 @@ fn decision_table() {
 /// Runs `f` with rules where RunPod's start deadline is 1800 s (ceiling 3600 s) and the
 /// other providers have none.
 fn with_deadline_rules<T>(f: impl FnOnce(&Rules<'_>) -> T) -> T {
-    let owner = owner();
-    let offers = offers();
-    let timings = timings();
-    let admission = Admission::default();
     let s = |n| Some(Duration::from_secs(n));
     let deadlines = [crate::config::StartDeadline {
         default: s(1800),
         max: s(3600),
     }];
-    f(&Rules {
-        owner: &owner,
-        offers: &offers,
-        timings: &timings,
-        admission: &admission,
-        secret_failover: false,
-        standing: &[],
-        dispatch: &crate::config::DispatchConfig::default(),
-        start_deadlines: &deadlines,
-    })
+    with_rules(&deadlines, f)
 }
 
 /// A workload in `state` at `provider`, created at `created`, still pulling its image.
