@@ -56,8 +56,18 @@ struct State {
     listed: Vec<Tally>,
     /// Created by this process, not yet covered by a list: uid -> (provider, price, when).
     pending: HashMap<String, (usize, Option<Price>, Instant)>,
-    /// Pods waiting for room, by arrival.
+    /// Pods waiting for room, by arrival...
     held: BTreeSet<(Timestamp, String)>,
+    /// ...and by uid (every reconcile asks whether its pod is held: O(1), not O(held)).
+    held_at: HashMap<String, Timestamp>,
+}
+
+impl State {
+    fn unhold(&mut self, uid: &str) {
+        if let Some(t) = self.held_at.remove(uid) {
+            self.held.remove(&(t, uid.to_owned()));
+        }
+    }
 }
 
 /// The guardrails of one VK.
@@ -139,13 +149,16 @@ impl Guard {
         let total = now.iter().fold(Tally::default(), |a, t| a.plus(*t));
         check("all providers", &self.total, total, price)?;
         s.pending.insert(uid.to_owned(), (i, price, Instant::now()));
-        s.held.retain(|(_, u)| u != uid);
+        s.unhold(uid);
         Ok(())
     }
 
     /// Adds the pod to the held pods (arrival order).
     pub fn hold(&self, uid: &str, arrived: Timestamp) {
-        self.lock().held.insert((arrived, uid.to_owned()));
+        let mut s = self.lock();
+        s.unhold(uid);
+        s.held_at.insert(uid.to_owned(), arrived);
+        s.held.insert((arrived, uid.to_owned()));
     }
 
     /// Gives back the room a create that failed had taken.
@@ -157,7 +170,7 @@ impl Guard {
     pub fn forget(&self, uid: &str) {
         let mut s = self.lock();
         s.pending.remove(uid);
-        s.held.retain(|(_, u)| u != uid);
+        s.unhold(uid);
     }
 
     /// The earliest held pod.
@@ -171,7 +184,7 @@ impl Guard {
     }
 
     pub fn is_held(&self, uid: &str) -> bool {
-        self.lock().held.iter().any(|(_, u)| u == uid)
+        self.lock().held_at.contains_key(uid)
     }
 }
 
