@@ -80,6 +80,10 @@ enum Command {
         /// Admission only: never move replicas back.
         #[arg(long, env = "VK_RECLAIM_DISABLED")]
         no_reclaim: bool,
+        /// Move back only the replicas of this virtual node (the release's own); every
+        /// virtual node's when absent.
+        #[arg(long, env = "VK_RECLAIM_VIRTUAL_NODE")]
+        virtual_node: Option<String>,
     },
     /// Validate a configuration file (and that every provider's credentials can be read);
     /// warns about GPU types a provider cannot map to its own exact names.
@@ -125,10 +129,12 @@ fn main() -> anyhow::Result<()> {
                 reclaim_settle_seconds,
                 reclaim_interval_seconds,
                 no_reclaim,
+                virtual_node,
             } => {
                 let reclaim = (!no_reclaim).then(|| vk::overflow::reclaim::Settings {
                     settle: std::time::Duration::from_secs(reclaim_settle_seconds),
                     interval: std::time::Duration::from_secs(reclaim_interval_seconds.max(1)),
+                    virtual_node,
                 });
                 overflow(
                     webhook_addr,

@@ -222,6 +222,19 @@ pub struct Settings {
     pub settle: Duration,
     /// How often nodes and pods are looked at.
     pub interval: Duration,
+    /// The virtual node whose replicas this controller moves back (its release's node); every
+    /// virtual node's when `None`. Two releases' companions in one cluster each move only
+    /// their own node's replicas, so their rate limits do not add up.
+    pub virtual_node: Option<String>,
+}
+
+/// The nodes one controller looks at: every in-cluster node, and of the virtual nodes only
+/// `own` (all of them when `None`). Pods on the other virtual nodes then count for nothing.
+pub fn own_nodes(nodes: Vec<Node>, own: Option<&str>) -> Vec<Node> {
+    nodes
+        .into_iter()
+        .filter(|n| !is_virtual(n) || own.is_none_or(|o| n.metadata.name.as_deref() == Some(o)))
+        .collect()
 }
 
 /// The controller's memory between looks.
@@ -328,6 +341,7 @@ pub async fn run(client: Client, settings: Settings, metrics: Metrics, instance:
         }
         let n: Vec<Node> = nodes.state().iter().map(|x| (**x).clone()).collect();
         let p: Vec<Pod> = pods.state().iter().map(|x| (**x).clone()).collect();
+        let n = own_nodes(n, settings.virtual_node.as_deref());
         let snap = snapshot(&n, &p);
         let state_label = |s: &str| StateLabels {
             state: s.to_owned(),
@@ -445,7 +459,36 @@ mod tests {
     const SETTINGS: Settings = Settings {
         settle: Duration::from_secs(30),
         interval: Duration::from_secs(5),
+        virtual_node: None,
     };
+
+    #[test]
+    fn a_controller_moves_only_the_replicas_of_its_own_virtual_node() {
+        let nodes = vec![
+            node("w1", 2, false),
+            node("vk-a", 1000, true),
+            node("vk-b", 1000, true),
+        ];
+        let pods = [
+            pod("serve-a", Some("vk-a"), 1, both(), "rs1", 2),
+            pod("serve-b", Some("vk-b"), 1, both(), "rs2", 1),
+        ];
+        let mine = snapshot(&own_nodes(nodes.clone(), Some("vk-a")), &pods);
+        let names: Vec<&str> = mine.candidates.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["serve-a"],
+            "only vk-a's replica is this controller's"
+        );
+        assert_eq!(mine.offloaded_owners, ["rs1"]);
+        let all = snapshot(&own_nodes(nodes, None), &pods);
+        let names: Vec<&str> = all.candidates.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["serve-b", "serve-a"],
+            "oldest first, on every virtual node"
+        );
+    }
 
     #[test]
     fn free_gpus_and_candidates_come_from_nodes_and_pods() {
