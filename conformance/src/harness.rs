@@ -584,12 +584,20 @@ impl Observer {
     }
 }
 
-/// The real single-node Slurm of `make slurm-up` (`scripts/slurm/up`), found through the env
-/// file named by `SLURM_ENV_FILE`, observed and cleaned up through slurmrestd's v0.0.38 API
-/// with the same JWT the VK uses.
+/// A real single-node Slurm of `make slurm-up` (`scripts/slurm/up`: the host's 22.05, or with
+/// `--suite trixie|sid` 24.11 or 26.05 in a container), found through the env file named by
+/// `SLURM_ENV_FILE`, observed and cleaned up through slurmrestd in the dialect that release
+/// serves (`SLURM_EXPECT_DIALECT`, measured per release) with the same JWT the VK uses.
 #[derive(Clone, Debug)]
 pub struct RealSlurm {
     pub url: String,
+    /// The slurmrestd dialect the suite speaks itself (`v0.0.38` on 22.05, `v0.0.42` on
+    /// 24.11, `v0.0.45` on 26.05); the VK detects its own from `/openapi/v3`.
+    pub dialect: String,
+    /// The container Slurm runs in (`SLURM_CONTAINER`): the command-line tools run there.
+    pub container: Option<String>,
+    /// `SLURM_VERSION`, when the env file names it.
+    pub version: Option<String>,
     pub user: String,
     pub token_file: PathBuf,
     pub output_dir: PathBuf,
@@ -626,6 +634,16 @@ impl RealSlurm {
         };
         Self {
             url: get("SLURM_REST_URL").trim_end_matches('/').to_owned(),
+            dialect: vars
+                .get("SLURM_EXPECT_DIALECT")
+                .filter(|d| !d.is_empty())
+                .cloned()
+                .unwrap_or_else(|| "v0.0.38".into()),
+            container: vars
+                .get("SLURM_CONTAINER")
+                .filter(|c| !c.is_empty())
+                .cloned(),
+            version: vars.get("SLURM_VERSION").filter(|v| !v.is_empty()).cloned(),
             user: get("SLURM_USER"),
             token_file: PathBuf::from(get("SLURM_TOKEN_FILE")),
             output_dir: PathBuf::from(get("SLURM_OUTPUT_DIR")),
@@ -641,13 +659,14 @@ impl RealSlurm {
         }
     }
 
-    /// This Slurm as one entry of the VK's `providers:` list: dialect v0.0.38, the token
-    /// file (re-read by the adapter when `up` mints a new one), commands run bare (no
-    /// container runtime on the test node), logs from the shared output directory, and a
-    /// time limit so a job a failed test leaves behind ends on its own.
+    /// This Slurm as one entry of the VK's `providers:` list: no dialect (the adapter detects
+    /// it from `/openapi/v3`, as a user's config would leave it), the token file (re-read by
+    /// the adapter when `up` mints a new one), commands run bare (no container runtime on the
+    /// test node), logs from the shared output directory, and a time limit so a job a failed
+    /// test leaves behind ends on its own.
     pub fn provider_yaml(&self, name: &str) -> String {
         format!(
-            "- name: {name}\n  kind: slurm\n  settings:\n    baseUrl: {url}\n    dialect: v0.0.38\n    \
+            "- name: {name}\n  kind: slurm\n  settings:\n    baseUrl: {url}\n    \
              userName: {user}\n    tokenFile: {token}\n    partition: {partition}\n    runtime: bare\n    \
              outputDir: {out}\n    defaultTimeLimitMinutes: 10\n    requestTimeoutSecs: 20\n",
             url = yaml_str(&self.url),
@@ -671,12 +690,12 @@ impl RealSlurm {
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
-            .request(method, format!("{}/slurm/v0.0.38{path}", self.url))
+            .request(method, format!("{}/slurm/{}{path}", self.url, self.dialect))
             .header("X-SLURM-USER-NAME", &self.user)
             .header("X-SLURM-USER-TOKEN", self.token())
     }
 
-    /// slurmrestd's raw job records (`GET /slurm/v0.0.38/jobs`).
+    /// slurmrestd's raw job records (`GET /slurm/<dialect>/jobs`).
     pub async fn jobs(&self) -> Vec<Value> {
         let r = self
             .request(reqwest::Method::GET, "/jobs")
@@ -716,18 +735,7 @@ impl RealSlurm {
     /// Submits a batch job named `name` running `script` (no GPU, 10-minute limit, output
     /// discarded), as someone other than the VK would; returns its job id.
     pub async fn submit(&self, name: &str, script: &str) -> String {
-        let body = json!({
-            "script": format!("#!/bin/bash\n{script}\n"),
-            "job": {
-                "name": name,
-                "comment": "created by the conformance suite, outside any virtual kubelet",
-                "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
-                "current_working_directory": "/tmp",
-                "standard_output": "/dev/null",
-                "partition": self.partition,
-                "time_limit": 10,
-            },
-        });
+        let body = submit_body(&self.dialect, name, script, &self.partition);
         let r = self
             .request(reqwest::Method::POST, "/job/submit")
             .json(&body)
@@ -741,7 +749,7 @@ impl RealSlurm {
             .to_string()
     }
 
-    /// Cancels a job (`DELETE /slurm/v0.0.38/job/{id}`); a finished or unknown one is fine.
+    /// Cancels a job (`DELETE /slurm/<dialect>/job/{id}`); a finished or unknown one is fine.
     pub async fn cancel(&self, job_id: &str) {
         let _ = self
             .request(reqwest::Method::DELETE, &format!("/job/{job_id}"))
@@ -782,11 +790,7 @@ impl RealSlurm {
     /// `squeue`'s view (pending, running and completing jobs of every user): `(job id, name,
     /// state)`.
     pub fn squeue(&self) -> Vec<(String, String, String)> {
-        let mut cmd = std::process::Command::new("squeue");
-        cmd.args(["-h", "-a", "-o", "%i|%j|%T"]);
-        if let Some(conf) = &self.slurm_conf {
-            cmd.env("SLURM_CONF", conf);
-        }
+        let cmd = self.command("squeue", &["-h", "-a", "-o", "%i|%j|%T"]);
         pod::run(cmd, "squeue")
             .lines()
             .filter_map(|l| {
@@ -798,6 +802,58 @@ impl RealSlurm {
                 ))
             })
             .collect()
+    }
+}
+
+impl RealSlurm {
+    /// A Slurm command-line tool with `args`, on the host (with `SLURM_CONF`) or, when this
+    /// Slurm runs in a container, inside it (`docker exec`).
+    pub fn command(&self, tool: &str, args: &[&str]) -> std::process::Command {
+        let mut cmd = match &self.container {
+            Some(c) => {
+                let mut cmd = std::process::Command::new("docker");
+                cmd.arg("exec");
+                if let Some(conf) = &self.slurm_conf {
+                    cmd.args(["-e", &format!("SLURM_CONF={conf}")]);
+                }
+                cmd.args([c.as_str(), tool]);
+                cmd
+            }
+            None => {
+                let mut cmd = std::process::Command::new(tool);
+                if let Some(conf) = &self.slurm_conf {
+                    cmd.env("SLURM_CONF", conf);
+                }
+                cmd
+            }
+        };
+        cmd.args(args);
+        cmd
+    }
+}
+
+/// A job submission from outside any VK in `dialect`: v0.0.38 takes the script beside `job`,
+/// environment as an object and plain numbers; v0.0.41 and later (`v0.0.4x_job_desc_msg`)
+/// take the script inside `job`, environment as `["K=V"]` and unset-able numbers as
+/// `{set, infinite, number}`.
+pub fn submit_body(dialect: &str, name: &str, script: &str, partition: &str) -> Value {
+    let script = format!("#!/bin/bash\n{script}\n");
+    let mut job = json!({
+        "name": name,
+        "comment": "created by the conformance suite, outside any virtual kubelet",
+        "current_working_directory": "/tmp",
+        "standard_output": "/dev/null",
+        "partition": partition,
+    });
+    if dialect == "v0.0.38" {
+        job["environment"] = json!({"PATH": "/usr/local/bin:/usr/bin:/bin"});
+        job["time_limit"] = json!(10);
+        json!({"script": script, "job": job})
+    } else {
+        job["environment"] = json!(["PATH=/usr/local/bin:/usr/bin:/bin"]);
+        job["time_limit"] = json!({"set": true, "infinite": false, "number": 10});
+        job["script"] = json!(script);
+        json!({"job": job})
     }
 }
 
@@ -857,12 +913,8 @@ impl Drop for JobsGuard {
         if ids.is_empty() {
             return;
         }
-        let mut cmd = std::process::Command::new("scancel");
-        cmd.args(&ids);
-        if let Some(conf) = &self.slurm.slurm_conf {
-            cmd.env("SLURM_CONF", conf);
-        }
-        let _ = cmd.status();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let _ = self.slurm.command("scancel", &ids).status();
     }
 }
 

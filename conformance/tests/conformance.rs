@@ -8,6 +8,8 @@
 
 #[path = "conformance/batch.rs"]
 mod batch;
+#[path = "conformance/containers.rs"]
+mod containers;
 #[path = "conformance/dispatch.rs"]
 mod dispatch;
 #[path = "conformance/leader.rs"]
@@ -1113,12 +1115,19 @@ fn main() {
         // The run with VKs as pods (kind) keeps its own reports beside the local testbed's.
         let pods = conformance::harness::pod::pod_mode();
         let mode = if pods { "kind-" } else { "" };
+        // A real Slurm is named by its release (`make test` runs the target once per release).
+        let release = (p == "slurm-real")
+            .then(|| RealSlurm::from_env().version)
+            .flatten()
+            .map(|v| format!("-{v}"))
+            .unwrap_or_default();
         println!(
-            "\n=== conformance: provider {p}{} (capabilities: {}) ===",
+            "\n=== conformance: provider {p}{release}{} (capabilities: {}) ===",
             if pods { ", VKs as pods" } else { "" },
             capabilities(p).join(", ")
         );
-        let junit = std::fs::File::create(report_dir.join(format!("junit-{mode}{p}.xml"))).unwrap();
+        let junit = std::fs::File::create(report_dir.join(format!("junit-{mode}{p}{release}.xml")))
+            .unwrap();
         let mut cucumber = Vkw::cucumber()
             // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every
             // scenario's VK is a pod behind a Service on the same 2 cores: three at a time, so

@@ -94,12 +94,10 @@ async fn run_kubectl(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) 
 
 /// The steps of `job` other than its batch step (`squeue --steps`).
 fn exec_steps(slurm: &RealSlurm, job: &str) -> Vec<String> {
-    let mut cmd = std::process::Command::new("squeue");
-    cmd.args(["-h", "-s", "-j", job, "-o", "%i"]);
-    if let Some(conf) = &slurm.slurm_conf {
-        cmd.env("SLURM_CONF", conf);
-    }
-    let out = cmd.output().expect("squeue runs");
+    let out = slurm
+        .command("squeue", &["-h", "-s", "-j", job, "-o", "%i"])
+        .output()
+        .expect("squeue runs");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| l.trim().to_owned())
