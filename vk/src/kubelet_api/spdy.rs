@@ -275,7 +275,7 @@ fn control(kind: u16, flags: u8, mut b: Bytes) -> Result<Frame, FrameError> {
         kind::SETTINGS => {
             at_least("SETTINGS", &b, 4)?;
             let n = usize::try_from(b.get_u32()).unwrap_or(usize::MAX);
-            if b.len() / 8 != n || b.len() % 8 != 0 {
+            if b.len() / 8 != n || !b.len().is_multiple_of(8) {
                 return Err(malformed(
                     "SETTINGS",
                     "entry count does not match the length",
