@@ -2,25 +2,32 @@
 //! (`pkg/kubelet/server/server.go`, `pkg/kubelet/cri/streaming/remotecommand`).
 //!
 //! `/exec` runs the command through the pod's provider ([`crate::provider::Provider::exec`])
-//! over a WebSocket speaking the channel protocol `v5.channel.k8s.io` (or `v4`), framed as in
-//! [`channel`] and pumped by [`bridge`]. That is what a 1.36 API server sends to a node that
-//! declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures` (the VK's Node does, see
-//! [`crate::node`]): it passes `kubectl exec`'s WebSocket through unchanged, as
-//! `GET /exec/<ns>/<pod>/<container>?command=..&input=1&output=1&error=1` with `Upgrade:
-//! websocket` and `Sec-WebSocket-Protocol: v5.channel.k8s.io`.
+//! over one of two transports:
+//! - a WebSocket speaking the channel protocol `v5.channel.k8s.io` (or `v4`), framed as in
+//!   [`channel`] and pumped by [`bridge`]. That is what a 1.36 API server sends to a node that
+//!   declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures` (the VK's Node does
+//!   unless `kubeletApi.declareExtendWebSocketsToKubelet` is false, see [`crate::node`]): it
+//!   passes `kubectl exec`'s WebSocket through unchanged, as
+//!   `GET /exec/<ns>/<pod>/<container>?command=..&input=1&output=1&error=1` with `Upgrade:
+//!   websocket` and `Sec-WebSocket-Protocol: v5.channel.k8s.io`;
+//! - SPDY/3.1 (`Upgrade: SPDY/3.1`, `X-Stream-Protocol-Version: v4.channel.k8s.io` down to
+//!   `channel.k8s.io`), served by [`spdy`] over the framing of [`crate::kubelet_api::spdy`]:
+//!   what older API servers, a 1.36 one towards a node without the feature, and kubectl with
+//!   `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false` send.
 //!
 //! Answers before any upgrade, in this order: 400 for malformed options, 404 for an unknown
 //! pod, container or UID, 400 when the pod has no workload, 501 naming the provider when it
-//! cannot exec (and always for `/attach` and `/portForward`), 400 for a SPDY upgrade (older
-//! clients, or an API server that does not stream WebSockets to kubelets; SPDY is not
-//! implemented), 400 without a WebSocket upgrade offering a supported subprotocol.
+//! cannot exec (and always for `/attach` and `/portForward`: the provider contract has no
+//! attach), 400 for a SPDY upgrade without a protocol header or an HTTP/1.1 connection to take
+//! over, 403 when no SPDY protocol is in common (as the kubelet's handshake), 400 without a
+//! WebSocket or SPDY upgrade.
 //!
 //! Past that point a refusal (the container is not running, or the provider's own answer,
 //! mapped like [`ApiError::from_provider`]) is sent *inside* the upgraded connection, as a
 //! `Failure` status on the error channel: kubectl falls back to SPDY whenever a WebSocket
 //! upgrade is refused, and would then show our SPDY refusal instead of the real reason.
 //!
-//! Sessions are bounded ([`SessionLimits`]): a client message over 1 MiB ends the session
+//! Sessions are bounded ([`SessionLimits`]): a client message (or SPDY frame) over 1 MiB ends the session
 //! (never buffered), and so do 4 hours without traffic (`kubeletApi.execIdleTimeoutSeconds`,
 //! the kubelet's `streamingConnectionIdleTimeout` default).
 //!
