@@ -242,6 +242,11 @@ pub struct KubeletApiConfig {
     /// (`--streaming-connection-idle-timeout`) defaults to 4 hours.
     #[serde(default = "default_exec_idle_timeout_seconds")]
     pub exec_idle_timeout_seconds: u64,
+    /// Declare `ExtendWebSocketsToKubelet` in the Node's `status.declaredFeatures` (default).
+    /// A 1.36 API server then passes `kubectl exec`'s WebSocket straight through; without it
+    /// the API server translates WebSockets to SPDY/3.1 towards this node (served too).
+    #[serde(default = "yes")]
+    pub declare_extend_web_sockets_to_kubelet: bool,
 }
 
 impl Default for KubeletApiConfig {
@@ -249,6 +254,7 @@ impl Default for KubeletApiConfig {
         Self {
             max_connections: default_max_connections(),
             exec_idle_timeout_seconds: default_exec_idle_timeout_seconds(),
+            declare_extend_web_sockets_to_kubelet: true,
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod auth;
 pub mod csr;
 pub mod exec;
 pub mod logs;
+pub mod spdy;
 pub mod stats;
 pub mod tls;
 

@@ -62,9 +62,15 @@ pub type FactsSource = Arc<dyn Fn() -> ProviderFacts + Send + Sync>;
 pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
 /// Label every virtual node carries.
 pub const TYPE_LABEL: (&str, &str) = ("type", "virtual-kubelet");
-/// Declared in `status.declaredFeatures`: the kubelet API serves exec over WebSockets, so a
-/// 1.36 API server passes `kubectl exec`'s WebSocket through instead of translating it to SPDY
-/// (which the VK does not speak).
+/// Declared in `status.declaredFeatures` (unless `kubeletApi.declareExtendWebSocketsToKubelet`
+/// is false): the kubelet API serves exec over WebSockets, so a 1.36 API server passes
+/// `kubectl exec`'s WebSocket through instead of translating it to SPDY. What the API server
+/// does with it (`pkg/registry/core/pod/rest/subresources.go`, 1.36.3): with its
+/// `TranslateStreamCloseWebsocketRequests` and `ExtendWebSocketsToKubelet` gates on and the
+/// feature in the node's list (read from the Node on each request,
+/// `pkg/kubelet/client/kubelet_client.go`), exec/attach/portforward are proxied to the
+/// kubelet unchanged; otherwise a `v5.channel.k8s.io` WebSocket is translated to SPDY towards
+/// the kubelet, and any other request (SPDY, or WebSocket v4) is proxied unchanged.
 pub const DECLARED_FEATURES: &[&str] = &["ExtendWebSocketsToKubelet"];
 /// Annotation naming the VK (owner tag: cluster id + node name) that registered the Node.
 pub const OWNER_ANNOTATION: &str = "gpu-vk.io/owner";
@@ -311,7 +317,13 @@ impl NodeManager {
                     address: self.cfg.node_name.clone(),
                 },
             ]),
-            declared_features: Some(DECLARED_FEATURES.iter().map(|f| (*f).to_owned()).collect()),
+            declared_features: Some(
+                if self.cfg.kubelet_api.declare_extend_web_sockets_to_kubelet {
+                    DECLARED_FEATURES.iter().map(|f| (*f).to_owned()).collect()
+                } else {
+                    Vec::new()
+                },
+            ),
             daemon_endpoints: Some(NodeDaemonEndpoints {
                 kubelet_endpoint: Some(DaemonEndpoint {
                     port: i32::from(self.cfg.kubelet_port),

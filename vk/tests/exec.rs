@@ -2,7 +2,8 @@
 //! straight through to the VK (its Node declares `ExtendWebSocketsToKubelet`), the kubelet
 //! API's v5 channel protocol, and the Slurm provider running the command with `srun --jobid
 //! --overlap` inside the pod's real job (`make slurm-up`). Also: exec on a provider without
-//! exec (a RunPod emulator) names the provider, and a SPDY request gets the clear refusal.
+//! exec (a RunPod emulator) names the provider; kubectl with WebSockets off reaches the VK over
+//! SPDY/3.1, and so does the API server for a node that does not declare the feature.
 //!
 //! The Slurm is found through `SLURM_ENV_FILE` (`make test` sets it); without it these tests
 //! fail, on purpose, saying to run `make slurm-up`: they never pass without having run. The
@@ -135,6 +136,10 @@ struct Bed {
 
 impl Bed {
     async fn start() -> Self {
+        Self::start_opts(VkOptions::default()).await
+    }
+
+    async fn start_opts(opts: VkOptions) -> Self {
         // The Slurm first: without it the failure names `make slurm-up`.
         let slurm = RealSlurm::from_env();
         let c = client().await;
@@ -144,7 +149,7 @@ impl Bed {
         )
         .await;
         let providers = format!("{}{}", rp.provider_yaml(RUNPOD), slurm_with_exec(&slurm));
-        let vk = Vk::start_with(providers, VkOptions::default()).await;
+        let vk = Vk::start_with(providers, opts).await;
         let node = vk.node.clone();
         wait_node_ready(&c, &node).await;
         let ns = namespace(&c, "exec").await;
@@ -324,7 +329,7 @@ async fn kubectl_exec_runs_in_the_slurm_job_with_output_exit_code_and_stdin() {
 }
 
 #[tokio::test]
-async fn exec_on_a_provider_without_exec_names_it_and_spdy_gets_a_clear_refusal() {
+async fn exec_on_a_provider_without_exec_names_it() {
     let _turn = SERIAL.lock().await;
     let bed = Bed::start().await;
     bed.running_pod("cloud", RUNPOD).await;
@@ -336,23 +341,82 @@ async fn exec_on_a_provider_without_exec_names_it_and_spdy_gets_a_clear_refusal(
         "{r:?}"
     );
 
-    // A client that speaks only SPDY (kubectl with WebSockets turned off): the API server
-    // passes SPDY through, and the VK explains what to use instead.
-    bed.running_pod("shell", SLURM).await;
+    bed.finish().await;
+}
+
+/// Checks exec's output, exit code and stdin on `pod` with the given kubectl environment.
+async fn exec_works(bed: &Bed, pod: &str, env: &[(&str, &str)]) {
     let r = bed
         .exec_with_env(
-            "shell",
-            &["true"],
+            pod,
+            &["sh", "-c", "echo out; echo err >&2; exit 7"],
             None,
-            &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")],
+            env,
         )
         .await;
-    eprintln!("kubectl exec over SPDY: {r:?}");
-    assert_ne!(r.code, Some(0), "{r:?}");
+    eprintln!("kubectl exec (exit 7) {env:?}: {r:?}");
+    assert_eq!(r.code, Some(7), "{r:?}");
+    assert_eq!(r.stdout, "out\n", "{r:?}");
+    assert_eq!(r.stderr.lines().next(), Some("err"), "{r:?}");
+    let r = bed
+        .exec_with_env(pod, &["sh", "-c", "echo fine"], None, env)
+        .await;
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), "fine\n"), "{r:?}");
+    let input = b"spdy stdin line\nsecond line with 'quotes' and $dollar\n";
+    let r = bed.exec_with_env(pod, &["cat"], Some(input), env).await;
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert_eq!(r.stdout.as_bytes(), input, "{r:?}");
+}
+
+/// kubectl with WebSockets turned off speaks SPDY; the API server passes it through to the VK.
+#[tokio::test]
+async fn kubectl_exec_over_spdy() {
+    let _turn = SERIAL.lock().await;
+    let bed = Bed::start().await;
+    bed.running_pod("shell", SLURM).await;
+    exec_works(
+        &bed,
+        "shell",
+        &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")],
+    )
+    .await;
+    let log = bed.vk.log();
     assert!(
-        r.stderr
-            .contains("SPDY is not supported by this kubelet; use a WebSocket-capable client"),
-        "{r:?}"
+        log.contains("SPDY/3.1"),
+        "no SPDY exec session in the VK log"
+    );
+    assert!(
+        !log.contains("spdy stdin line"),
+        "stdin leaked into the log"
+    );
+    assert!(!log.contains("echo out"), "the command leaked into the log");
+    bed.finish().await;
+}
+
+/// A node that does not declare `ExtendWebSocketsToKubelet`: the API server translates the
+/// default kubectl's WebSocket to SPDY towards the VK.
+#[tokio::test]
+async fn kubectl_exec_through_a_node_without_websocket_support() {
+    let _turn = SERIAL.lock().await;
+    let bed = Bed::start_opts(VkOptions {
+        extra_config: "kubeletApi:\n  declareExtendWebSocketsToKubelet: false\n".into(),
+        ..VkOptions::default()
+    })
+    .await;
+    let node = Api::<Node>::all(bed.c.clone())
+        .get(&bed.vk.node)
+        .await
+        .unwrap();
+    let declared = node.status.unwrap().declared_features.unwrap_or_default();
+    assert!(
+        !declared.iter().any(|f| f == "ExtendWebSocketsToKubelet"),
+        "{declared:?}"
+    );
+    bed.running_pod("shell", SLURM).await;
+    exec_works(&bed, "shell", &[]).await;
+    assert!(
+        bed.vk.log().contains("SPDY/3.1"),
+        "the API server did not speak SPDY to the VK"
     );
     bed.finish().await;
 }

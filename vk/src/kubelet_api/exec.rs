@@ -2,25 +2,32 @@
 //! (`pkg/kubelet/server/server.go`, `pkg/kubelet/cri/streaming/remotecommand`).
 //!
 //! `/exec` runs the command through the pod's provider ([`crate::provider::Provider::exec`])
-//! over a WebSocket speaking the channel protocol `v5.channel.k8s.io` (or `v4`), framed as in
-//! [`channel`] and pumped by [`bridge`]. That is what a 1.36 API server sends to a node that
-//! declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures` (the VK's Node does, see
-//! [`crate::node`]): it passes `kubectl exec`'s WebSocket through unchanged, as
-//! `GET /exec/<ns>/<pod>/<container>?command=..&input=1&output=1&error=1` with `Upgrade:
-//! websocket` and `Sec-WebSocket-Protocol: v5.channel.k8s.io`.
+//! over one of two transports:
+//! - a WebSocket speaking the channel protocol `v5.channel.k8s.io` (or `v4`), framed as in
+//!   [`channel`] and pumped by [`bridge`]. That is what a 1.36 API server sends to a node that
+//!   declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures` (the VK's Node does
+//!   unless `kubeletApi.declareExtendWebSocketsToKubelet` is false, see [`crate::node`]): it
+//!   passes `kubectl exec`'s WebSocket through unchanged, as
+//!   `GET /exec/<ns>/<pod>/<container>?command=..&input=1&output=1&error=1` with `Upgrade:
+//!   websocket` and `Sec-WebSocket-Protocol: v5.channel.k8s.io`;
+//! - SPDY/3.1 (`Upgrade: SPDY/3.1`, `X-Stream-Protocol-Version: v4.channel.k8s.io` down to
+//!   `channel.k8s.io`), served by [`spdy`] over the framing of [`crate::kubelet_api::spdy`]:
+//!   what older API servers, a 1.36 one towards a node without the feature, and kubectl with
+//!   `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false` send.
 //!
 //! Answers before any upgrade, in this order: 400 for malformed options, 404 for an unknown
 //! pod, container or UID, 400 when the pod has no workload, 501 naming the provider when it
-//! cannot exec (and always for `/attach` and `/portForward`), 400 for a SPDY upgrade (older
-//! clients, or an API server that does not stream WebSockets to kubelets; SPDY is not
-//! implemented), 400 without a WebSocket upgrade offering a supported subprotocol.
+//! cannot exec (and always for `/attach` and `/portForward`: the provider contract has no
+//! attach), 400 for a SPDY upgrade without a protocol header or an HTTP/1.1 connection to take
+//! over, 403 when no SPDY protocol is in common (as the kubelet's handshake), 400 without a
+//! WebSocket or SPDY upgrade.
 //!
 //! Past that point a refusal (the container is not running, or the provider's own answer,
 //! mapped like [`ApiError::from_provider`]) is sent *inside* the upgraded connection, as a
 //! `Failure` status on the error channel: kubectl falls back to SPDY whenever a WebSocket
 //! upgrade is refused, and would then show our SPDY refusal instead of the real reason.
 //!
-//! Sessions are bounded ([`SessionLimits`]): a client message over 1 MiB ends the session
+//! Sessions are bounded ([`SessionLimits`]): a client message (or SPDY frame) over 1 MiB ends the session
 //! (never buffered), and so do 4 hours without traffic (`kubeletApi.execIdleTimeoutSeconds`,
 //! the kubelet's `streamingConnectionIdleTimeout` default).
 //!
@@ -32,16 +39,21 @@ pub mod bridge;
 pub mod channel;
 mod limits;
 mod request;
+pub mod spdy;
 #[cfg(test)]
 mod tests;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
 use tracing::debug;
 
 pub use limits::{KUBELET_IDLE_TIMEOUT, MAX_MESSAGE_BYTES, SessionLimits};
@@ -49,11 +61,6 @@ pub use request::{StreamOptions, Transport, negotiate, parse_options};
 
 use super::{ApiError, AppState, find_container, workload};
 use crate::provider::{ExecRequest, WorkloadState};
-
-/// The answer to a SPDY upgrade: the transport is out of scope, say what works instead.
-pub const SPDY_UNSUPPORTED: &str = "SPDY is not supported by this kubelet; use a \
-     WebSocket-capable client (kubectl >= 1.30) through an API server that streams WebSockets \
-     to kubelets (Kubernetes >= 1.36; this node declares ExtendWebSocketsToKubelet)";
 
 /// The WebSocket subprotocols served, preferred first (both binary; v5 adds the close
 /// signal). The base64 and pre-v4 variants are not served: their status is not a
@@ -109,10 +116,33 @@ pub(crate) fn routes() -> Router<AppState> {
 type Q = Result<Query<Vec<(String, String)>>, QueryRejection>;
 type Ws = Result<WebSocketUpgrade, WebSocketUpgradeRejection>;
 
+/// The connection upgrade of a SPDY request (`Upgrade: SPDY/3.1`), taken before the WebSocket
+/// extractor could; `None` for any other request, or without an HTTP/1.1 connection to take
+/// over.
+pub struct SpdyUpgrade(Option<OnUpgrade>);
+
+impl<S: Send + Sync> FromRequestParts<S> for SpdyUpgrade {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let spdy = parts
+            .headers
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|u| u.to_ascii_lowercase().starts_with("spdy/"));
+        Ok(Self(if spdy {
+            parts.extensions.remove::<OnUpgrade>()
+        } else {
+            None
+        }))
+    }
+}
+
 async fn exec3(
     State(s): State<AppState>,
     Path((ns, pod, c)): Path<(String, String, String)>,
     headers: HeaderMap,
+    SpdyUpgrade(spdy): SpdyUpgrade,
     ws: Ws,
     q: Q,
 ) -> Response {
@@ -123,13 +153,14 @@ async fn exec3(
         uid: None,
         container: Some(&c),
     };
-    stream(&s, target, &headers, q, ws.ok()).await
+    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
 }
 
 async fn exec4(
     State(s): State<AppState>,
     Path((ns, pod, uid, c)): Path<(String, String, String, String)>,
     headers: HeaderMap,
+    SpdyUpgrade(spdy): SpdyUpgrade,
     ws: Ws,
     q: Q,
 ) -> Response {
@@ -140,7 +171,7 @@ async fn exec4(
         uid: Some(&uid),
         container: Some(&c),
     };
-    stream(&s, target, &headers, q, ws.ok()).await
+    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
 }
 
 async fn attach3(
@@ -156,7 +187,7 @@ async fn attach3(
         uid: None,
         container: Some(&c),
     };
-    stream(&s, target, &headers, q, None).await
+    stream(&s, target, &headers, q, Upgrades::default()).await
 }
 
 async fn attach4(
@@ -172,7 +203,7 @@ async fn attach4(
         uid: Some(&uid),
         container: Some(&c),
     };
-    stream(&s, target, &headers, q, None).await
+    stream(&s, target, &headers, q, Upgrades::default()).await
 }
 
 async fn port_forward2(
@@ -188,7 +219,7 @@ async fn port_forward2(
         uid: None,
         container: None,
     };
-    stream(&s, target, &headers, q, None).await
+    stream(&s, target, &headers, q, Upgrades::default()).await
 }
 
 async fn port_forward3(
@@ -204,7 +235,7 @@ async fn port_forward3(
         uid: Some(&uid),
         container: None,
     };
-    stream(&s, target, &headers, q, None).await
+    stream(&s, target, &headers, q, Upgrades::default()).await
 }
 
 /// What a streaming request addresses.
@@ -217,14 +248,27 @@ struct Target<'a> {
     container: Option<&'a str>,
 }
 
+/// The upgrades a request can be taken over by.
+#[derive(Default)]
+struct Upgrades {
+    ws: Option<WebSocketUpgrade>,
+    spdy: Option<OnUpgrade>,
+}
+
+/// The transport chosen for a session.
+enum Upgrade {
+    WebSocket(WebSocketUpgrade, String),
+    Spdy(OnUpgrade, &'static str),
+}
+
 async fn stream(
     s: &AppState,
     t: Target<'_>,
     headers: &HeaderMap,
     query: Q,
-    ws: Option<WebSocketUpgrade>,
+    up: Upgrades,
 ) -> Response {
-    match serve(s, t, headers, query, ws).await {
+    match serve(s, t, headers, query, up).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -235,7 +279,7 @@ async fn serve(
     t: Target<'_>,
     headers: &HeaderMap,
     query: Q,
-    ws: Option<WebSocketUpgrade>,
+    up: Upgrades,
 ) -> Result<Response, ApiError> {
     let Target {
         kind,
@@ -273,21 +317,33 @@ async fn serve(
             format!("not supported by provider {name}: {}", kind.what()),
         ));
     }
-    let protocol = match negotiate(headers) {
-        Transport::Spdy => return Err(ApiError::bad_request(SPDY_UNSUPPORTED)),
+    let upgrade = match negotiate(headers) {
+        Transport::Spdy => {
+            let protocol = spdy::negotiate(headers)?;
+            let Some(on) = up.spdy else {
+                return Err(ApiError::bad_request(
+                    "exec over SPDY needs an HTTP/1.1 connection upgrade (Connection: Upgrade, \
+                     Upgrade: SPDY/3.1)",
+                ));
+            };
+            Upgrade::Spdy(on, protocol)
+        }
         Transport::None => {
             return Err(ApiError::bad_request(format!(
-                "exec needs a WebSocket upgrade offering {}",
-                WEBSOCKET_PROTOCOLS.join(" or ")
+                "exec needs a WebSocket upgrade offering {} or a SPDY/3.1 upgrade offering {}",
+                WEBSOCKET_PROTOCOLS.join(" or "),
+                spdy::PROTOCOLS.join(", ")
             )));
         }
-        Transport::WebSocket(p) => p,
-    };
-    let Some(ws) = ws else {
-        return Err(ApiError::bad_request(
-            "exec needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
-             Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
-        ));
+        Transport::WebSocket(p) => {
+            let Some(ws) = up.ws else {
+                return Err(ApiError::bad_request(
+                    "exec needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
+                     Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
+                ));
+            };
+            Upgrade::WebSocket(ws, p)
+        }
     };
     let started = async {
         if !matches!(
@@ -311,6 +367,58 @@ async fn serve(
             .map_err(|e| ApiError::from_provider(&name, &e))
     }
     .await;
+    let (ws, protocol) = match upgrade {
+        Upgrade::WebSocket(ws, p) => (ws, p),
+        Upgrade::Spdy(on, protocol) => {
+            let started = started.map_err(|e| {
+                debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "exec refused");
+                channel::Outcome::Refused {
+                    code: e.status.as_u16(),
+                    message: e.message,
+                }
+            });
+            if started.is_ok() {
+                debug!(
+                    namespace,
+                    pod,
+                    container,
+                    provider = %name,
+                    workload = %observed.id,
+                    protocol,
+                    transport = "SPDY/3.1",
+                    stdin = opts.stdin,
+                    tty = opts.tty,
+                    "exec session starting"
+                );
+            }
+            let setup = spdy::Setup {
+                protocol,
+                stdin: opts.stdin,
+                tty: opts.tty,
+                streams: bridge::Streams {
+                    stdout: opts.stdout,
+                    stderr: opts.stderr,
+                    close_signal: false,
+                    target: format!("{namespace}/{pod}/{container}"),
+                    provider: name,
+                    limits: s.exec,
+                },
+            };
+            tokio::spawn(async move {
+                match on.await {
+                    Ok(io) => spdy::run(TokioIo::new(io), setup, started).await,
+                    Err(e) => debug!(error = %e, "exec SPDY upgrade failed"),
+                }
+            });
+            return Response::builder()
+                .status(StatusCode::SWITCHING_PROTOCOLS)
+                .header(header::CONNECTION, "Upgrade")
+                .header(header::UPGRADE, "SPDY/3.1")
+                .header(spdy::PROTOCOL_HEADER, protocol)
+                .body(Body::empty())
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
+        }
+    };
     let ws = ws
         .protocols(WEBSOCKET_PROTOCOLS.iter().copied())
         .max_message_size(s.exec.max_message_bytes)

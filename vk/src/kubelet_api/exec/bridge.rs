@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
@@ -28,9 +29,9 @@ use crate::provider::{ExecSession, ExecStdin, LogStream, TerminalSize};
 
 /// How long output may keep flowing after the command reported its exit (a background process
 /// holding the pipes open must not keep the session open forever).
-const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+pub(super) const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// How long to wait for the client to answer our close.
-const CLOSE_WAIT: Duration = Duration::from_secs(5);
+pub(super) const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// What the session was opened with.
 #[derive(Clone, Debug)]
@@ -50,7 +51,13 @@ enum InputEnd {
     /// The client closed the connection or went away.
     Gone,
     /// The client sent a message of `size` bytes, over `limit`.
-    TooBig { size: usize, limit: usize },
+    TooBig {
+        size: usize,
+        limit: usize,
+        /// Still read while the close is delivered: closing a socket with unread input resets
+        /// it, and the client would lose the status and the close.
+        source: SplitStream<WebSocket>,
+    },
 }
 
 /// How a session ends when the server ends it.
@@ -58,6 +65,26 @@ struct Ending {
     outcome: Outcome,
     code: u16,
     reason: String,
+    /// The input half has already ended, leaving the connection's reading side here (its
+    /// handle must not be awaited again).
+    input_done: Option<SplitStream<WebSocket>>,
+}
+
+/// Where a session's output goes, one chunk at a time (`None`: the client is gone).
+pub(super) trait OutputSink: Send {
+    fn send(&mut self, channel: u8, data: Bytes) -> impl Future<Output = Option<()>> + Send;
+}
+
+/// Output as WebSocket channel messages.
+struct WsSink<'a>(&'a mut SplitSink<WebSocket, Message>);
+
+impl OutputSink for WsSink<'_> {
+    async fn send(&mut self, ch: u8, data: Bytes) -> Option<()> {
+        self.0
+            .send(Message::Binary(channel::frame(ch, &data)))
+            .await
+            .ok()
+    }
 }
 
 /// Runs the session to its end.
@@ -93,8 +120,8 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
     }
 
     let ending = tokio::select! {
-        o = output(&mut sink, session, &streams, &activity) => match o {
-            Some(outcome) => Ending { outcome, code: close_code::NORMAL, reason: String::new() },
+        o = async { output(&mut WsSink(&mut sink), session, &streams, &activity).await } => match o {
+            Some(outcome) => Ending { outcome, code: close_code::NORMAL, reason: String::new(), input_done: None },
             None => {
                 debug!(target = %streams.target, provider = %streams.provider, "exec client stopped reading; stopping the command");
                 input.abort();
@@ -102,12 +129,13 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
             }
         },
         end = &mut input => match end {
-            Ok(InputEnd::TooBig { size, limit }) => {
+            Ok(InputEnd::TooBig { size, limit, source }) => {
                 let message = format!("exec input message of {size} bytes exceeds the limit of {limit} bytes; session closed");
                 Ending {
                     outcome: Outcome::Refused { code: 413, message },
                     code: close_code::SIZE,
                     reason: format!("message over {limit} bytes"),
+                    input_done: Some(source),
                 }
             }
             Ok(InputEnd::Gone) | Err(_) => {
@@ -124,6 +152,7 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
                 },
                 code: close_code::NORMAL,
                 reason: "idle timeout".into(),
+                input_done: None,
             }
         }
     };
@@ -144,8 +173,26 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
             })))
             .await;
         // The input half ends when the client answers the close.
-        if tokio::time::timeout(CLOSE_WAIT, &mut input).await.is_err() {
-            input.abort();
+        match ending.input_done {
+            Some(mut source) => {
+                let _ = tokio::time::timeout(CLOSE_WAIT, async {
+                    loop {
+                        match source.next().await {
+                            Some(Ok(Message::Close(_))) => break,
+                            Some(Ok(_)) => {}
+                            // The oversized message left the reader in error: hold the socket
+                            // (unread) until the wait is over, so the close gets through.
+                            Some(Err(_)) | None => tokio::time::sleep(CLOSE_WAIT).await,
+                        }
+                    }
+                })
+                .await;
+            }
+            None => {
+                if tokio::time::timeout(CLOSE_WAIT, &mut input).await.is_err() {
+                    input.abort();
+                }
+            }
         }
     } else {
         input.abort();
@@ -192,7 +239,11 @@ async fn input(
             Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_)) => continue,
             Err(e) => {
                 return match too_big(e) {
-                    Some((size, limit)) => InputEnd::TooBig { size, limit },
+                    Some((size, limit)) => InputEnd::TooBig {
+                        size,
+                        limit,
+                        source,
+                    },
                     None => InputEnd::Gone,
                 };
             }
@@ -231,8 +282,11 @@ async fn input(
 
 /// Command to client: output until both streams end (or shortly after the exit), then the
 /// outcome. `None` when the client can no longer be written to.
-async fn output(
-    sink: &mut SplitSink<WebSocket, Message>,
+///
+/// Shared by both transports: `sink` carries one chunk to the client on its channel
+/// ([`channel::STDOUT`] or [`channel::STDERR`]).
+pub(super) async fn output(
+    sink: &mut impl OutputSink,
     session: ExecSession,
     streams: &Streams,
     activity: &Activity,
@@ -261,7 +315,7 @@ async fn output(
                         _ => streams.stderr,
                     };
                     if wanted && !bytes.is_empty() {
-                        sink.send(Message::Binary(channel::frame(ch, &bytes))).await.ok()?;
+                        sink.send(ch, bytes).await?;
                         activity.touch();
                     }
                 }

@@ -131,7 +131,20 @@ struct Cause {
 ///
 /// Exit codes outside 1-255 (which the client could not parse) are reported as 255.
 pub fn status(outcome: &Outcome) -> Bytes {
-    let s = match outcome {
+    // Serializing these plain structs cannot fail; an empty status would read as an error.
+    Bytes::from(serde_json::to_vec(&status_of(outcome)).unwrap_or_default())
+}
+
+/// What the kubelet writes on the error stream of the pre-v4 protocols (`v3.channel.k8s.io`
+/// and older, SPDY only): the status message as plain text on failure, nothing on success
+/// (`v1WriteStatusFunc` in the kubelet's `remotecommand/httpstream.go`).
+pub fn status_text(outcome: &Outcome) -> Option<String> {
+    let s = status_of(outcome);
+    (s.status != "Success").then(|| s.message.unwrap_or_default())
+}
+
+fn status_of(outcome: &Outcome) -> Status<'static> {
+    match outcome {
         Outcome::Exited(0) => Status {
             metadata: Empty {},
             status: "Success",
@@ -190,9 +203,7 @@ pub fn status(outcome: &Outcome) -> Bytes {
             details: None,
             code: Some(*code),
         },
-    };
-    // Serializing these plain structs cannot fail; an empty status would read as an error.
-    Bytes::from(serde_json::to_vec(&s).unwrap_or_default())
+    }
 }
 
 #[cfg(test)]

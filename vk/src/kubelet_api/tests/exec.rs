@@ -193,12 +193,24 @@ async fn exec_refusals_before_any_upgrade() {
         .header("X-Stream-Protocol-Version", "v4.channel.k8s.io")
         .body(Body::empty())
         .unwrap();
+    // Without a connection to take over (an in-process call), the upgrade cannot happen.
     let (status, body) = call(&s.app, req).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
-        body.starts_with("SPDY is not supported by this kubelet; use a WebSocket-capable client"),
+        body.starts_with("exec over SPDY needs an HTTP/1.1 connection upgrade"),
         "{body}"
     );
+    // No protocol in common: 403, as the kubelet's handshake answers.
+    let req = Request::post("/exec/ml/shell/main?command=ls&output=1")
+        .header(header::AUTHORIZATION, "Bearer admin")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header("X-Stream-Protocol-Version", "v9.channel.k8s.io")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(&s.app, req).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.contains("unable to negotiate protocol"), "{body}");
     // No upgrade at all.
     let (status, body) = call(&s.app, get("/exec/ml/shell/main?command=ls&output=1")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);

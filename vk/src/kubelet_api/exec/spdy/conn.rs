@@ -1,0 +1,361 @@
+//! One server-side SPDY/3.1 connection: a reader task turning the client's frames into
+//! [`Event`]s (answering SYN_STREAM with SYN_REPLY at once, and PING with PING), and a
+//! [`Writer`] that sends replies and data under SPDY/3.1 flow control.
+//!
+//! Flow control, both ways:
+//! - Receiving: each data frame the session has taken is granted back at once with
+//!   WINDOW_UPDATE for its stream and for the connection, so a peer that honours windows never
+//!   stalls. Client frames beyond the window are not refused: `moby/spdystream`, which every
+//!   Go client uses, never looks at windows.
+//! - Sending: a peer that does flow control shows it by sending WINDOW_UPDATE or SETTINGS;
+//!   from then on data waits for window (64 KiB initial per stream and per connection, or the
+//!   peer's `SETTINGS_INITIAL_WINDOW_SIZE`). A peer that never sent either is not held to it:
+//!   `moby/spdystream` announces SPDY/3.1 but never sends WINDOW_UPDATE (it ignores the frame
+//!   type, `connection.go`), so waiting for its window would stall every output over 64 KiB.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+use super::super::limits::Activity;
+use crate::kubelet_api::spdy::headers::{Deflater, Inflater};
+use crate::kubelet_api::spdy::{
+    Decoder, Frame, FrameError, INITIAL_WINDOW, SETTINGS_INITIAL_WINDOW_SIZE, encode, goaway,
+};
+
+/// What the client did.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// A new stream (already replied to), with its `streamtype` header.
+    Stream {
+        id: u32,
+        kind: String,
+    },
+    Data {
+        id: u32,
+        data: Bytes,
+        fin: bool,
+    },
+    Reset {
+        id: u32,
+    },
+    /// A frame over the size limit: the connection cannot go on.
+    TooBig {
+        size: usize,
+        limit: usize,
+    },
+    /// The client closed the connection, sent GOAWAY, or broke the protocol.
+    Gone,
+}
+
+#[derive(Default)]
+struct Flow {
+    /// The peer has shown it does flow control.
+    enforced: bool,
+    connection: i64,
+    initial: i64,
+    streams: HashMap<u32, i64>,
+}
+
+struct Out<W> {
+    w: W,
+    deflater: Deflater,
+    buf: BytesMut,
+}
+
+/// The sending half, shared by the reader task and the session.
+pub(super) struct Writer<W> {
+    out: tokio::sync::Mutex<Out<W>>,
+    flow: Mutex<Flow>,
+    window: Notify,
+}
+
+impl<W: AsyncWrite + Unpin + Send> Writer<W> {
+    pub(super) fn new(w: W) -> Result<Self, FrameError> {
+        Ok(Self {
+            out: tokio::sync::Mutex::new(Out {
+                w,
+                deflater: Deflater::new()?,
+                buf: BytesMut::new(),
+            }),
+            flow: Mutex::new(Flow {
+                enforced: false,
+                connection: i64::from(INITIAL_WINDOW),
+                initial: i64::from(INITIAL_WINDOW),
+                streams: HashMap::new(),
+            }),
+            window: Notify::new(),
+        })
+    }
+
+    async fn send(&self, frame: &Frame) -> Option<()> {
+        let mut out = self.out.lock().await;
+        let Out { w, buf, .. } = &mut *out;
+        buf.clear();
+        encode(frame, buf);
+        w.write_all(buf).await.ok()?;
+        w.flush().await.ok()
+    }
+
+    /// SYN_REPLY (no headers) for a client stream.
+    async fn reply(&self, id: u32) -> Option<()> {
+        let mut out = self.out.lock().await;
+        let Out { w, deflater, buf } = &mut *out;
+        let headers = Bytes::from(deflater.compress(&[]).ok()?);
+        buf.clear();
+        encode(
+            &Frame::SynReply {
+                stream_id: id,
+                fin: false,
+                headers,
+            },
+            buf,
+        );
+        w.write_all(buf).await.ok()?;
+        w.flush().await.ok()
+    }
+
+    /// Sends `data` on stream `id` (in as many frames as the peer's window asks for), with FIN
+    /// on the last one when `fin`. `None` when the connection is gone.
+    pub(super) async fn data(&self, id: u32, data: Bytes, fin: bool) -> Option<()> {
+        let mut rest = data;
+        loop {
+            let n = self.take_window(id, rest.len()).await;
+            let chunk = rest.split_to(n);
+            let last = rest.is_empty();
+            self.send(&Frame::Data {
+                stream_id: id,
+                fin: fin && last,
+                data: chunk,
+            })
+            .await?;
+            if last {
+                return Some(());
+            }
+        }
+    }
+
+    /// Waits for window to send up to `want` bytes on `id` (at least one, unless `want` is 0)
+    /// and takes it.
+    async fn take_window(&self, id: u32, want: usize) -> usize {
+        let want_i = i64::try_from(want).unwrap_or(i64::MAX);
+        loop {
+            let notified = self.window.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut f = self.flow.lock().unwrap_or_else(|p| p.into_inner());
+                if !f.enforced || want == 0 {
+                    return want;
+                }
+                let initial = f.initial;
+                let stream = *f.streams.entry(id).or_insert(initial);
+                let n = want_i.min(stream).min(f.connection);
+                if n > 0 {
+                    f.connection -= n;
+                    f.streams.insert(id, stream - n);
+                    return usize::try_from(n).unwrap_or(0);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    fn window_update(&self, id: u32, delta: u32) {
+        let mut f = self.flow.lock().unwrap_or_else(|p| p.into_inner());
+        f.enforced = true;
+        let initial = f.initial;
+        if id == 0 {
+            f.connection += i64::from(delta);
+        } else {
+            *f.streams.entry(id).or_insert(initial) += i64::from(delta);
+        }
+        drop(f);
+        self.window.notify_waiters();
+    }
+
+    fn initial_window(&self, value: u32) {
+        let mut f = self.flow.lock().unwrap_or_else(|p| p.into_inner());
+        f.enforced = true;
+        let delta = i64::from(value) - f.initial;
+        f.initial = i64::from(value);
+        for w in f.streams.values_mut() {
+            *w += delta;
+        }
+        drop(f);
+        self.window.notify_waiters();
+    }
+
+    /// Gives the client back `n` bytes of window on `id` and on the connection.
+    pub(super) async fn grant(&self, id: u32, n: usize) -> Option<()> {
+        let Ok(delta) = u32::try_from(n) else {
+            return Some(());
+        };
+        if delta == 0 {
+            return Some(());
+        }
+        self.send(&Frame::WindowUpdate {
+            stream_id: id,
+            delta,
+        })
+        .await?;
+        self.send(&Frame::WindowUpdate {
+            stream_id: 0,
+            delta,
+        })
+        .await
+    }
+
+    /// GOAWAY: no new streams; `last` is the last client stream seen.
+    pub(super) async fn go_away(&self, last: u32, status: u32) -> Option<()> {
+        self.send(&Frame::GoAway {
+            last_good_stream_id: last,
+            status,
+        })
+        .await
+    }
+
+    /// Closes the sending direction.
+    pub(super) async fn shutdown(&self) {
+        let mut out = self.out.lock().await;
+        let _ = out.w.shutdown().await;
+    }
+}
+
+/// Reads the client's frames until the connection ends, answering what the connection layer
+/// answers itself and passing the rest on as events. `max` bounds frames and decompressed
+/// header blocks.
+pub(super) async fn read<R, W>(
+    mut r: R,
+    writer: std::sync::Arc<Writer<W>>,
+    events: mpsc::Sender<Event>,
+    max: usize,
+    activity: Activity,
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let decoder = Decoder::new(max);
+    let mut inflater = Inflater::new(max);
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut last_stream = 0u32;
+    loop {
+        let frame = match decoder.decode(&mut buf) {
+            Ok(Some(f)) => f,
+            Ok(None) => match r.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    let _ = events.send(Event::Gone).await;
+                    return;
+                }
+                Ok(_) => continue,
+            },
+            Err(FrameError::TooLarge { length, limit }) => {
+                let _ = events
+                    .send(Event::TooBig {
+                        size: length,
+                        limit,
+                    })
+                    .await;
+                return;
+            }
+            Err(_) => {
+                let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
+                let _ = events.send(Event::Gone).await;
+                return;
+            }
+        };
+        let event = match frame {
+            Frame::SynStream {
+                stream_id, headers, ..
+            } => {
+                let Ok(headers) = inflater.decompress(&headers) else {
+                    let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
+                    let _ = events.send(Event::Gone).await;
+                    return;
+                };
+                last_stream = last_stream.max(stream_id);
+                if writer.reply(stream_id).await.is_none() {
+                    let _ = events.send(Event::Gone).await;
+                    return;
+                }
+                let kind = headers
+                    .into_iter()
+                    .find(|(k, _)| k == "streamtype")
+                    .map(|(_, v)| v)
+                    .unwrap_or_default();
+                Some(Event::Stream {
+                    id: stream_id,
+                    kind,
+                })
+            }
+            Frame::Data {
+                stream_id,
+                fin,
+                data,
+            } => {
+                if !data.is_empty() {
+                    activity.touch();
+                }
+                let n = data.len();
+                let sent = events
+                    .send(Event::Data {
+                        id: stream_id,
+                        data,
+                        fin,
+                    })
+                    .await;
+                if sent.is_err() || writer.grant(stream_id, n).await.is_none() {
+                    return;
+                }
+                None
+            }
+            Frame::RstStream { stream_id, .. } => Some(Event::Reset { id: stream_id }),
+            Frame::Ping { id } => {
+                // Echo the client's pings (odd ids); even ids would be answers to ours, and
+                // this side sends none.
+                if id % 2 == 1 && writer.send(&Frame::Ping { id }).await.is_none() {
+                    let _ = events.send(Event::Gone).await;
+                    return;
+                }
+                None
+            }
+            Frame::GoAway { .. } => Some(Event::Gone),
+            Frame::WindowUpdate { stream_id, delta } => {
+                writer.window_update(stream_id, delta);
+                None
+            }
+            Frame::Settings { entries, .. } => {
+                for e in entries {
+                    if e.id == SETTINGS_INITIAL_WINDOW_SIZE {
+                        writer.initial_window(e.value);
+                    }
+                }
+                None
+            }
+            // Header blocks after SYN_STREAM must still go through the decompressor, or the
+            // next block would not decode.
+            Frame::Headers { headers, .. } => {
+                if inflater.decompress(&headers).is_err() {
+                    let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
+                    let _ = events.send(Event::Gone).await;
+                    return;
+                }
+                None
+            }
+            Frame::SynReply { headers, .. } => {
+                let _ = inflater.decompress(&headers);
+                None
+            }
+            Frame::Unknown { .. } => None,
+        };
+        if let Some(e) = event {
+            let gone = matches!(e, Event::Gone);
+            if events.send(e).await.is_err() || gone {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! A SPDY exec session against a hand-written client speaking as client-go does: streams by
+//! `streamtype`, stdin ended by FIN, the status on the error stream; with a client that never
+//! grants window (as `moby/spdystream`) and with one that does flow control.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+
+use super::*;
+use crate::kubelet_api::exec::SessionLimits;
+use crate::kubelet_api::spdy::headers::{Deflater, Inflater};
+use crate::kubelet_api::spdy::{Decoder, Frame, Setting, encode};
+
+const BIG: usize = 200 * 1024;
+
+/// Echoes stdin to stdout until its end, then `BIG` bytes of `x`, `err` on stderr, exit 3.
+fn session() -> ExecSession {
+    let (stdin_w, mut stdin_r) = tokio::io::duplex(1024);
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+    let (err_tx, err_rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<i32>();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdin_r.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let _ = out_tx.send(Bytes::copy_from_slice(&buf[..n])).await;
+        }
+        for _ in 0..BIG / 8192 {
+            let _ = out_tx.send(Bytes::from(vec![b'x'; 8192])).await;
+        }
+        let _ = err_tx.send(Bytes::from_static(b"err\n")).await;
+        drop((out_tx, err_tx));
+        let _ = exit_tx.send(3);
+    });
+    let rx = |r: tokio::sync::mpsc::Receiver<Bytes>| -> crate::provider::LogStream {
+        Box::pin(futures::stream::unfold(r, |mut r| async move {
+            r.recv().await.map(|b| (Ok(b), r))
+        }))
+    };
+    ExecSession {
+        stdin: Some(Box::pin(stdin_w)),
+        stdout: rx(out_rx),
+        stderr: Some(rx(err_rx)),
+        resize: None,
+        exit: Box::pin(async move {
+            exit_rx
+                .await
+                .map_err(|_| crate::provider::ProviderError::transient("gone"))
+        }),
+    }
+}
+
+fn setup(protocol: &'static str) -> Setup {
+    Setup {
+        protocol,
+        stdin: true,
+        tty: false,
+        streams: Streams {
+            stdout: true,
+            stderr: true,
+            close_signal: false,
+            target: "ns/pod/main".into(),
+            provider: "fake".into(),
+            limits: SessionLimits::default(),
+        },
+    }
+}
+
+struct Client {
+    r: ReadHalf<DuplexStream>,
+    w: WriteHalf<DuplexStream>,
+    buf: BytesMut,
+    deflater: Deflater,
+    inflater: Inflater,
+}
+
+impl Client {
+    fn new(io: DuplexStream) -> Self {
+        let (r, w) = tokio::io::split(io);
+        Self {
+            r,
+            w,
+            buf: BytesMut::new(),
+            deflater: Deflater::new().unwrap(),
+            inflater: Inflater::new(1 << 20),
+        }
+    }
+
+    async fn send(&mut self, f: Frame) {
+        let mut b = BytesMut::new();
+        encode(&f, &mut b);
+        self.w.write_all(&b).await.unwrap();
+    }
+
+    async fn open(&mut self, id: u32, kind: &str) {
+        let headers = self
+            .deflater
+            .compress(&[("streamtype".into(), kind.into())])
+            .unwrap();
+        self.send(Frame::SynStream {
+            stream_id: id,
+            associated_to: 0,
+            priority: 0,
+            fin: false,
+            unidirectional: false,
+            headers: headers.into(),
+        })
+        .await;
+    }
+
+    async fn next(&mut self) -> Option<Frame> {
+        let d = Decoder::new(1 << 24);
+        loop {
+            if let Some(f) = d.decode(&mut self.buf).unwrap() {
+                return Some(f);
+            }
+            let n = tokio::time::timeout(Duration::from_secs(10), self.r.read_buf(&mut self.buf))
+                .await
+                .expect("the server answers")
+                .unwrap();
+            if n == 0 {
+                return None;
+            }
+        }
+    }
+}
+
+/// What the client saw until GOAWAY.
+#[derive(Default, Debug)]
+struct Seen {
+    replies: Vec<u32>,
+    data: std::collections::HashMap<u32, Vec<u8>>,
+    fins: Vec<u32>,
+    window_updates: Vec<(u32, u32)>,
+}
+
+async fn exchange(c: &mut Client, mut on_frame: impl FnMut(&Frame, &Seen) -> Vec<Frame>) -> Seen {
+    let mut seen = Seen::default();
+    while let Some(f) = c.next().await {
+        for reply in on_frame(&f, &seen) {
+            c.send(reply).await;
+        }
+        match f {
+            Frame::SynReply {
+                stream_id, headers, ..
+            } => {
+                assert_eq!(c.inflater.decompress(&headers).unwrap(), vec![]);
+                seen.replies.push(stream_id);
+            }
+            Frame::Data {
+                stream_id,
+                fin,
+                data,
+            } => {
+                seen.data
+                    .entry(stream_id)
+                    .or_default()
+                    .extend_from_slice(&data);
+                if fin {
+                    seen.fins.push(stream_id);
+                }
+            }
+            Frame::WindowUpdate { stream_id, delta } => {
+                seen.window_updates.push((stream_id, delta))
+            }
+            Frame::GoAway { .. } => break,
+            _ => {}
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn v4_session_with_a_client_that_never_grants_window() {
+    let (server, client) = tokio::io::duplex(64 * 1024);
+    let task = tokio::spawn(run(server, setup(V4), Ok(session())));
+    let mut c = Client::new(client);
+    c.open(1, "error").await;
+    c.open(3, "stdin").await;
+    c.open(5, "stdout").await;
+    c.open(7, "stderr").await;
+    // A ping is answered in kind.
+    c.send(Frame::Ping { id: 1 }).await;
+    c.send(Frame::Data {
+        stream_id: 3,
+        fin: true,
+        data: Bytes::from_static(b"hello\n"),
+    })
+    .await;
+    let mut pinged = false;
+    let seen = exchange(&mut c, |f, _| {
+        if matches!(f, Frame::Ping { id: 1 }) {
+            pinged = true;
+        }
+        vec![]
+    })
+    .await;
+    assert!(pinged);
+    assert_eq!(seen.replies, [1, 3, 5, 7]);
+    let out = &seen.data[&5];
+    assert_eq!(out.len(), 6 + BIG, "all output, past the 64 KiB window");
+    assert!(out.starts_with(b"hello\nxxx"));
+    assert_eq!(seen.data[&7], b"err\n");
+    let status: serde_json::Value = serde_json::from_slice(&seen.data[&1]).unwrap();
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0]["message"], "3");
+    for id in [1, 5, 7] {
+        assert!(seen.fins.contains(&id), "{id} {:?}", seen.fins);
+    }
+    // Stdin consumed is granted back, per stream and for the connection.
+    assert!(
+        seen.window_updates.contains(&(3, 6)),
+        "{:?}",
+        seen.window_updates
+    );
+    assert!(
+        seen.window_updates.contains(&(0, 6)),
+        "{:?}",
+        seen.window_updates
+    );
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_flow_controlling_client_gets_no_more_than_its_window() {
+    let (server, client) = tokio::io::duplex(64 * 1024);
+    let task = tokio::spawn(run(server, setup(V4), Ok(session())));
+    let mut c = Client::new(client);
+    c.send(Frame::Settings {
+        clear: false,
+        entries: vec![Setting {
+            flags: 0,
+            id: crate::kubelet_api::spdy::SETTINGS_INITIAL_WINDOW_SIZE,
+            value: 1000,
+        }],
+    })
+    .await;
+    c.open(1, "error").await;
+    c.open(3, "stdin").await;
+    c.open(5, "stdout").await;
+    c.open(7, "stderr").await;
+    c.send(Frame::Data {
+        stream_id: 3,
+        fin: true,
+        data: Bytes::new(),
+    })
+    .await;
+    // Grant only after 1000 bytes of stdout arrived, checking none came beyond the window.
+    let mut granted = 0usize;
+    let mut received = 0usize;
+    let seen = exchange(&mut c, |f, _| {
+        if let Frame::Data {
+            stream_id: 5, data, ..
+        } = f
+        {
+            received += data.len();
+            assert!(received <= 1000 + granted, "{received} over the window");
+            if received == 1000 + granted {
+                granted += 50_000;
+                return vec![
+                    Frame::WindowUpdate {
+                        stream_id: 5,
+                        delta: 50_000,
+                    },
+                    Frame::WindowUpdate {
+                        stream_id: 0,
+                        delta: 50_000,
+                    },
+                ];
+            }
+        }
+        vec![]
+    })
+    .await;
+    assert_eq!(seen.data[&5].len(), BIG);
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn older_protocols_write_the_failure_as_text_and_refusals_go_inside() {
+    let (server, client) = tokio::io::duplex(64 * 1024);
+    let refused = Outcome::Refused {
+        code: 400,
+        message: "container \"main\" is not running".into(),
+    };
+    let mut s = setup(V2);
+    s.stdin = false;
+    let task = tokio::spawn(run(server, s, Err(refused)));
+    let mut c = Client::new(client);
+    c.open(1, "error").await;
+    c.open(3, "stdout").await;
+    c.open(5, "stderr").await;
+    let seen = exchange(&mut c, |_, _| vec![]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&seen.data[&1]),
+        "container \"main\" is not running"
+    );
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[test]
+fn negotiation_follows_the_clients_order() {
+    use axum::http::HeaderValue;
+    let mut h = HeaderMap::new();
+    assert_eq!(negotiate(&h).unwrap_err().status.as_u16(), 400);
+    h.insert(
+        PROTOCOL_HEADER,
+        HeaderValue::from_static("v5.channel.k8s.io, v4.channel.k8s.io, v3.channel.k8s.io"),
+    );
+    assert_eq!(negotiate(&h).unwrap(), V4);
+    h.insert(
+        PROTOCOL_HEADER,
+        HeaderValue::from_static("v2.channel.k8s.io"),
+    );
+    h.append(PROTOCOL_HEADER, HeaderValue::from_static("channel.k8s.io"));
+    assert_eq!(negotiate(&h).unwrap(), V2);
+    h.insert(
+        PROTOCOL_HEADER,
+        HeaderValue::from_static("v9.channel.k8s.io"),
+    );
+    assert_eq!(negotiate(&h).unwrap_err().status.as_u16(), 403);
+}
+
+#[test]
+fn resize_objects_may_span_frames() {
+    let mut buf = br#"{"Width":80,"Height":24}{"Wid"#.to_vec();
+    let s = take_sizes(&mut buf, 1024);
+    assert_eq!(
+        s,
+        [TerminalSize {
+            width: 80,
+            height: 24
+        }]
+    );
+    buf.extend_from_slice(br#"th":100,"Height":30}"#);
+    assert_eq!(
+        take_sizes(&mut buf, 1024),
+        [TerminalSize {
+            width: 100,
+            height: 30
+        }]
+    );
+    assert!(buf.is_empty());
+}
