@@ -337,6 +337,25 @@ pub(crate) fn find_container(
             "container \"{container}\" not found in pod \"{namespace}/{pod}\""
         )));
     }
+    // The provider runs one container; the others were left out or run inside it.
+    if crate::pods::spec::omitted(&p).contains(&container) {
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" of pod \"{namespace}/{pod}\" is not run: it is left out \
+             by gpu-vk.io/omit-containers"
+        )));
+    }
+    if let Some(main) = crate::pods::spec::main_container(&p)
+        && main.name != container
+        && crate::pods::spec::run_init_containers(&p)
+            .iter()
+            .any(|c| c.name == container)
+    {
+        return Err(ApiError::bad_request(format!(
+            "init container \"{container}\" of pod \"{namespace}/{pod}\" runs before the main \
+             command in the workload of container \"{}\": its output is that container's",
+            main.name
+        )));
+    }
     Ok(p)
 }
 

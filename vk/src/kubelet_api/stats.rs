@@ -181,9 +181,9 @@ pub fn running_containers(host: &dyn Host) -> (Vec<ContainerUsage>, HashSet<Stri
     (out, live)
 }
 
-/// The container a provider runs for a pod (pods on this node have exactly one).
+/// The container a provider runs for a pod (pods on this node run exactly one).
 fn main_container(pod: &Pod) -> Option<String> {
-    Some(pod.spec.as_ref()?.containers.first()?.name.clone())
+    Some(crate::pods::spec::main_container(pod)?.name.clone())
 }
 
 /// Builds the snapshot both endpoints render, advancing the node CPU ledger.

@@ -260,6 +260,48 @@ fn pod(ns: &str, name: &str, uid: &str) -> Arc<Pod> {
     )
 }
 
+/// `ml/chart`: container `main` runs; `metrics` is left out; init container `fetch` runs
+/// before `main`'s command (no workload yet).
+fn chart_pod() -> Arc<Pod> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "ml", "name": "chart", "uid": "0b1c2d3e-0000-4000-8000-000000000005",
+                "annotations": {"gpu-vk.io/omit-containers": "metrics"}},
+            "spec": {
+                "containers": [{"name": "metrics", "image": "exporter"},
+                               {"name": "main", "image": "busybox", "command": ["serve"]}],
+                "initContainers": [{"name": "fetch", "image": "busybox", "command": ["fetch"]}],
+            },
+        }))
+        .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn logs_of_a_container_left_out_or_run_inside_the_main_one_say_so() {
+    let app = setup(false).app;
+    let (status, body) = call(&app, get("/containerLogs/ml/chart/metrics")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("left out by gpu-vk.io/omit-containers"),
+        "{body}"
+    );
+    let (status, body) = call(&app, get("/containerLogs/ml/chart/fetch")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("in the workload of container \"main\""),
+        "{body}"
+    );
+    let (status, body) = call(&app, get("/containerLogs/ml/chart/nosuch")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // The container that runs gets past these checks (to "no workload yet").
+    let (status, body) = call(&app, get("/containerLogs/ml/chart/main")).await;
+    assert!(
+        !body.contains("left out") && !body.contains("not found"),
+        "{status} {body}"
+    );
+}
+
 fn observed(uid: &str, usage: Option<Usage>) -> Observed {
     let owner = Owner::new("c", "vk-node");
     Observed {
@@ -313,6 +355,7 @@ fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
             pod("ml", "quiet", uid_quiet),
             pod("ml", "pending", "0b1c2d3e-0000-4000-8000-000000000003"),
             pod("ml", "shell", uid_shell),
+            chart_pod(),
         ],
         workloads: HashMap::from([
             (

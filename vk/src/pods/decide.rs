@@ -450,9 +450,15 @@ pub fn assigned(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The status of the pod's (one) container.
+/// The status of the container the provider runs.
 pub fn current_container(pod: &Pod) -> Option<&ContainerStatus> {
-    pod.status.as_ref()?.container_statuses.as_ref()?.first()
+    let name = &crate::pods::spec::main_container(pod)?.name;
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == *name)
 }
 
 /// Container restarts recorded on the pod.

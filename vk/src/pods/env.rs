@@ -115,10 +115,11 @@ impl Source for KubeSource {
     }
 }
 
-/// Resolves the env of the pod's first (only) container.
+/// Resolves the env of the pod's main container (the one its provider runs; its init
+/// containers run in the same environment).
 pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Resolved, Error> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
+    let Some(c) = crate::pods::spec::main_container(pod) else {
         return Ok(Resolved::default());
     };
     let mut out: Vec<EnvVar> = Vec::new();

@@ -16,7 +16,7 @@ use crate::config::SecretEnv;
 
 /// The Secrets the pod's environment reads, sorted, each once.
 pub fn referenced(pod: &Pod) -> Vec<String> {
-    let Some(c) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
+    let Some(c) = crate::pods::spec::main_container(pod) else {
         return Vec::new();
     };
     let from_env = c

@@ -22,6 +22,9 @@ pub const ANN_DISPATCH_POLICY: &str = "gpu-vk.io/dispatch-policy";
 pub const ANN_START_DEADLINE: &str = "gpu-vk.io/start-deadline-seconds";
 /// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
 pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
+/// Containers and native sidecars the provider leaves out, comma-separated (`metrics,logs`):
+/// a provider runs one container, and a chart's exporter or log shipper need not come along.
+pub const ANN_OMIT_CONTAINERS: &str = "gpu-vk.io/omit-containers";
 /// The resource name of GPUs.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
@@ -76,17 +79,7 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         .spec
         .as_ref()
         .ok_or_else(|| SpecError("pod has no spec".into()))?;
-    if spec.containers.len() != 1 {
-        return Err(SpecError(format!(
-            "pods with {} containers are not supported: a provider runs exactly one container",
-            spec.containers.len()
-        )));
-    }
-    if spec.init_containers.as_ref().is_some_and(|v| !v.is_empty()) {
-        return Err(SpecError(
-            "init containers are not supported by GPU providers".into(),
-        ));
-    }
+    let c = run_containers(pod)?;
     if spec.host_network == Some(true) || spec.host_pid == Some(true) || spec.host_ipc == Some(true)
     {
         return Err(SpecError(
@@ -104,7 +97,6 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
             )));
         }
     }
-    let c = &spec.containers[0];
     if c.security_context.as_ref().and_then(|s| s.privileged) == Some(true) {
         return Err(SpecError(format!(
             "container {:?}: privileged containers are not supported",
@@ -132,7 +124,7 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
                 }
                 pinned_provider = Some(v.clone());
             }
-            ANN_ASSIGNED | ANN_DISPATCH => {}
+            ANN_ASSIGNED | ANN_DISPATCH | ANN_OMIT_CONTAINERS => {}
             ANN_GPU_TYPE => {
                 let set: Vec<&str> = v.split(',').collect();
                 if set
@@ -172,7 +164,8 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
                 None => {
                     let known: Vec<_> = OPTIONS.iter().map(|(n, _)| *n).collect();
                     return Err(SpecError(format!(
-                        "unknown annotation {k} (known: provider, gpu-type, dispatch-policy, {})",
+                        "unknown annotation {k} (known: provider, gpu-type, dispatch-policy, \
+                         omit-containers, {})",
                         known.join(", ")
                     )));
                 }
@@ -215,6 +208,175 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         memory_bytes,
         options,
     })
+}
+
+/// The names in [`ANN_OMIT_CONTAINERS`], as written (empty entries dropped).
+pub fn omitted(pod: &Pod) -> Vec<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_OMIT_CONTAINERS))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The container the provider runs: the first of `spec.containers` not left out by
+/// [`ANN_OMIT_CONTAINERS`] (validated by [`request`] to be the only one).
+pub fn main_container(pod: &Pod) -> Option<&Container> {
+    let omitted = omitted(pod);
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| !omitted.contains(&c.name.as_str()))
+}
+
+/// True for an init container that is a native sidecar (`restartPolicy: Always`).
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// The init containers run before the main command (native sidecars excluded).
+pub fn run_init_containers(pod: &Pod) -> Vec<&Container> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .map(|v| v.iter().filter(|c| !is_sidecar(c)).collect())
+        .unwrap_or_default()
+}
+
+/// Checks the containers against what a provider can run: one container (the others, and
+/// native sidecars, listed in [`ANN_OMIT_CONTAINERS`]), and init containers only where they
+/// can run before the main command in the same workload (same image, own command, the main
+/// container's environment). Returns the main container.
+fn run_containers(pod: &Pod) -> Result<&Container, SpecError> {
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| SpecError("pod has no spec".into()))?;
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    let omitted = omitted(pod);
+    for name in &omitted {
+        let container = spec.containers.iter().any(|c| c.name == *name);
+        let sidecar = inits.iter().any(|c| c.name == *name && is_sidecar(c));
+        if !container && !sidecar {
+            return Err(SpecError(format!(
+                "annotation {ANN_OMIT_CONTAINERS} names {name:?}, which is not a container or \
+                 a sidecar (init container with restartPolicy Always) of this pod"
+            )));
+        }
+    }
+    let run: Vec<&Container> = spec
+        .containers
+        .iter()
+        .filter(|c| !omitted.contains(&c.name.as_str()))
+        .collect();
+    let main = match run.as_slice() {
+        [] => {
+            return Err(SpecError(format!(
+                "annotation {ANN_OMIT_CONTAINERS} leaves out every container: nothing would run"
+            )));
+        }
+        [main] => *main,
+        more => {
+            let names: Vec<String> = more.iter().map(|c| format!("{:?}", c.name)).collect();
+            return Err(SpecError(format!(
+                "pods with {} containers to run ({}) are not supported: a provider runs exactly \
+                 one container; list the sidecars to leave out in {ANN_OMIT_CONTAINERS}",
+                more.len(),
+                names.join(", ")
+            )));
+        }
+    };
+    for c in inits {
+        if is_sidecar(c) {
+            if !omitted.contains(&c.name.as_str()) {
+                return Err(SpecError(format!(
+                    "init container {:?} is a sidecar (restartPolicy Always): a provider runs \
+                     exactly one container; list it in {ANN_OMIT_CONTAINERS} to leave it out",
+                    c.name
+                )));
+            }
+            continue;
+        }
+        if c.image != main.image {
+            return Err(SpecError(format!(
+                "init container {:?} uses image {:?}, not the image of container {:?} ({:?}): \
+                 init containers run before the main command, in the same workload, only with \
+                 the same image",
+                c.name,
+                c.image.as_deref().unwrap_or_default(),
+                main.name,
+                main.image.as_deref().unwrap_or_default()
+            )));
+        }
+        if c.command.as_ref().is_none_or(Vec::is_empty) {
+            return Err(SpecError(format!(
+                "init container {:?} has no command: it runs before the main command in one \
+                 shell, so its command must be given (the image's entrypoint is not known here)",
+                c.name
+            )));
+        }
+        if c.env.as_ref().is_some_and(|e| !e.is_empty()) && c.env != main.env
+            || c.env_from.as_ref().is_some_and(|e| !e.is_empty()) && c.env_from != main.env_from
+        {
+            return Err(SpecError(format!(
+                "init container {:?} sets an environment of its own: it runs in the environment \
+                 of container {:?}; give it none or the same",
+                c.name, main.name
+            )));
+        }
+        if c.security_context.as_ref().and_then(|s| s.privileged) == Some(true) {
+            return Err(SpecError(format!(
+                "init container {:?}: privileged containers are not supported",
+                c.name
+            )));
+        }
+    }
+    if !run_init_containers(pod).is_empty() && main.command.as_ref().is_none_or(Vec::is_empty) {
+        return Err(SpecError(format!(
+            "container {:?} has no command: with init containers, they and then the main \
+             command run in one shell, so its command must be given (the image's entrypoint is \
+             not known here)",
+            main.name
+        )));
+    }
+    Ok(main)
+}
+
+/// Quotes `word` for a POSIX shell.
+fn sh_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// The command running the init containers in order (each in its working directory, the
+/// first failure ending the workload with its exit code) and then the main command.
+fn with_init_containers(inits: &[&Container], main: &Container) -> Vec<String> {
+    let line = |c: &Container| {
+        let words: Vec<String> = c
+            .command
+            .iter()
+            .flatten()
+            .chain(c.args.iter().flatten())
+            .map(|w| sh_quote(w))
+            .collect();
+        words.join(" ")
+    };
+    let mut script = String::from("set -e\n");
+    for c in inits {
+        script.push_str(&format!("# init container {}\n", c.name.replace('\n', " ")));
+        match &c.working_dir {
+            Some(dir) => script.push_str(&format!("(cd {} && {})\n", sh_quote(dir), line(c))),
+            None => script.push_str(&format!("{}\n", line(c))),
+        }
+    }
+    script.push_str(&format!("exec {}\n", line(main)));
+    vec!["/bin/sh".into(), "-c".into(), script]
 }
 
 fn volume_kind(v: &k8s_openapi::api::core::v1::Volume) -> &'static str {
@@ -283,19 +445,24 @@ pub fn workload(
     id: crate::naming::WorkloadId,
     env: Vec<crate::provider::EnvVar>,
 ) -> Workload {
-    let c: Container = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first().cloned())
-        .unwrap_or_default();
+    let c: Container = main_container(pod).cloned().unwrap_or_default();
+    let inits = run_init_containers(pod);
+    let (command, args) = if inits.is_empty() {
+        (
+            c.command.clone().unwrap_or_default(),
+            c.args.clone().unwrap_or_default(),
+        )
+    } else {
+        (with_init_containers(&inits, &c), Vec::new())
+    };
     Workload {
         id,
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         pod_name: pod.metadata.name.clone().unwrap_or_default(),
         container_name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command,
+        args,
         working_dir: c.working_dir.clone(),
         env,
         gpu: req.gpu.clone(),
@@ -394,6 +561,174 @@ mod tests {
         let c2 = p.spec.as_ref().unwrap().containers[0].clone();
         p.spec.as_mut().unwrap().containers.push(c2);
         assert!(request(&p).unwrap_err().0.contains("2 containers"));
+    }
+
+    /// A pod whose main container runs `serve --port 8080` in image `img`, with `extra`
+    /// containers and `inits` init containers added as given.
+    fn multi(extra: &[Container], inits: &[Container], omit: Option<&str>) -> Pod {
+        let ann: Vec<(&str, &str)> = omit.map(|o| (ANN_OMIT_CONTAINERS, o)).into_iter().collect();
+        let mut p = pod_with(&ann, Some("1"));
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers[0].image = Some("img".into());
+        spec.containers[0].command = Some(vec!["serve".into()]);
+        spec.containers[0].args = Some(vec!["--port".into(), "8080".into()]);
+        spec.containers.extend(extra.iter().cloned());
+        if !inits.is_empty() {
+            spec.init_containers = Some(inits.to_vec());
+        }
+        p
+    }
+
+    fn container(name: &str, image: &str, command: &[&str]) -> Container {
+        Container {
+            name: name.into(),
+            image: Some(image.into()),
+            command: (!command.is_empty())
+                .then(|| command.iter().map(|c| (*c).to_owned()).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn sidecar(name: &str) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..container(name, "exporter", &["export"])
+        }
+    }
+
+    #[test]
+    fn a_sidecar_listed_in_omit_containers_is_left_out_and_the_main_container_runs() {
+        let exporter = container("metrics", "exporter", &[]);
+        let p = multi(
+            std::slice::from_ref(&exporter),
+            &[sidecar("logs")],
+            Some("metrics, logs"),
+        );
+        request(&p).unwrap();
+        assert_eq!(main_container(&p).unwrap().name, "main");
+        assert_eq!(omitted(&p), ["metrics", "logs"]);
+        // The main container need not be the first.
+        let mut p = multi(&[], &[], Some("metrics"));
+        p.spec.as_mut().unwrap().containers.insert(0, exporter);
+        let w = workload(
+            &p,
+            &request(&p).unwrap(),
+            crate::test_support::workload_id(),
+            vec![],
+        );
+        assert_eq!(
+            (w.container_name.as_str(), w.image.as_str()),
+            ("main", "img")
+        );
+        assert_eq!(w.command, ["serve"]);
+        assert_eq!(w.args, ["--port", "8080"]);
+    }
+
+    #[test]
+    fn containers_a_provider_cannot_run_fail_naming_the_container_and_the_way_out() {
+        let exporter = container("metrics", "exporter", &[]);
+        let cases: Vec<(Pod, Vec<&str>)> = vec![
+            (
+                multi(std::slice::from_ref(&exporter), &[], None),
+                vec![
+                    "2 containers to run",
+                    r#""main", "metrics""#,
+                    ANN_OMIT_CONTAINERS,
+                ],
+            ),
+            (
+                multi(&[], &[sidecar("logs")], None),
+                vec![r#"init container "logs" is a sidecar"#, ANN_OMIT_CONTAINERS],
+            ),
+            (
+                multi(&[], &[], Some("nosuch")),
+                vec![r#""nosuch""#, "not a container"],
+            ),
+            (
+                multi(&[], &[], Some("main")),
+                vec!["leaves out every container"],
+            ),
+            (
+                multi(
+                    &[],
+                    &[container("fetch", "curl", &["curl", "-O", "x"])],
+                    None,
+                ),
+                vec![r#"init container "fetch" uses image "curl""#, r#""img""#],
+            ),
+            (
+                multi(&[], &[container("fetch", "img", &[])], None),
+                vec![r#"init container "fetch" has no command"#],
+            ),
+            // A regular init container cannot be left out: the main command may need it.
+            (
+                multi(&[], &[container("fetch", "img", &["fetch"])], Some("fetch")),
+                vec![r#""fetch", which is not a container or a sidecar"#],
+            ),
+        ];
+        for (p, needles) in cases {
+            let err = request(&p).unwrap_err().0;
+            for n in needles {
+                assert!(err.contains(n), "{err:?} lacks {n:?}");
+            }
+        }
+        // With init containers the main command must be known.
+        let mut p = multi(&[], &[container("fetch", "img", &["fetch"])], None);
+        p.spec.as_mut().unwrap().containers[0].command = None;
+        let err = request(&p).unwrap_err().0;
+        assert!(err.contains(r#"container "main" has no command"#), "{err}");
+        // An init container with an environment of its own.
+        let mut init = container("fetch", "img", &["fetch"]);
+        init.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "TOKEN".into(),
+            value: Some("x".into()),
+            ..Default::default()
+        }]);
+        let err = request(&multi(&[], &[init], None)).unwrap_err().0;
+        assert!(
+            err.contains(r#"init container "fetch" sets an environment of its own"#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn init_containers_of_the_main_image_run_in_order_before_the_main_command() {
+        let mut second = container("warm", "img", &["printf", "%s|%s\\n"]);
+        second.args = Some(vec!["it's warm".into()]);
+        second.working_dir = Some("/".into());
+        let first = container("fetch", "img", &["echo", "fetched", "$HOME"]);
+        let p = multi(&[], &[first, second], None);
+        let w = workload(
+            &p,
+            &request(&p).unwrap(),
+            crate::test_support::workload_id(),
+            vec![],
+        );
+        assert_eq!(w.command[..2], ["/bin/sh", "-c"]);
+        assert!(w.args.is_empty());
+        assert_eq!(
+            w.command[2],
+            "set -e\n# init container fetch\n'echo' 'fetched' '$HOME'\n# init container warm\n\
+             (cd '/' && 'printf' '%s|%s\\n' 'it'\\''s warm')\nexec 'serve' '--port' '8080'\n"
+        );
+        // The script runs as a shell runs it: in order, words intact, nothing expanded.
+        let script = w.command[2].replace("exec 'serve'", "exec 'echo' 'serve'");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "fetched $HOME\nit's warm|\nserve --port 8080\n"
+        );
+        // The first failure ends the workload with its exit code; the main command never runs.
+        let failing = w.command[2].replace("'echo' 'fetched' '$HOME'", "exit 3");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &failing])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert!(out.stdout.is_empty());
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub mod reason {
     pub const CREATING: &str = "ContainerCreating";
     pub const CRASH_LOOP: &str = "CrashLoopBackOff";
     pub const STATE_UNKNOWN: &str = "ProviderStateUnknown";
+    /// A container or sidecar left out by `gpu-vk.io/omit-containers`.
+    pub const NOT_RUN_ON_PROVIDER: &str = "NotRunOnProvider";
+    /// An init container before its workload runs.
+    pub const POD_INITIALIZING: &str = "PodInitializing";
 }
 
 /// What is true about the pod's workload, as decided by the framework.
@@ -70,13 +74,13 @@ pub struct Context<'a> {
 /// Translates a situation into the pod's status, keeping fields the VK does not own.
 pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> PodStatus {
     let old = pod.status.clone().unwrap_or_default();
-    let container = pod.spec.as_ref().and_then(|s| s.containers.first());
+    let container = crate::pods::spec::main_container(pod);
     let container_name = container.map(|c| c.name.clone()).unwrap_or_default();
     let image = container.and_then(|c| c.image.clone()).unwrap_or_default();
     let old_cs = old
         .container_statuses
         .as_ref()
-        .and_then(|v| v.first())
+        .and_then(|v| v.iter().find(|c| c.name == container_name))
         .cloned();
 
     let now = Time(cx.now);
@@ -260,14 +264,29 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
     st.pod_ip = pod_ip.clone();
     st.pod_ips = pod_ip.map(|ip| vec![PodIP { ip }]);
     st.start_time = old.start_time.clone().or_else(|| Some(now.clone()));
-    st.container_statuses = Some(vec![cs]);
-
-    let initialized = true;
+    // The main container has run (or runs) once it is running or has ended: so have the init
+    // containers, which run before its command in the same workload.
+    let initialized = cs
+        .state
+        .as_ref()
+        .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        || cs
+            .last_state
+            .as_ref()
+            .is_some_and(|s| s.terminated.is_some());
+    let (statuses, init_statuses) = others(pod, cs, initialized, cx.provider);
+    st.container_statuses = Some(statuses);
+    st.init_container_statuses = init_statuses;
+    let initialized = initialized || crate::pods::spec::run_init_containers(pod).is_empty();
     let containers_ready = ready;
     let not_ready_reason = (!ready).then_some(ready_reason);
     let conds = vec![
         condition("PodReadyToStartContainers", true, None),
-        condition("Initialized", initialized, None),
+        condition(
+            "Initialized",
+            initialized,
+            (!initialized).then_some("ContainersNotInitialized"),
+        ),
         condition("Ready", ready, not_ready_reason),
         condition("ContainersReady", containers_ready, not_ready_reason),
         condition("PodScheduled", true, None),
@@ -278,6 +297,94 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
         &now,
     ));
     st
+}
+
+/// The statuses of every container of the pod, `main` (the one the provider runs) among them in
+/// spec order, and of its init containers: those left out (`gpu-vk.io/omit-containers`) say so,
+/// init containers wait until the workload runs and are done once it has (they run before
+/// the main command in the same workload; their own progress is not observed).
+fn others(
+    pod: &Pod,
+    main: ContainerStatus,
+    initialized: bool,
+    provider: &str,
+) -> (Vec<ContainerStatus>, Option<Vec<ContainerStatus>>) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return (vec![main], None);
+    };
+    let left_out = |c: &k8s_openapi::api::core::v1::Container| ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        started: Some(false),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some(reason::NOT_RUN_ON_PROVIDER.into()),
+                message: Some(format!(
+                    "not run: left out on provider {provider} by gpu-vk.io/omit-containers (a \
+                     provider runs one container)"
+                )),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut main = Some(main);
+    let statuses = spec
+        .containers
+        .iter()
+        .filter_map(|c| {
+            if main.as_ref().is_some_and(|m| m.name == c.name) {
+                main.take()
+            } else {
+                Some(left_out(c))
+            }
+        })
+        .collect();
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    if inits.is_empty() {
+        return (statuses, None);
+    }
+    let init_statuses = inits
+        .iter()
+        .map(|c| {
+            if crate::pods::spec::is_sidecar(c) {
+                return left_out(c);
+            }
+            let state = if initialized {
+                ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 0,
+                        reason: Some("Completed".into()),
+                        message: Some(format!(
+                            "run by provider {provider} before the main command, in the same \
+                             workload (a failure ends the workload with its exit code)"
+                        )),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+            } else {
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(reason::POD_INITIALIZING.into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                }
+            };
+            ContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                started: Some(false),
+                ready: initialized,
+                state: Some(state),
+                ..Default::default()
+            }
+        })
+        .collect();
+    (statuses, Some(init_statuses))
 }
 
 fn condition(type_: &str, status: bool, reason: Option<&str>) -> PodCondition {

@@ -51,7 +51,7 @@ async fn pods_lists_the_node_pods() {
         .iter()
         .map(|p| p["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["pending", "quiet", "shell", "train"]);
+    assert_eq!(names, ["chart", "pending", "quiet", "shell", "train"]);
 }
 
 #[tokio::test]

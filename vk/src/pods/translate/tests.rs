@@ -204,3 +204,116 @@ fn unknown_state_keeps_running_phase() {
     assert!(cs.state.as_ref().unwrap().running.is_some());
     assert!(!cs.ready);
 }
+
+/// A pod running `main`, with a `metrics` container and a `logs` native sidecar left out and
+/// a `fetch` init container run before the main command.
+fn pod_with_sidecars() -> Pod {
+    use k8s_openapi::api::core::v1::Container;
+    let mut p = PodBuilder::new()
+        .annotation(crate::pods::spec::ANN_OMIT_CONTAINERS, "metrics,logs")
+        .build();
+    let spec = p.spec.as_mut().unwrap();
+    let main = spec.containers[0].clone();
+    spec.containers.insert(
+        0,
+        Container {
+            name: "metrics".into(),
+            image: Some("exporter".into()),
+            ..Default::default()
+        },
+    );
+    spec.init_containers = Some(vec![
+        Container {
+            name: "fetch".into(),
+            command: Some(vec!["fetch".into()]),
+            ..main
+        },
+        Container {
+            name: "logs".into(),
+            image: Some("shipper".into()),
+            restart_policy: Some("Always".into()),
+            ..Default::default()
+        },
+    ]);
+    p
+}
+
+fn condition_of<'a>(st: &'a PodStatus, type_: &str) -> &'a PodCondition {
+    st.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .unwrap()
+}
+
+#[test]
+fn containers_left_out_say_so_and_init_containers_follow_the_workload() {
+    let p = pod_with_sidecars();
+    let main = crate::pods::spec::main_container(&p).unwrap().name.clone();
+    let starting = observed(WorkloadState::Starting);
+    let st = pod_status(&p, &Situation::Observed(&starting), &cx());
+    let names: Vec<&str> = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["metrics", main.as_str()],
+        "one status per container, in spec order"
+    );
+    let metrics = &st.container_statuses.as_ref().unwrap()[0];
+    let t = metrics.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(t.reason.as_deref(), Some(reason::NOT_RUN_ON_PROVIDER));
+    assert!(t.message.as_deref().unwrap().contains("runpod"), "{t:?}");
+    assert!(!metrics.ready);
+    let inits = st.init_container_statuses.as_ref().unwrap();
+    assert_eq!(inits.len(), 2);
+    let waiting = inits[0].state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some(reason::POD_INITIALIZING));
+    let logs = inits[1]
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .unwrap();
+    assert_eq!(logs.reason.as_deref(), Some(reason::NOT_RUN_ON_PROVIDER));
+    assert_eq!(condition_of(&st, "Initialized").status, "False");
+    assert_eq!(condition_of(&st, "Ready").status, "False");
+
+    // Running: initialized, and Ready on the main container alone.
+    let running = observed(WorkloadState::Running);
+    let mut p = p;
+    p.status = Some(st);
+    let st = pod_status(&p, &Situation::Observed(&running), &cx());
+    let cs = st.container_statuses.as_ref().unwrap();
+    assert!(cs[1].ready && cs[1].state.as_ref().unwrap().running.is_some());
+    assert!(!cs[0].ready);
+    let fetch = &st.init_container_statuses.as_ref().unwrap()[0];
+    let done = fetch.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        (done.exit_code, done.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    assert!(fetch.ready);
+    assert_eq!(condition_of(&st, "Initialized").status, "True");
+    assert_eq!(condition_of(&st, "Ready").status, "True");
+    // And stable: the same situation again is no write.
+    p.status = Some(st.clone());
+    assert!(!status_changed(
+        p.status.as_ref(),
+        &pod_status(&p, &Situation::Observed(&running), &cx())
+    ));
+}
+
+#[test]
+fn a_pod_without_init_containers_is_initialized_from_the_start() {
+    let st = translate(&Situation::Waiting {
+        reason: reason::CREATING,
+        message: String::new(),
+    });
+    assert_eq!(condition_of(&st, "Initialized").status, "True");
+    assert!(st.init_container_statuses.is_none());
+}

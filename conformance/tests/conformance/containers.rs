@@ -1,0 +1,172 @@
+//! Steps for pods with several containers: sidecars left out by `gpu-vk.io/omit-containers`,
+//! init containers run before the main command, and the refusals naming the container.
+
+use std::time::Duration;
+
+use conformance::harness::*;
+use cucumber::{then, when};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
+use kube::api::LogParams;
+use serde_json::json;
+
+use crate::{Vkw, WAIT, target};
+
+/// A GPU pod whose spec also has a `container` container (a metrics exporter) and a `sidecar`
+/// native sidecar (a log shipper), as inference charts add them.
+fn with_sidecars(mut p: Pod, container: &str, sidecar: &str) -> Pod {
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers.push(
+        serde_json::from_value(json!({
+            "name": container, "image": "prom/statsd-exporter:v0.28.0",
+            "ports": [{"containerPort": 9102}],
+        }))
+        .unwrap(),
+    );
+    spec.init_containers = Some(vec![
+        serde_json::from_value(json!({
+            "name": sidecar, "image": "fluent/fluent-bit:3.2", "restartPolicy": "Always",
+        }))
+        .unwrap(),
+    ]);
+    p
+}
+
+#[when(
+    regex = r#"^I create a GPU pod "([^"]+)" with a "([^"]+)" container and a "([^"]+)" native sidecar(?:, with the annotation "([^"]+)" set to "([^"]+)")?$"#
+)]
+async fn create_with_sidecars(
+    w: &mut Vkw,
+    name: String,
+    container: String,
+    sidecar: String,
+    key: String,
+    value: String,
+) {
+    let node = w.node();
+    let ann: Vec<(&str, &str)> = if key.is_empty() {
+        Vec::new()
+    } else {
+        vec![(key.as_str(), value.as_str())]
+    };
+    let p = with_sidecars(gpu_pod(&name, &node, 1, &ann), &container, &sidecar);
+    w.create_pod(p).await;
+}
+
+#[when(
+    expr = "I create a GPU pod {string} with an init container of its image that prints {string}"
+)]
+async fn create_with_init(w: &mut Vkw, name: String, text: String) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let spec = p.spec.as_mut().unwrap();
+    let main = spec.containers[0].clone();
+    spec.init_containers = Some(vec![Container {
+        name: "fetch".into(),
+        command: Some(vec!["sh".into(), "-c".into(), format!("echo {text}")]),
+        args: None,
+        ..main
+    }]);
+    w.create_pod(p).await;
+}
+
+#[when(expr = "I create a GPU pod {string} with an init container of image {string}")]
+async fn create_with_other_init(w: &mut Vkw, name: String, image: String) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    p.spec.as_mut().unwrap().init_containers = Some(vec![
+        serde_json::from_value(json!({
+            "name": "fetch", "image": image, "command": ["curl", "-sO", "https://example.invalid/model"],
+        }))
+        .unwrap(),
+    ]);
+    w.create_pod(p).await;
+}
+
+#[then(expr = "pod {string} becomes Ready")]
+async fn becomes_ready(w: &mut Vkw, name: String) {
+    wait_for(WAIT, &format!("pod {name} Ready"), || async {
+        let p = w.get(&name).await?;
+        let ready = p
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(())
+    })
+    .await;
+}
+
+/// The status of `container` (an init container when `init`), once it is terminated.
+async fn terminated(w: &Vkw, pod: &str, container: &str, init: bool) -> ContainerStatus {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("container {container} of pod {pod} terminated"),
+        || async {
+            let st = w.get(pod).await?.status?;
+            let list = if init {
+                st.init_container_statuses?
+            } else {
+                st.container_statuses?
+            };
+            list.into_iter()
+                .find(|c| c.name == container)
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        },
+    )
+    .await
+}
+
+#[then(
+    regex = r#"^(init container|container) "([^"]+)" of pod "([^"]+)" is terminated with reason "([^"]+)"$"#
+)]
+async fn container_terminated(
+    w: &mut Vkw,
+    kind: String,
+    container: String,
+    pod: String,
+    reason: String,
+) {
+    let cs = terminated(w, &pod, &container, kind == "init container").await;
+    let t = cs.state.clone().unwrap().terminated.unwrap();
+    assert_eq!(t.reason.as_deref(), Some(reason.as_str()), "{t:?}");
+    assert_eq!(t.exit_code, 0, "{t:?}");
+    assert!(
+        t.message.as_deref().is_some_and(|m| m.contains(&target())),
+        "the message names the provider: {t:?}"
+    );
+    if reason == "NotRunOnProvider" {
+        assert!(!cs.ready, "a container left out is not ready: {cs:?}");
+    }
+}
+
+#[then(expr = "the workload of pod {string} runs {string} before {string}")]
+async fn runs_before(w: &mut Vkw, pod: String, first: String, then: String) {
+    let uid = w.uids[&pod].clone();
+    let text = match w.obs() {
+        // A real Slurm runs the script: its output is the pod's log.
+        Observer::Slurm(_) => {
+            let pods = w.pods();
+            wait_for(
+                Duration::from_secs(30),
+                &format!("logs of {pod} with {then:?}"),
+                || async {
+                    pods.logs(&pod, &LogParams::default())
+                        .await
+                        .ok()
+                        .filter(|l| l.contains(&then))
+                },
+            )
+            .await
+        }
+        // An emulator shows the command line it was given (its images' ENTRYPOINT and CMD).
+        obs => {
+            let live = obs.workloads_of(&uid).await;
+            assert_eq!(live.len(), 1, "one workload for pod {pod}: {live:?}");
+            live[0]["command"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    let (Some(a), Some(b)) = (text.find(&first), text.find(&then)) else {
+        panic!("{first:?} and {then:?} are not both in {text:?}");
+    };
+    assert!(a < b, "{first:?} comes after {then:?} in {text:?}");
+}

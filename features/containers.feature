@@ -1,0 +1,34 @@
+Feature: Pods with sidecars and init containers
+  A provider runs one container per pod. Charts add sidecars (a metrics exporter, a log shipper)
+  and init containers (a model download): sidecars listed in `gpu-vk.io/omit-containers` are left
+  out with a status saying so, init containers of the main container's image run before its
+  command in the same workload, and anything else fails the pod naming the container.
+
+  Background:
+    Given a virtual kubelet with the provider under test
+
+  Scenario: Listed sidecars are left out, say so, and the pod serves
+    When I create a GPU pod "chart" with a "metrics" container and a "logs" native sidecar, with the annotation "gpu-vk.io/omit-containers" set to "metrics,logs"
+    Then pod "chart" becomes Running
+    And pod "chart" becomes Ready
+    And container "metrics" of pod "chart" is terminated with reason "NotRunOnProvider"
+    And init container "logs" of pod "chart" is terminated with reason "NotRunOnProvider"
+    And the provider runs exactly 1 workload of this node
+
+  Scenario: A sidecar that is not listed fails the pod, naming it
+    When I create a GPU pod "extra" with a "metrics" container and a "logs" native sidecar
+    Then pod "extra" becomes Failed with reason "InvalidSpec"
+    And the message of pod "extra" names "metrics" and "gpu-vk.io/omit-containers"
+    And no workload exists for pod "extra"
+
+  Scenario: An init container of the main image runs before the main command
+    When I create a GPU pod "warm" with an init container of its image that prints "model fetched"
+    Then pod "warm" becomes Running
+    And init container "fetch" of pod "warm" is terminated with reason "Completed"
+    And the workload of pod "warm" runs "model fetched" before "started"
+
+  Scenario: An init container of another image fails the pod, naming it
+    When I create a GPU pod "fetcher" with an init container of image "curlimages/curl:8.10.1"
+    Then pod "fetcher" becomes Failed with reason "InvalidSpec"
+    And the message of pod "fetcher" names "fetch" and "curlimages/curl:8.10.1"
+    And no workload exists for pod "fetcher"
