@@ -13,6 +13,15 @@ Feature: Logs and metrics through the kubelet API
     When the workload of pod "talker" prints "hello from the provider"
     Then the logs of pod "talker" contain "hello from the provider"
 
+  Scenario: kubectl logs --follow shows lines as the workload prints them
+    Given the provider supports followed logs
+    And the provider supports fault injection
+    And a GPU pod "chatty" is Running
+    When I follow the logs of pod "chatty"
+    And the workload of pod "chatty" prints "first line"
+    And the workload of pod "chatty" prints "second line"
+    Then the followed logs show "first line" and then "second line", each once
+
   Scenario: kubectl logs on a provider without logs says so
     Given the provider does not support logs
     And a GPU pod "quiet" is Running

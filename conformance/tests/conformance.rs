@@ -53,12 +53,13 @@ fn target() -> String {
 /// What a provider under test can do; selects the capability steps.
 fn capabilities(target: &str) -> &'static [&'static str] {
     match target {
-        // RunPod v2 has no preemption of its own and no log API the adapter uses; it reports
-        // CPU and memory use.
+        // RunPod v2 has no preemption of its own; it streams container logs
+        // (`GET /v2/pods/{id}/logs`, Server-Sent Events) and reports CPU and memory use.
         "runpod" => &[
             "fault injection",
             "metrics",
-            "does not support logs",
+            "logs",
+            "followed logs",
             "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
@@ -85,6 +86,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "fault injection",
             "preemption",
             "logs",
+            // The adapter follows the job's output file while the job lives.
+            "followed logs",
             "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
@@ -95,6 +98,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
         // (srun) is off in the provider settings the suite uses (vk/tests/exec.rs covers it).
         "slurm-real" => &[
             "logs",
+            "followed logs",
             "does not support exec",
             "workloads created outside the virtual kubelet",
         ],
@@ -135,6 +139,8 @@ struct Vkw {
     overflow: Option<overflow::Overflow>,
     /// The providers of a dispatch scenario (see `dispatch`).
     dispatch: Option<dispatch::Dispatch>,
+    /// A `kubectl logs --follow` under way: what it has shown so far (see `observability`).
+    followed: Option<std::sync::Arc<std::sync::Mutex<String>>>,
 }
 
 impl std::fmt::Debug for Vkw {
@@ -167,6 +173,7 @@ impl Vkw {
             duplicates_seen: BTreeMap::new(),
             overflow: None,
             dispatch: None,
+            followed: None,
         }
     }
 

@@ -7,11 +7,12 @@ mod workload_builder;
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::{Value, json};
 use vk::naming::Owner;
-use vk::provider::{FailureReason, Provider, ProviderError, WorkloadState};
+use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, WorkloadState};
 use vk::providers::runpod::{Cloud, RunPod, RunPodConfig};
-use wiremock::matchers::{header, method, path};
+use wiremock::matchers::{header, method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 use workload_builder::WorkloadBuilder;
 
@@ -608,13 +609,120 @@ async fn capabilities_reflect_the_config() {
     let server = MockServer::start().await;
     let caps = adapter(&server).capabilities();
     assert_eq!(caps.gpu_types, ["RTX4090"]);
-    assert!(!caps.logs && !caps.exec && caps.metrics);
+    assert!(caps.logs && !caps.exec && caps.metrics);
     // CPU pods are offered (default flavor) and finished pods are deleted, not kept billing.
     assert!(!caps.gpu_only && caps.delete_finished);
+    // RunPod keeps one log per pod: there is no previous container's.
+    let previous = LogOptions {
+        previous: true,
+        ..Default::default()
+    };
     assert!(matches!(
-        adapter(&server).logs("p1", &Default::default()).await.err(),
+        adapter(&server).logs("p1", &previous).await.err(),
         Some(ProviderError::Unsupported { .. })
     ));
+}
+
+/// A log stream as `GET /v2/pods/{id}/logs` sends it: container and system events.
+const LOG_STREAM: &str = "id: 2026-12-01T10:00:00Z\n\
+    data: {\"source\":\"system\",\"line\":\"pulling image\",\"ts\":\"2026-12-01T10:00:00Z\"}\n\n\
+    : keepalive\n\n\
+    id: 2026-12-01T10:00:01Z\n\
+    data: {\"source\":\"container\",\"line\":\"loading model\",\"ts\":\"2026-12-01T10:00:01Z\"}\n\n\
+    id: 2026-12-01T10:00:02Z\n\
+    data: {\"source\":\"container\",\"line\":\"serving on 8080\",\"ts\":\"2026-12-01T10:00:02Z\"}\n\n";
+
+async fn read_logs(rp: &RunPod, opts: &LogOptions) -> Result<String, ProviderError> {
+    let mut s = rp.logs("p1", opts).await?;
+    let mut out = String::new();
+    while let Some(chunk) = s.next().await {
+        out.push_str(&String::from_utf8_lossy(&chunk?));
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn logs_read_the_documented_event_stream_of_the_container() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v2/pods/p1/logs"))
+        .and(query_param("source", "container"))
+        .and(query_param("tail", "5000"))
+        .and(header("authorization", format!("Bearer {KEY}").as_str()))
+        .and(header("accept", "text/event-stream"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "text/event-stream")
+                .set_body_string(LOG_STREAM),
+        )
+        .expect(2)
+        .mount(&server)
+        .await;
+    let rp = adapter(&server);
+    // Without --tail: the most the API replays; system narration is not the container's log.
+    let text = read_logs(&rp, &LogOptions::default()).await.unwrap();
+    assert_eq!(text, "loading model\nserving on 8080\n");
+    let opts = LogOptions {
+        timestamps: true,
+        limit_bytes: Some(30),
+        ..Default::default()
+    };
+    let text = read_logs(&rp, &opts).await.unwrap();
+    assert_eq!(text, "2026-12-01T10:00:01Z loading m");
+}
+
+#[tokio::test]
+async fn logs_ask_for_tail_or_since_as_kubectl_does() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v2/pods/p1/logs"))
+        .and(query_param("tail", "5000"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(""))
+        .expect(1)
+        .named("tail above the API's maximum is capped")
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v2/pods/p1/logs"))
+        .and(query_param("since", "2026-12-01T10:00:00Z"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(""))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let rp = adapter(&server);
+    let tail = LogOptions {
+        tail_lines: Some(9000),
+        ..Default::default()
+    };
+    assert_eq!(read_logs(&rp, &tail).await.unwrap(), "");
+    let since = LogOptions {
+        since: Some("2026-12-01T10:00:00Z".parse().unwrap()),
+        ..Default::default()
+    };
+    assert_eq!(read_logs(&rp, &since).await.unwrap(), "");
+}
+
+#[tokio::test]
+async fn log_refusals_are_the_providers_errors_without_the_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v2/pods/gone/logs"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(problem(404, "pod not found")))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v2/pods/p1/logs"))
+        .respond_with(
+            ResponseTemplate::new(401).set_body_json(problem(401, &format!("bad key {KEY}"))),
+        )
+        .mount(&server)
+        .await;
+    let rp = adapter(&server);
+    let gone = rp.logs("gone", &Default::default()).await.err().unwrap();
+    assert!(matches!(gone, ProviderError::NotFound), "{gone:?}");
+    let auth = rp.logs("p1", &Default::default()).await.err().unwrap();
+    assert!(matches!(auth, ProviderError::Auth { .. }), "{auth:?}");
+    assert_no_key(&auth);
 }
 
 #[tokio::test]

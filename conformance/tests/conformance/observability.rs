@@ -38,6 +38,50 @@ async fn logs_contain(w: &mut Vkw, name: String, text: String) {
     .await;
 }
 
+#[when(expr = "I follow the logs of pod {string}")]
+async fn follow_logs(w: &mut Vkw, name: String) {
+    use futures::AsyncBufReadExt;
+    let params = LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    let lines = w
+        .pods()
+        .log_stream(&name, &params)
+        .await
+        .expect("the API server opens a follow through the node's kubelet API")
+        .lines();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = shown.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(lines);
+        while let Some(Ok(line)) = futures::StreamExt::next(&mut lines).await {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    w.followed = Some(shown);
+}
+
+#[then(expr = "the followed logs show {string} and then {string}, each once")]
+async fn followed_show(w: &mut Vkw, first: String, then: String) {
+    let shown = w.followed.clone().expect("a follow was started");
+    let text = wait_for(
+        Duration::from_secs(30),
+        &format!("the follow to show {first:?} and {then:?}"),
+        || async {
+            let s = shown.lock().unwrap().clone();
+            (s.contains(&first) && s.contains(&then)).then_some(s)
+        },
+    )
+    .await;
+    let (a, b) = (text.find(&first).unwrap(), text.find(&then).unwrap());
+    assert!(a < b, "{first:?} came after {then:?}: {text:?}");
+    assert_eq!(text.matches(&first).count(), 1, "shown twice: {text:?}");
+    assert_eq!(text.matches(&then).count(), 1, "shown twice: {text:?}");
+}
+
 /// The API server could not reach the node's kubelet port yet: on kind the port is a Service
 /// in front of the VK pod, which kube-proxy may not have programmed when a loaded cluster
 /// runs a fresh VK's first request. Not what these steps test, so they ask again.

@@ -125,6 +125,8 @@ impl RawResponse {
 /// A client of one provider's API: its base URL, a connection pool and the authentication.
 pub(crate) struct Client<A> {
     http: reqwest::Client,
+    /// The same without a total timeout, for answers that stream (Server-Sent Events).
+    streaming: reqwest::Client,
     base: Url,
     auth: A,
     /// Put before the request in transport error messages (`slurmrestd GET ... timed out`).
@@ -182,18 +184,26 @@ impl<A: Auth> Client<A> {
                 provider: provider.to_owned(),
             });
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(timeout)
-            .user_agent(concat!("gpu-vk/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none())
+        let build = |total: Option<Duration>| {
+            let b = reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .user_agent(concat!("gpu-vk/", env!("CARGO_PKG_VERSION")))
+                .redirect(reqwest::redirect::Policy::none());
+            match total {
+                Some(t) => b.timeout(t),
+                None => b,
+            }
             .build()
             .map_err(|source| InitError::BuildClient {
                 provider: provider.to_owned(),
                 source,
-            })?;
+            })
+        };
+        let http = build(Some(timeout))?;
+        let streaming = build(None)?;
         Ok(Self {
             http,
+            streaming,
             base,
             auth,
             peer: None,
@@ -254,6 +264,50 @@ impl<A: Auth> Client<A> {
         read(req, &what, secret, self.max_body).await
     }
 
+    /// Opens an authenticated `GET` whose answer streams (`text/event-stream`), with `headers`
+    /// added: a success is returned unread, to be read chunk by chunk for as long as the
+    /// caller wants (no total timeout; answering must begin within the client's timeout); any
+    /// other answer is read whole, for the adapter to classify.
+    pub async fn open_stream(
+        &self,
+        url: Url,
+        headers: HeaderMap,
+        timeout: Duration,
+    ) -> Result<Opened, ProviderError> {
+        let Credentials {
+            headers: auth,
+            secret,
+        } = self.auth.credentials()?;
+        let what = self.describe(&Method::GET, &url);
+        let req = self
+            .streaming
+            .get(url)
+            .headers(auth)
+            .headers(headers)
+            .header(ACCEPT, "text/event-stream");
+        let resp = tokio::time::timeout(timeout, req.send())
+            .await
+            .map_err(|_| ProviderError::transient(format!("{what} timed out")))?
+            .map_err(|e| transport_error(&what, &e, &secret))?;
+        if resp.status().is_success() {
+            return Ok(Opened::Stream(resp));
+        }
+        let status = resp.status();
+        let retry_after = parse_retry_after(resp.headers());
+        let body = tokio::time::timeout(timeout, resp.bytes())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|b| b.slice(..b.len().min(64 * 1024)))
+            .unwrap_or_default();
+        Ok(Opened::Refused(RawResponse {
+            status,
+            retry_after,
+            body,
+            secret,
+        }))
+    }
+
     /// Fetches a URL the provider handed out (for example a pre-signed log download), without
     /// the credentials: it may point to another host. Messages are still redacted.
     pub async fn fetch_unauthenticated(&self, url: Url) -> Result<RawResponse, ProviderError> {
@@ -272,6 +326,15 @@ impl<A: Auth> Client<A> {
             None => format!("{method} {}", url.path()),
         }
     }
+}
+
+/// What [`Client::open_stream`] got.
+#[derive(Debug)]
+pub(crate) enum Opened {
+    /// A success, unread.
+    Stream(reqwest::Response),
+    /// Any other answer, read.
+    Refused(RawResponse),
 }
 
 /// True when the URL's host is a loopback address or `localhost`.

@@ -70,6 +70,7 @@ mod adapter;
 mod catalog;
 mod config;
 mod exits;
+mod logs;
 mod state;
 mod wire;
 
@@ -99,7 +100,7 @@ pub struct RunPod {
     name: String,
     cfg: RunPodConfig,
     owner: Owner,
-    api: Client<Bearer>,
+    api: std::sync::Arc<Client<Bearer>>,
     /// Container exits seen through falling uptimes.
     exits: Mutex<exits::Exits>,
 }
@@ -115,7 +116,13 @@ impl RunPod {
         }
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
         let auth = Bearer::new(&name, &cfg.api_key)?;
-        let api = Client::new(&name, &cfg.base_url, auth, timeout, cfg.allow_insecure_http)?;
+        let api = std::sync::Arc::new(Client::new(
+            &name,
+            &cfg.base_url,
+            auth,
+            timeout,
+            cfg.allow_insecure_http,
+        )?);
         Ok(Self {
             name,
             cfg,
@@ -236,6 +243,13 @@ impl RunPod {
 
     /// Maps an unsuccessful answer to a [`ProviderError`].
     fn error_from(&self, resp: &RawResponse) -> ProviderError {
+        error_of(resp)
+    }
+}
+
+/// Maps an unsuccessful answer to a [`ProviderError`].
+fn error_of(resp: &RawResponse) -> ProviderError {
+    {
         let problem: Option<Problem> = serde_json::from_slice(&resp.body).ok();
         let detail = match &problem {
             Some(p) => {

@@ -8,7 +8,9 @@ use tracing::{debug, info};
 use super::RunPod;
 use super::state::observe;
 use super::wire::{GpuCatalog, Pod};
-use crate::provider::{Capabilities, Inventory, Observed, Provider, ProviderError, Workload};
+use crate::provider::{
+    Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Workload,
+};
 
 impl Provider for RunPod {
     fn name(&self) -> &str {
@@ -19,7 +21,7 @@ impl Provider for RunPod {
         Capabilities {
             gpu_types: self.cfg.gpu_ids.keys().cloned().collect(),
             max_gpus_per_workload: self.cfg.max_gpus_per_workload,
-            logs: false,
+            logs: true,
             exec: false,
             metrics: true,
             gpu_only: self.cfg.cpu_flavor_id.is_none(),
@@ -79,6 +81,10 @@ impl Provider for RunPod {
 
     /// One `GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=<cloud>`: list prices
     /// per GPU and whether any is free (availability is a level, not a count).
+    async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {
+        self.open_logs(provider_id, opts).await
+    }
+
     async fn inventory(&self) -> Result<Inventory, ProviderError> {
         let mut url = self.api.url(&["catalog", "gpus"], false);
         url.query_pairs_mut()
