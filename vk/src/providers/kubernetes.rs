@@ -20,8 +20,9 @@
 //!
 //! Decisions:
 //! - Remote pod name = workload id (48 characters, a DNS label); labels `gpu-vk.io/owner`
-//!   (owner tag), `gpu-vk.io/pod-uid`, `app.kubernetes.io/managed-by: gpu-vk`; annotations name
-//!   the cluster id, node and source pod. `restartPolicy: Never` (the framework restarts),
+//!   (owner tag), `gpu-vk.io/pod-uid`, `app.kubernetes.io/managed-by: gpu-vk`; annotations
+//!   `offload.gpu-vk.io/{cluster-id,node,source-pod}` (not `gpu-vk.io/*`, which a VK serving as
+//!   the remote node refuses when it does not know them). `restartPolicy: Never` (the framework restarts),
 //!   no service account token, none of the local pod's node name, tolerations or affinity:
 //!   the configured `nodeSelector`, `tolerations`, `priorityClassName` and `runtimeClassName`.
 //! - State mapping: [`state::observe`] and docs/providers.md. A remote pod being deleted

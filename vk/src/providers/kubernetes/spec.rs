@@ -18,10 +18,12 @@ pub const LABEL_OWNER: &str = "gpu-vk.io/owner";
 pub const LABEL_POD_UID: &str = "gpu-vk.io/pod-uid";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "gpu-vk";
-/// Annotations naming where the remote pod comes from.
-pub const ANN_CLUSTER: &str = "gpu-vk.io/cluster-id";
-pub const ANN_NODE: &str = "gpu-vk.io/node";
-pub const ANN_SOURCE_POD: &str = "gpu-vk.io/source-pod";
+/// Annotations naming where the remote pod comes from. Not under `gpu-vk.io/`: a VK that is
+/// the remote cluster's node (offload chained on) refuses pods with `gpu-vk.io/*` annotations
+/// it does not know, as it must for a user's typo.
+pub const ANN_CLUSTER: &str = "offload.gpu-vk.io/cluster-id";
+pub const ANN_NODE: &str = "offload.gpu-vk.io/node";
+pub const ANN_SOURCE_POD: &str = "offload.gpu-vk.io/source-pod";
 
 /// The label selector of every remote pod of this VK.
 pub fn selector(owner: &Owner) -> String {

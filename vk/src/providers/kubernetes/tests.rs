@@ -74,10 +74,13 @@ fn the_remote_pod_copies_the_container_and_carries_the_owner() {
     assert_eq!(v["metadata"]["labels"][LABEL_OWNER], owner().tag());
     assert_eq!(v["metadata"]["labels"]["gpu-vk.io/pod-uid"], w.id.pod_uid());
     assert_eq!(
-        v["metadata"]["annotations"]["gpu-vk.io/source-pod"],
+        v["metadata"]["annotations"]["offload.gpu-vk.io/source-pod"],
         "research/train-0"
     );
-    assert_eq!(v["metadata"]["annotations"]["gpu-vk.io/node"], "vk-gpu");
+    assert_eq!(
+        v["metadata"]["annotations"]["offload.gpu-vk.io/node"],
+        "vk-gpu"
+    );
     let spec = &v["spec"];
     assert_eq!(spec["restartPolicy"], "Never");
     assert_eq!(spec["automountServiceAccountToken"], false);
