@@ -20,7 +20,7 @@ use futures::StreamExt;
 use harness::*;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota, ServiceAccount, Toleration};
-use kube::api::{ListParams, PostParams};
+use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use mock_providers::config::ExecutionMode;
 use serde_json::json;
@@ -446,4 +446,109 @@ async fn refusals_and_an_unreachable_cluster_are_provider_errors_and_check_confi
     }
     let _ = std::fs::remove_dir_all(&dir);
     delete_namespace(&c, &ns).await;
+}
+
+/// Holds a remote pod after its deletion (a finalizer, as any controller may set), so what the
+/// adapter lists for a pod being deleted can be looked at without racing the remote node.
+async fn hold(pods: &Api<Pod>, name: &str, on: bool) {
+    let finalizers = if on {
+        json!(["test.gpu-vk.io/hold"])
+    } else {
+        serde_json::Value::Null
+    };
+    pods.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_evicted_remote_pod_is_preempted_and_one_deleted_by_someone_else_is_not_listed() {
+    let r = Remote::start().await;
+    let me = owner();
+    let k = adapter(r.settings(), &me);
+    let evicted = WorkloadBuilder::fresh(&me)
+        .command(["/bin/sh", "-c", "sleep 300"])
+        .build();
+    let deleted = WorkloadBuilder::fresh(&me)
+        .command(["/bin/sh", "-c", "sleep 300"])
+        .build();
+    for w in [&evicted, &deleted] {
+        k.create(w).await.unwrap();
+        hold(&r.pods(), w.id.as_str(), true).await;
+    }
+    let running = wait_listed(&k, evicted.id.as_str(), "the remote pod to run", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+    wait_listed(&k, deleted.id.as_str(), "the other to run", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+
+    // Exec reaches the remote node, whose provider (Slurm without srun) has none: it answers
+    // 501 through the remote API server, and the adapter says so.
+    let req = vk::provider::ExecRequest {
+        command: vec!["true".into()],
+        stdin: false,
+        tty: false,
+    };
+    let e = tokio::time::timeout(WAIT, k.exec(&running.provider_id, req))
+        .await
+        .expect("exec answers")
+        .unwrap_err();
+    assert!(
+        matches!(&e, ProviderError::Unsupported { what, .. } if what.contains("not supported by provider hpc")),
+        "{e:?}"
+    );
+
+    // The Eviction API (a drain, the descheduler): the remote cluster took it away.
+    r.pods()
+        .evict(evicted.id.as_str(), &EvictParams::default())
+        .await
+        .unwrap();
+    let preempted = wait_listed(&k, evicted.id.as_str(), "the eviction to show", |o| {
+        o.state.is_terminal()
+    })
+    .await;
+    assert_eq!(preempted.state, WorkloadState::Preempted, "{preempted:?}");
+    let pod = r.pods().get(evicted.id.as_str()).await.unwrap();
+    let disruption = pod
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("the Eviction API records a DisruptionTarget condition");
+    assert_eq!(disruption.reason.as_deref(), Some("EvictionByEvictionAPI"));
+
+    // A plain delete by someone else: still there (held), but no longer listed.
+    r.pods()
+        .delete(deleted.id.as_str(), &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        WAIT,
+        "the deleted remote pod to drop out of the list",
+        || async {
+            let l = k.list().await.ok()?;
+            (!l.iter().any(|o| o.id == deleted.id)).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        r.pods()
+            .get_opt(deleted.id.as_str())
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    for w in [&evicted, &deleted] {
+        hold(&r.pods(), w.id.as_str(), false).await;
+    }
+    r.finish().await;
 }

@@ -326,7 +326,12 @@ impl Provider for Kubernetes {
             .exec(name, req.command.clone(), &ap)
             .await
             .map_err(|e| match e {
-                // The API server or the remote node refused the upgrade (no exec there).
+                // The remote node has no exec (a VK over a provider without one answers 501).
+                kube::Error::Api(s) if s.code == 501 => ProviderError::Unsupported {
+                    provider: self.name.clone(),
+                    what: format!("exec on the remote node ({})", s.message),
+                },
+                // The API server or the remote node refused the upgrade.
                 kube::Error::UpgradeConnection(u) => ProviderError::Invalid {
                     message: format!("the remote cluster refused the exec: {u}"),
                 },
