@@ -22,7 +22,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota, ServiceAccount, Toleration};
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use mock_providers::config::ExecutionMode;
+use mock_providers::config::{ExecutionMode, GpuStock};
 use serde_json::json;
 use vk::naming::Owner;
 use vk::provider::{FailureReason, LogOptions, Observed, Provider, ProviderError, WorkloadState};
@@ -65,24 +65,23 @@ fn adapter(cfg: KubernetesConfig, owner: &Owner) -> Kubernetes {
 /// The remote cluster with our VK as its node, and a fresh namespace there.
 struct Remote {
     c: Client,
-    _emu: Emulator,
+    emu: Emulator,
     vk: Vk,
     ns: String,
 }
 
 impl Remote {
     async fn start() -> Self {
+        Self::start_on(Emulator::slurm(ExecutionMode::process(), SlurmDialect::V0041).await).await
+    }
+
+    /// The same with another provider under the remote node.
+    async fn start_on(emu: Emulator) -> Self {
         let c = client().await;
-        let emu = Emulator::slurm(ExecutionMode::process(), SlurmDialect::V0041).await;
         let vk = Vk::start(&[("hpc", &emu)], VkOptions::default()).await;
         wait_node_ready(&c, &vk.node).await;
         let ns = namespace(&c, "k8s-remote").await;
-        Self {
-            c,
-            _emu: emu,
-            vk,
-            ns,
-        }
+        Self { c, emu, vk, ns }
     }
 
     fn settings(&self) -> KubernetesConfig {
@@ -550,5 +549,56 @@ async fn an_evicted_remote_pod_is_preempted_and_one_deleted_by_someone_else_is_n
     for w in [&evicted, &deleted] {
         hold(&r.pods(), w.id.as_str(), false).await;
     }
+    r.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_comes_from_the_remote_metrics_api() {
+    // A RunPod emulator under the remote node: it reports CPU and memory use, which the
+    // remote metrics-server scrapes from our VK's kubelet API.
+    let emu = Emulator::runpod(
+        ExecutionMode::simulated(100, 100, None),
+        vec![GpuStock::new("A100-80GB", 8, 1.89)],
+    )
+    .await;
+    let r = Remote::start_on(emu).await;
+    let me = owner();
+    let k = adapter(r.settings(), &me);
+    let w = WorkloadBuilder::fresh(&me)
+        .command(["/bin/sh", "-c", "sleep 300"])
+        .gpu("A100-80GB", 1)
+        .build();
+    k.create(&w).await.unwrap();
+    wait_listed(&k, w.id.as_str(), "the remote pod to run", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+    let remote_uid = r
+        .pods()
+        .get(w.id.as_str())
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let at_runpod = wait_for(WAIT, "the RunPod workload of the remote pod", || async {
+        r.emu.workloads_of(&remote_uid).await.into_iter().next()
+    })
+    .await;
+    let id = at_runpod["id"].as_str().unwrap().to_owned();
+    r.emu
+        .admin_post(
+            &format!("/workloads/{id}/usage"),
+            json!({"cpu_millis": 400, "memory_bytes": 512u64 << 20}),
+        )
+        .await;
+    // metrics-server computes CPU from two scrapes (15 s apart on the testbed).
+    let with_usage = wait_listed(&k, w.id.as_str(), "usage from metrics.k8s.io", |o| {
+        o.usage.as_ref().is_some_and(|u| u.cpu_millis > 0)
+    })
+    .await;
+    let u = with_usage.usage.unwrap();
+    assert!((300..=500).contains(&u.cpu_millis), "{u:?}");
+    assert!(u.memory_bytes >= 256 << 20, "{u:?}");
     r.finish().await;
 }
