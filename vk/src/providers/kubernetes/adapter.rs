@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use futures::{AsyncReadExt as _, SinkExt as _};
+use futures::SinkExt as _;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{AttachParams, DeleteParams, ListParams, LogParams, PostParams, Preconditions};
-use tokio::io::AsyncReadExt as _;
 use tracing::{debug, info, warn};
 
 use super::state::{self, PodUsage, parse_provider_id};
@@ -84,15 +84,15 @@ fn cpu_millis(q: &str) -> Option<u64> {
     crate::pods::spec::parse_cpu(q).ok()
 }
 
-/// Reads an async reader as a stream of chunks; ends at EOF or after the first error.
-fn chunks<R>(reader: R, what: &'static str) -> LogStream
-where
-    R: futures::AsyncRead + Send + Unpin + 'static,
-{
+/// One read of up to a buffer's length from a reader (futures' or tokio's `AsyncRead`).
+type ReadOnce<R> = for<'a> fn(&'a mut R, &'a mut [u8]) -> BoxFuture<'a, std::io::Result<usize>>;
+
+/// Reads `reader` with `read` as a stream of chunks; ends at EOF or after the first error.
+fn read_chunks<R: Send + 'static>(reader: R, read: ReadOnce<R>, what: &'static str) -> LogStream {
     Box::pin(futures::stream::unfold(Some(reader), move |r| async move {
         let mut r = r?;
         let mut buf = vec![0u8; READ_CHUNK];
-        match r.read(&mut buf).await {
+        match read(&mut r, &mut buf).await {
             Ok(0) => None,
             Ok(n) => {
                 buf.truncate(n);
@@ -106,26 +106,28 @@ where
     }))
 }
 
-/// The same for a tokio reader.
+/// A futures reader (the remote log stream) as chunks.
+fn chunks<R>(reader: R, what: &'static str) -> LogStream
+where
+    R: futures::AsyncRead + Send + Unpin + 'static,
+{
+    read_chunks(
+        reader,
+        |r, b| Box::pin(futures::AsyncReadExt::read(r, b)),
+        what,
+    )
+}
+
+/// A tokio reader (an exec session's output) as chunks.
 fn tokio_chunks<R>(reader: R) -> LogStream
 where
     R: tokio::io::AsyncRead + Send + Unpin + 'static,
 {
-    Box::pin(futures::stream::unfold(Some(reader), |r| async move {
-        let mut r = r?;
-        let mut buf = vec![0u8; READ_CHUNK];
-        match r.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(Bytes::from(buf)), Some(r)))
-            }
-            Err(e) => Some((
-                Err(ProviderError::transient(format!("exec stream ended: {e}"))),
-                None,
-            )),
-        }
-    }))
+    read_chunks(
+        reader,
+        |r, b| Box::pin(tokio::io::AsyncReadExt::read(r, b)),
+        "exec stream",
+    )
 }
 
 /// The exit code in an exec's final status: 0 on success, the `ExitCode` cause otherwise.
