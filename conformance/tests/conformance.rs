@@ -1133,8 +1133,15 @@ fn main() {
             if pods { ", VKs as pods" } else { "" },
             capabilities(p).join(", ")
         );
-        let junit = std::fs::File::create(report_dir.join(format!("junit-{mode}{p}{release}.xml")))
-            .unwrap();
+        // A run on another Kubernetes minor (`scripts/test-oldest`) keeps its own reports too.
+        let k8s = std::env::var("K8S_VERSION")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(|v| format!("-k8s-{v}"))
+            .unwrap_or_default();
+        let junit =
+            std::fs::File::create(report_dir.join(format!("junit-{mode}{p}{release}{k8s}.xml")))
+                .unwrap();
         let mut cucumber = Vkw::cucumber()
             // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every
             // scenario's VK is a pod behind a Service on the same 2 cores: three at a time, so
