@@ -321,7 +321,7 @@ fn published_ports(engine: &Engine, id: &str, ports: &[String]) -> Vec<Value> {
         .open(id, &tcp)
         .into_iter()
         .map(|(private, public)| {
-            json!({"private": private, "public": public, "type": "tcp", "ip": crate::serve::HOST})
+            json!({"private": private, "public": public, "type": "tcp", "ip": crate::serve::host()})
         })
         .collect();
     out.extend(

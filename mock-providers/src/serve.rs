@@ -68,8 +68,29 @@ impl std::fmt::Debug for Served {
     }
 }
 
-/// The host listeners bind and report.
-pub const HOST: &str = "127.0.0.1";
+/// The address listeners bind and report as the pod's `ip`: `MOCK_PUBLISH_HOST` if set, else
+/// this host's address on its default route (found by connecting a UDP socket, which sends
+/// nothing), else 127.0.0.1. Not loopback where possible: the API server refuses loopback
+/// addresses in EndpointSlices, and the pod IP comes from here as on RunPod.
+pub fn host() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        if let Ok(h) = std::env::var("MOCK_PUBLISH_HOST")
+            && !h.is_empty()
+        {
+            return h;
+        }
+        std::net::UdpSocket::bind(("0.0.0.0", 0))
+            .and_then(|s| {
+                s.connect(("203.0.113.1", 9))?;
+                s.local_addr()
+            })
+            .map(|a| a.ip())
+            .ok()
+            .filter(|ip| !ip.is_unspecified())
+            .map_or_else(|| "127.0.0.1".to_owned(), |ip| ip.to_string())
+    })
+}
 
 impl Served {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -155,7 +176,7 @@ impl Served {
         port: u16,
         accept: bool,
     ) -> std::io::Result<(u16, Option<tokio::task::AbortHandle>)> {
-        let std = std::net::TcpListener::bind((HOST, port))?;
+        let std = std::net::TcpListener::bind((host(), port))?;
         let public = std.local_addr()?.port();
         if !accept {
             return Ok((public, None));
@@ -230,7 +251,7 @@ mod tests {
     use super::*;
 
     async fn get(port: u16) -> Option<String> {
-        let mut c = tokio::net::TcpStream::connect((HOST, port)).await.ok()?;
+        let mut c = tokio::net::TcpStream::connect((host(), port)).await.ok()?;
         c.write_all(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
             .ok()?;

@@ -388,3 +388,103 @@ async fn a_workload_stuck_starting_fails_the_pod_at_its_deadline_and_is_deleted(
     delete_namespace(&c, &ns).await;
     vk.cleanup(&c).await;
 }
+
+#[tokio::test]
+async fn a_failing_readiness_probe_keeps_the_pod_out_of_its_service_until_it_passes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::ListParams;
+
+    let c = client().await;
+    let ns = namespace(&c, "life-probe").await;
+    let rp = Emulator::runpod(fast(), vec![GpuStock::new("A100-80GB", 16, 1.89)]).await;
+    // The stand-in for the model server answers 503 ("still loading") from the start.
+    rp.admin_post("/serve", json!({"httpStatus": 503})).await;
+    let vk = Vk::start(&[("runpod", &rp)], VkOptions::default()).await;
+    ready_node(&c, &vk).await;
+
+    let mut spec = pod_spec(&vk.node, 1);
+    spec["containers"][0]["ports"] = json!([{"name": "http", "containerPort": 8080}]);
+    spec["containers"][0]["readinessProbe"] = json!({
+        "httpGet": {"path": "/ready", "port": "http"},
+        "periodSeconds": 1, "failureThreshold": 1,
+    });
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "model"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "model"}},
+            "template": {"metadata": {"labels": {"app": "model"}}, "spec": spec},
+        },
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &deploy)
+        .await
+        .unwrap();
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "model"},
+        "spec": {"selector": {"app": "model"}, "ports": [{"port": 80, "targetPort": "http"}]},
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+
+    let ready_of = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
+    };
+    let slice_ready = || async {
+        let slices = Api::<EndpointSlice>::namespaced(c.clone(), &ns)
+            .list(&ListParams::default().labels("kubernetes.io/service-name=model"))
+            .await
+            .ok()?;
+        let e = slices
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .next()?
+            .clone();
+        Some(e.conditions?.ready)
+    };
+
+    // Running, serving 503: not Ready, and listed not ready in the Service's EndpointSlice.
+    let pod = wait_for(
+        Duration::from_secs(40),
+        "pod Running, not Ready",
+        || async {
+            let p = pods_with_label(&c, &ns, "model").await.into_iter().next()?;
+            (phase(&p) == "Running" && ready_of(&p).as_deref() == Some("False")).then_some(p)
+        },
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(30),
+        "endpoint listed not ready",
+        || async { (slice_ready().await? == Some(false)).then_some(()) },
+    )
+    .await;
+    // It stays so while the server says 503 (several probe periods).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = get(&c, &ns, pod.metadata.name.as_deref().unwrap()).await;
+    assert_eq!(ready_of(&still).as_deref(), Some("False"));
+
+    // The server is ready: the pod becomes Ready and its endpoint ready.
+    rp.admin_post("/serve", json!({"httpStatus": 200})).await;
+    wait_for(Duration::from_secs(30), "pod Ready", || async {
+        let p = get(&c, &ns, pod.metadata.name.as_deref().unwrap()).await;
+        (ready_of(&p).as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    wait_for(Duration::from_secs(30), "endpoint ready", || async {
+        (slice_ready().await? == Some(true)).then_some(())
+    })
+    .await;
+    drop(vk);
+}

@@ -94,9 +94,8 @@ impl Prober {
     fn http(&self) -> Option<reqwest::Client> {
         self.http
             .get_or_init(|| {
-                if rustls::crypto::CryptoProvider::get_default().is_none() {
-                    return None;
-                }
+                // Without an installed crypto provider reqwest cannot build a TLS client.
+                rustls::crypto::CryptoProvider::get_default()?;
                 reqwest::Client::builder()
                     .tls_danger_accept_invalid_certs(true)
                     .pool_max_idle_per_host(0)
