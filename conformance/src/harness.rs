@@ -946,6 +946,7 @@ pub struct Vk {
     dir: PathBuf,
     config: String,
     rust_log: String,
+    kubeconfig: Option<PathBuf>,
 }
 
 pub struct VkOptions {
@@ -965,6 +966,9 @@ pub struct VkOptions {
     pub chart_values: String,
     /// More top-level keys of the VK's config file (YAML), e.g. `dispatch: {...}`.
     pub extra_config: String,
+    /// The cluster the VK process registers with (default: `KUBECONFIG`'s), e.g. a second
+    /// testbed that plays a remote cluster.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for VkOptions {
@@ -979,6 +983,7 @@ impl Default for VkOptions {
             replicas: 1,
             chart_values: String::new(),
             extra_config: String::new(),
+            kubeconfig: None,
         }
     }
 }
@@ -1034,6 +1039,7 @@ impl Vk {
                 dir,
                 config,
                 rust_log: opts.rust_log.clone(),
+                kubeconfig: opts.kubeconfig.clone(),
             };
             wait_for(Duration::from_secs(120), "the VK pod to start", || async {
                 vk.log().contains("virtual kubelet started").then_some(())
@@ -1057,6 +1063,7 @@ impl Vk {
             dir,
             config,
             rust_log: opts.rust_log.clone(),
+            kubeconfig: opts.kubeconfig.clone(),
         };
         if opts.replicas > 1 {
             vk.ha = Some(ha::Replicas::default());
@@ -1125,11 +1132,15 @@ impl Vk {
             .append(true)
             .open(self.dir.join("vk.log"))
             .unwrap();
-        let child = tokio::process::Command::new(vk_binary())
-            .args(["run", "--config"])
+        let mut cmd = tokio::process::Command::new(vk_binary());
+        cmd.args(["run", "--config"])
             .arg(self.dir.join("config.yaml"))
             .env("TEST_PROVIDER_KEY", API_KEY)
-            .env("RUST_LOG", &self.rust_log)
+            .env("RUST_LOG", &self.rust_log);
+        if let Some(k) = &self.kubeconfig {
+            cmd.env("KUBECONFIG", k);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true)

@@ -359,7 +359,7 @@ impl Timings {
 pub struct ProviderConfig {
     /// Name used in annotations, labels and metrics (`gpu-vk.io/provider: <name>`).
     pub name: String,
-    /// Which adapter: `runpod`, `vast` or `slurm`.
+    /// Which adapter: `runpod`, `vast`, `slurm` or `kubernetes`.
     pub kind: String,
     /// Environment variable holding the API key.
     #[serde(default)]
@@ -383,7 +383,7 @@ pub struct ProviderConfig {
     /// A workload still queued or starting (image pulling, container being created) this long
     /// after the provider created it fails the pod (`StartDeadlineExceeded`) and is deleted:
     /// an image that never pulls leaves a RunPod pod STARTING and a Vast instance `loading`
-    /// forever, billing. Default 1800 for `runpod` and `vast`; none for `slurm`, where a queue
+    /// forever, billing. Default 1800 for `runpod`, `vast` and `kubernetes`; none for `slurm`, where a queue
     /// wait is normal. 0: no deadline.
     #[serde(default)]
     pub start_deadline_seconds: Option<u64>,
@@ -553,7 +553,8 @@ impl ProviderConfig {
     /// This provider's start deadline (its kind's default unless set) and the pod ceiling.
     pub fn start_deadline(&self) -> StartDeadline {
         let kind_default = match self.kind.as_str() {
-            "runpod" | "vast" => Some(1800),
+            // A remote Kubernetes pod whose image never pulls holds its GPU node forever.
+            "runpod" | "vast" | "kubernetes" => Some(1800),
             _ => None,
         };
         let secs = self

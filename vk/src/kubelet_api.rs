@@ -306,6 +306,41 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl ApiError {
+    /// The answer of a streaming endpoint (`exec`, `attach`, `portForward`) that refuses before
+    /// any upgrade: a `metav1.Status` in JSON. Clients read the body of a failed SPDY upgrade
+    /// with a decoder that also takes YAML (client-go `spdy.RoundTripper.NewConnection`), and
+    /// plain text such as `not supported by provider rp: exec` is a YAML mapping: it decodes
+    /// into an empty Status, and an API server that translates `kubectl exec`'s WebSocket to
+    /// SPDY (every one before 1.36) then tells the user "error stream protocol error: unknown
+    /// error". A JSON Status reaches them with its message.
+    pub fn status_response(self) -> Response {
+        let reason = match self.status.as_u16() {
+            400 => "BadRequest",
+            403 => "Forbidden",
+            404 => "NotFound",
+            501 => "NotImplemented",
+            503 => "ServiceUnavailable",
+            _ => "InternalError",
+        };
+        let body = serde_json::json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": reason,
+            "code": self.status.as_u16(),
+        });
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response()
+    }
+}
+
 /// The pod `namespace/name` on this node and its container `container`, or 404 naming them.
 pub(crate) fn find_container(
     host: &dyn Host,

@@ -106,6 +106,7 @@ fn main() -> anyhow::Result<()> {
                 let cfg = Config::load(&config)?;
                 let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
                 let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
+                vk::providers::registry::preflight(&cfg.providers, &owner).await?;
                 // Warnings only: the exit code stays 0.
                 for warning in vk::providers::registry::gpu_type_warnings(&cfg.providers) {
                     println!("warning: {warning}");

@@ -3,6 +3,7 @@
 //! ([`options`]); [`registry`] builds them from the configuration.
 
 pub mod http;
+pub mod kubernetes;
 pub mod options;
 pub mod registry;
 pub mod rest;

@@ -44,6 +44,10 @@ impl Drop for Setup {
     }
 }
 
+/// The tests take turns: each runs real processes under its own emulator, and one of them
+/// (`jobs_run_...`) was seen to miss a job's end when all ran at once on a loaded machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn owner() -> Owner {
     Owner::new("emulator-test", "vk-node")
 }
@@ -135,6 +139,7 @@ impl Setup {
 
 #[tokio::test]
 async fn jobs_run_exit_codes_and_logs_come_back_in_both_dialects() {
+    let _turn = SERIAL.lock().await;
     // Auto: the emulator's /openapi/v3 lists v0.0.38 and v0.0.41; the newer one is taken.
     for dialect in [Dialect::V0038, Dialect::V0041, Dialect::Auto] {
         let s = setup(dialect, None).await;
@@ -169,6 +174,7 @@ async fn jobs_run_exit_codes_and_logs_come_back_in_both_dialects() {
 
 #[tokio::test]
 async fn follow_streams_until_the_job_ends() {
+    let _turn = SERIAL.lock().await;
     let s = setup(Dialect::V0038, None).await;
     let o = s
         .running("for i in 1 2 3; do echo line$i; sleep 0.3; done")
@@ -197,6 +203,7 @@ async fn follow_streams_until_the_job_ends() {
 
 #[tokio::test]
 async fn cluster_events_map_to_pod_states() {
+    let _turn = SERIAL.lock().await;
     for dialect in [Dialect::V0038, Dialect::V0041] {
         let s = setup(dialect, None).await;
         for (action, want) in [
@@ -260,6 +267,7 @@ async fn cluster_events_map_to_pod_states() {
 
 #[tokio::test]
 async fn impossible_requests_are_invalid_and_leave_no_active_job() {
+    let _turn = SERIAL.lock().await;
     for dialect in [Dialect::V0038, Dialect::V0041] {
         let s = setup(dialect, None).await;
         let w = workload("true").any_gpu(6).build();
@@ -288,6 +296,7 @@ async fn impossible_requests_are_invalid_and_leave_no_active_job() {
 
 #[tokio::test]
 async fn a_wrong_token_recovers_when_the_file_is_fixed() {
+    let _turn = SERIAL.lock().await;
     for dialect in [Dialect::V0038, Dialect::V0041] {
         let file = std::env::temp_dir().join(format!(
             "vk-slurm-emu-token-{}-{}",
@@ -308,6 +317,7 @@ async fn a_wrong_token_recovers_when_the_file_is_fixed() {
 
 #[tokio::test]
 async fn injected_faults_are_transient_with_retry_after() {
+    let _turn = SERIAL.lock().await;
     let s = setup(Dialect::V0038, None).await;
     let r = s
         .client

@@ -63,6 +63,9 @@ pub(crate) fn run(mut cmd: Command, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The least time the kubelet gives a container to stop, even for a pod deleted with no grace.
+const KUBELET_MINIMUM_GRACE: Duration = Duration::from_secs(2);
+
 /// One VK release; uninstalled when dropped.
 pub struct PodVk {
     release: String,
@@ -202,6 +205,13 @@ impl PodVk {
                 self.release
             );
             std::thread::sleep(Duration::from_millis(200));
+        }
+        if grace == 0 {
+            // A pod deleted with no grace is gone from the API at once, but the kubelet still
+            // gives its container at least 2 s after SIGTERM (`minimumGracePeriodInSeconds`,
+            // pkg/kubelet/kuberuntime/kuberuntime_container.go). A kill is over when the
+            // process is: a VK started before then would run beside the old one.
+            std::thread::sleep(KUBELET_MINIMUM_GRACE + Duration::from_secs(1));
         }
     }
 

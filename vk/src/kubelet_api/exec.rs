@@ -50,7 +50,7 @@ use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -270,7 +270,7 @@ async fn stream(
 ) -> Response {
     match serve(s, t, headers, query, up).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => e.status_response(),
     }
 }
 

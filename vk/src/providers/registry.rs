@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use crate::config::{self, ProviderConfig};
 use crate::naming::Owner;
 use crate::provider::DynProvider;
-use crate::providers::{http::InitError, runpod, slurm, vast};
+use crate::providers::{http::InitError, kubernetes, runpod, slurm, vast};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -19,10 +19,12 @@ pub enum Error {
     Credential(#[from] config::Error),
     #[error(transparent)]
     Init(#[from] InitError),
+    #[error("provider {name}: {message}")]
+    Preflight { name: String, message: String },
 }
 
 /// Kinds of adapters this build knows.
-pub const KINDS: &str = "runpod, slurm, vast";
+pub const KINDS: &str = "kubernetes, runpod, slurm, vast";
 
 /// Builds every configured provider, in configuration order.
 pub fn build(
@@ -77,6 +79,7 @@ fn build_one(p: &ProviderConfig, owner: &Owner) -> Result<Arc<dyn DynProvider>, 
                 owner.clone(),
             )?)
         }
+        "kubernetes" => Arc::new(kubernetes_adapter(p, key.expose(), owner.clone())?),
         other => {
             return Err(Error::UnknownKind {
                 name: p.name.clone(),
@@ -84,6 +87,33 @@ fn build_one(p: &ProviderConfig, owner: &Owner) -> Result<Arc<dyn DynProvider>, 
             });
         }
     })
+}
+
+fn kubernetes_adapter(
+    p: &ProviderConfig,
+    key: &str,
+    owner: Owner,
+) -> Result<kubernetes::Kubernetes, Error> {
+    let cfg: kubernetes::KubernetesConfig = settings(p)?;
+    Ok(kubernetes::Kubernetes::new(
+        p.name.clone(),
+        cfg.with_api_key(key),
+        owner,
+    )?)
+}
+
+/// What `vk check-config` verifies beyond the file: each `kubernetes` provider's remote API
+/// server answers and its remote namespaces exist.
+pub async fn preflight(providers: &[ProviderConfig], owner: &Owner) -> Result<(), Error> {
+    for p in providers.iter().filter(|p| p.kind == "kubernetes") {
+        let key = p.api_key()?;
+        let k = kubernetes_adapter(p, key.expose(), owner.clone())?;
+        k.preflight().await.map_err(|message| Error::Preflight {
+            name: p.name.clone(),
+            message,
+        })?;
+    }
+    Ok(())
 }
 
 /// Warnings for `vk check-config`: GPU types the configuration names that a provider cannot

@@ -15,7 +15,14 @@ async fn exec_attach_and_port_forward_answer_501_naming_the_provider() {
         .unwrap();
     let (status, body) = call(&s.app, req).await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
-    assert_eq!(body.trim(), "not supported by provider slurm: exec");
+    // A metav1.Status in JSON: plain text would be read as YAML by client-go (see
+    // `ApiError::status_response`).
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&v["kind"], &v["status"], &v["code"]),
+        (&json!("Status"), &json!("Failure"), &json!(501))
+    );
+    assert_eq!(v["message"], "not supported by provider slurm: exec");
     let (status, body) = call(&s.app, get("/attach/ml/quiet/main?stdout=1")).await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
     assert!(body.contains("provider runpod"), "{body}");
@@ -196,8 +203,12 @@ async fn exec_refusals_before_any_upgrade() {
     // Without a connection to take over (an in-process call), the upgrade cannot happen.
     let (status, body) = call(&s.app, req).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(
-        body.starts_with("exec over SPDY needs an HTTP/1.1 connection upgrade"),
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("exec over SPDY needs an HTTP/1.1 connection upgrade"),
         "{body}"
     );
     // No protocol in common: 403, as the kubelet's handshake answers.
@@ -240,11 +251,12 @@ async fn exec_refusals_before_any_upgrade() {
         .body(Body::empty())
         .unwrap();
     let (status, body) = call(&s.app, req).await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
-        (status, body.trim()),
+        (status, v["message"].as_str()),
         (
             StatusCode::NOT_IMPLEMENTED,
-            "not supported by provider runpod: exec"
+            Some("not supported by provider runpod: exec")
         )
     );
 }

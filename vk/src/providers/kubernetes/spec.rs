@@ -1,0 +1,145 @@
+//! The remote pod for a workload: one pure function, checked before any network call.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, LocalObjectReference, Pod, PodSpec, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ObjectMeta;
+
+use super::KubernetesConfig;
+use crate::naming::Owner;
+use crate::provider::{ProviderError, Workload};
+
+/// Label carrying the ownership tag: `list()` selects on it.
+pub const LABEL_OWNER: &str = "gpu-vk.io/owner";
+/// Label carrying the local pod's UID (for people and `kubectl -l`).
+pub const LABEL_POD_UID: &str = "gpu-vk.io/pod-uid";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "gpu-vk";
+/// Annotations naming where the remote pod comes from. Not under `gpu-vk.io/`: a VK that is
+/// the remote cluster's node (offload chained on) refuses pods with `gpu-vk.io/*` annotations
+/// it does not know, as it must for a user's typo.
+pub const ANN_CLUSTER: &str = "offload.gpu-vk.io/cluster-id";
+pub const ANN_NODE: &str = "offload.gpu-vk.io/node";
+pub const ANN_SOURCE_POD: &str = "offload.gpu-vk.io/source-pod";
+
+/// The label selector of every remote pod of this VK.
+pub fn selector(owner: &Owner) -> String {
+    format!("{LABEL_OWNER}={}", owner.tag())
+}
+
+/// The remote pod running `w`, in the namespace `cfg` maps its pod's namespace to.
+pub fn remote_pod(
+    cfg: &KubernetesConfig,
+    owner: &Owner,
+    w: &Workload,
+) -> Result<Pod, ProviderError> {
+    let invalid = |message: String| ProviderError::Invalid { message };
+    if w.image.trim().is_empty() {
+        return Err(invalid("the container has no image".into()));
+    }
+    let mut limits = BTreeMap::new();
+    let mut requests = BTreeMap::new();
+    let mut node_selector = cfg.node_selector.clone();
+    if let Some(g) = w.gpu.as_ref().filter(|g| g.count > 0) {
+        if g.count > cfg.max_gpus_per_workload {
+            return Err(invalid(format!(
+                "the pod requests {} GPUs, more than the {} allowed on this provider",
+                g.count, cfg.max_gpus_per_workload
+            )));
+        }
+        limits.insert(cfg.gpu_resource.clone(), Quantity(g.count.to_string()));
+        if let Some(t) = &g.gpu_type
+            && !cfg.gpu_types.is_empty()
+        {
+            let Some(value) = cfg.gpu_types.get(t) else {
+                return Err(invalid(format!(
+                    "GPU type {t} is not offered by this provider (configured: {})",
+                    cfg.gpu_types.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            };
+            node_selector.insert(cfg.gpu_type_label.clone(), value.clone());
+        }
+    }
+    if let Some(m) = w.cpu_millis {
+        requests.insert("cpu".to_owned(), Quantity(format!("{m}m")));
+    }
+    if let Some(b) = w.memory_bytes {
+        requests.insert("memory".to_owned(), Quantity(b.to_string()));
+    }
+    let nonempty = |v: &[String]| (!v.is_empty()).then(|| v.to_vec());
+    let container = Container {
+        name: w.container_name.clone(),
+        image: Some(w.image.clone()),
+        command: nonempty(&w.command),
+        args: nonempty(&w.args),
+        working_dir: w.working_dir.clone(),
+        env: (!w.env.is_empty()).then(|| {
+            w.env
+                .iter()
+                .map(|e| EnvVar {
+                    name: e.name.clone(),
+                    value: Some(e.value.clone()),
+                    value_from: None,
+                })
+                .collect()
+        }),
+        ports: (!w.ports.is_empty()).then(|| {
+            w.ports
+                .iter()
+                .map(|p| ContainerPort {
+                    container_port: i32::from(*p),
+                    ..ContainerPort::default()
+                })
+                .collect()
+        }),
+        resources: (!limits.is_empty() || !requests.is_empty()).then(|| ResourceRequirements {
+            limits: (!limits.is_empty()).then_some(limits),
+            requests: (!requests.is_empty()).then_some(requests),
+            ..ResourceRequirements::default()
+        }),
+        ..Container::default()
+    };
+    let mut labels = cfg.labels.clone();
+    labels.insert(LABEL_OWNER.to_owned(), owner.tag().to_owned());
+    labels.insert(LABEL_POD_UID.to_owned(), w.id.pod_uid().to_owned());
+    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
+    let mut annotations = cfg.annotations.clone();
+    annotations.insert(ANN_CLUSTER.to_owned(), owner.cluster_id().to_owned());
+    annotations.insert(ANN_NODE.to_owned(), owner.node().to_owned());
+    annotations.insert(
+        ANN_SOURCE_POD.to_owned(),
+        format!("{}/{}", w.namespace, w.pod_name),
+    );
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(w.id.as_str().to_owned()),
+            namespace: Some(cfg.remote_namespace(&w.namespace).to_owned()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            // The framework restarts per the local pod's policy.
+            restart_policy: Some("Never".into()),
+            // No credentials of the remote cluster inside the workload.
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            node_selector: (!node_selector.is_empty()).then_some(node_selector),
+            tolerations: (!cfg.tolerations.is_empty()).then(|| cfg.tolerations.clone()),
+            priority_class_name: cfg.priority_class_name.clone(),
+            runtime_class_name: cfg.runtime_class_name.clone(),
+            image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
+                cfg.image_pull_secrets
+                    .iter()
+                    .map(|n| LocalObjectReference { name: n.clone() })
+                    .collect()
+            }),
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
