@@ -16,13 +16,16 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Which probe: they differ in their initial result and in what a failure does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Readiness,
     Liveness,
 }
 
 impl Kind {
+    /// Both kinds, in the order the prober syncs them.
+    pub const ALL: [Kind; 2] = [Kind::Readiness, Kind::Liveness];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Readiness => "readiness",

@@ -1,13 +1,15 @@
-//! The prober: runs the main container's readiness probe of every running offloaded pod on its
-//! schedule, from the VK to where the provider exposes the port (`httpGet`, `tcpSocket`) or
-//! through the provider's exec (`exec`).
+//! The prober: runs the main container's readiness and liveness probes of every running
+//! offloaded pod on their schedule, from the VK to where the provider exposes the port
+//! (`httpGet`, `tcpSocket`) or through the provider's exec (`exec`).
 //!
-//! One sleeping task per probed pod, keyed by pod UID, replaced when the workload changes (a
-//! restart is a new container: the result starts over) and aborted when the pod stops running
-//! or goes away; probes themselves run under a shared concurrency limit. A task never writes
-//! the pod: when the published result changes it stores it and enqueues the pod, and the
-//! ordinary reconcile translates it (see [`super::translate::Readiness`]), so a change costs
-//! exactly one status write and a steady result none. The state machine is [`super::probe`].
+//! One sleeping task per probe of a probed pod, keyed by pod UID and probe kind, replaced when
+//! the workload changes (a restart is a new container: the result starts over) and aborted
+//! when the pod stops running or goes away; probes themselves run under a shared concurrency
+//! limit. A task never writes the pod: when the published result changes it stores it and
+//! enqueues the pod, and the ordinary reconcile acts on it (readiness: see
+//! [`super::translate::Readiness`]; a failed liveness probe: the container is restarted as
+//! its restart policy says), so a change costs exactly one status write and a steady result
+//! none. The state machine is [`super::probe`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -44,11 +46,19 @@ struct Target {
     reach: Result<Reach, String>,
 }
 
+/// What a probe task published.
+#[derive(Clone, Debug, Default)]
+struct Published {
+    /// `None` until the first flip: the kind's initial result.
+    outcome: Option<Outcome>,
+    /// Why the last failed probe failed (for the `Unhealthy` Event).
+    detail: String,
+}
+
 struct Entry {
     target: Target,
     task: Option<tokio::task::AbortHandle>,
-    /// The published result (`None` until the first flip: the kind's initial result).
-    result: Arc<Mutex<Option<Outcome>>>,
+    result: Arc<Mutex<Published>>,
 }
 
 impl Drop for Entry {
@@ -61,7 +71,7 @@ impl Drop for Entry {
 
 /// The prober task set of a VK.
 pub struct Prober {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<HashMap<(String, Kind), Entry>>,
     limit: Arc<Semaphore>,
     http: OnceLock<Option<reqwest::Client>>,
 }
@@ -82,10 +92,13 @@ pub struct Synced {
     pub readiness: Readiness,
     /// Set the first time a probe turns out not evaluable for this workload: worth one Event.
     pub not_evaluable: Option<String>,
+    /// The liveness probe failed (its threshold of consecutive failures): why the last probe
+    /// failed. The container is to be restarted.
+    pub liveness_failed: Option<String>,
 }
 
 impl Prober {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Kind), Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -108,7 +121,7 @@ impl Prober {
 
     /// The readiness last published for a pod.
     pub fn readiness(&self, uid: &str) -> Readiness {
-        match self.lock().get(uid) {
+        match self.lock().get(&(uid.to_owned(), Kind::Readiness)) {
             None => Readiness::Unprobed,
             Some(e) => view(e),
         }
@@ -116,7 +129,10 @@ impl Prober {
 
     /// Stops probing a pod (it stopped running, is being deleted, or is gone).
     pub fn stop(&self, uid: &str) {
-        self.lock().remove(uid);
+        let mut entries = self.lock();
+        for kind in Kind::ALL {
+            entries.remove(&(uid.to_owned(), kind));
+        }
     }
 
     /// Pods probed now.
@@ -128,8 +144,8 @@ impl Prober {
         self.len() == 0
     }
 
-    /// Makes sure the pod's readiness probe runs against its current workload (starting,
-    /// replacing or stopping its task) and says what it shows now.
+    /// Makes sure the pod's probes run against its current workload (starting, replacing or
+    /// stopping their tasks) and says what they show now.
     pub fn sync(
         &self,
         uid: &str,
@@ -138,14 +154,48 @@ impl Prober {
         obs: &Observed,
         queue: &Queue,
     ) -> Synced {
+        let mut synced = Synced {
+            readiness: Readiness::Unprobed,
+            not_evaluable: None,
+            liveness_failed: None,
+        };
+        for kind in Kind::ALL {
+            let (view, note) = self.sync_one(kind, uid, pod, provider, obs, queue);
+            if let Some(note) = note {
+                synced.not_evaluable = Some(match synced.not_evaluable.take() {
+                    Some(first) => format!("{first}; {note}"),
+                    None => note,
+                });
+            }
+            match (kind, view) {
+                (Kind::Readiness, Some(e)) => synced.readiness = e.0,
+                (Kind::Liveness, Some((_, Some(p)))) if p.outcome == Some(Outcome::Failure) => {
+                    synced.liveness_failed = Some(p.detail);
+                }
+                _ => {}
+            }
+        }
+        synced
+    }
+
+    /// One probe kind of [`Self::sync`]: its readiness view and published result, and a note
+    /// when it just turned out not evaluable.
+    #[allow(clippy::type_complexity)]
+    fn sync_one(
+        &self,
+        kind: Kind,
+        uid: &str,
+        pod: &Pod,
+        provider: &Arc<dyn DynProvider>,
+        obs: &Observed,
+        queue: &Queue,
+    ) -> (Option<(Readiness, Option<Published>)>, Option<String>) {
+        let key = (uid.to_owned(), kind);
         let container = super::spec::main_container(pod);
-        let spec = container.and_then(|c| Spec::of(c, Kind::Readiness));
+        let spec = container.and_then(|c| Spec::of(c, kind));
         let (Some(spec), WorkloadState::Running) = (spec, &obs.state) else {
-            self.stop(uid);
-            return Synced {
-                readiness: Readiness::Unprobed,
-                not_evaluable: None,
-            };
+            self.lock().remove(&key);
+            return (None, None);
         };
         let reach = reach(&spec, container, provider.as_ref(), obs);
         let target = Target {
@@ -155,13 +205,10 @@ impl Prober {
             reach,
         };
         let mut entries = self.lock();
-        if let Some(e) = entries.get(uid).filter(|e| e.target == target) {
-            return Synced {
-                readiness: view(e),
-                not_evaluable: None,
-            };
+        if let Some(e) = entries.get(&key).filter(|e| e.target == target) {
+            return (Some((view(e), published(e))), None);
         }
-        let result = Arc::new(Mutex::new(None));
+        let result = Arc::new(Mutex::new(Published::default()));
         let (task, not_evaluable) = match &target.reach {
             Err(m) => (None, Some(m.clone())),
             Ok(r) => {
@@ -185,13 +232,18 @@ impl Prober {
             task,
             result,
         };
-        let readiness = view(&entry);
-        entries.insert(uid.to_owned(), entry);
-        Synced {
-            readiness,
-            not_evaluable,
-        }
+        let out = (view(&entry), published(&entry));
+        entries.insert(key, entry);
+        (Some(out), not_evaluable)
     }
+}
+
+/// The published result of a probe that runs (`None` for one not evaluable).
+fn published(e: &Entry) -> Option<Published> {
+    e.target
+        .reach
+        .is_ok()
+        .then(|| e.result.lock().unwrap_or_else(|p| p.into_inner()).clone())
 }
 
 fn view(e: &Entry) -> Readiness {
@@ -200,7 +252,7 @@ fn view(e: &Entry) -> Readiness {
             message: message.clone(),
         },
         Ok(_) => {
-            let r = *e.result.lock().unwrap_or_else(|p| p.into_inner());
+            let r = e.result.lock().unwrap_or_else(|p| p.into_inner()).outcome;
             Readiness::Probed {
                 ready: r == Some(Outcome::Success),
             }
@@ -270,7 +322,7 @@ struct Run {
     provider: Arc<dyn DynProvider>,
     http: Option<reqwest::Client>,
     limit: Arc<Semaphore>,
-    result: Arc<Mutex<Option<Outcome>>>,
+    result: Arc<Mutex<Published>>,
     queue: Queue,
 }
 
@@ -292,11 +344,15 @@ impl Run {
                 self.probe_once().await
             };
             match outcome {
-                Some(o) => {
+                Some((o, detail)) => {
+                    let mut published = self.result.lock().unwrap_or_else(|p| p.into_inner());
+                    if o == Outcome::Failure {
+                        published.detail = detail;
+                    }
                     if tracker.record(o) {
-                        *self.result.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some(tracker.result());
-                        debug!(uid = %self.uid, result = ?tracker.result(), "probe result changed");
+                        published.outcome = Some(tracker.result());
+                        debug!(uid = %self.uid, kind = self.spec.kind.as_str(),
+                            result = ?tracker.result(), "probe result changed");
                         self.queue.add(&self.uid);
                     }
                 }
@@ -309,8 +365,9 @@ impl Run {
         }
     }
 
-    /// One probe; `None` when the prober itself could not run it (thrown away).
-    async fn probe_once(&self) -> Option<Outcome> {
+    /// One probe and, for a failure, why (worded as the kubelet words it); `None` when the
+    /// prober itself could not run it (thrown away).
+    async fn probe_once(&self) -> Option<(Outcome, String)> {
         let timeout = self.spec.timeout;
         match (&self.spec.action, &self.reach) {
             (
@@ -337,17 +394,32 @@ impl Run {
                 for (k, v) in headers {
                     req = req.header(k.as_str(), v.as_str());
                 }
+                let url = format!("{scheme}://{e}{path}");
                 Some(match req.send().await {
-                    Ok(r) if (200..400).contains(&r.status().as_u16()) => Outcome::Success,
+                    Ok(r) if (200..400).contains(&r.status().as_u16()) => {
+                        (Outcome::Success, String::new())
+                    }
                     // Connection refused, timeouts and error statuses are all failures.
-                    _ => Outcome::Failure,
+                    Ok(r) => (
+                        Outcome::Failure,
+                        format!("HTTP probe failed with statuscode: {}", r.status().as_u16()),
+                    ),
+                    Err(err) if err.is_timeout() => (
+                        Outcome::Failure,
+                        format!(
+                            "Get \"{url}\": context deadline exceeded (timeout {}s)",
+                            timeout.as_secs()
+                        ),
+                    ),
+                    Err(err) => (Outcome::Failure, format!("Get \"{url}\": {}", root(&err))),
                 })
             }
             (Action::Tcp { .. }, Reach::Connect(e)) => {
                 let dial = tokio::net::TcpStream::connect((e.host.as_str(), e.port));
                 Some(match tokio::time::timeout(timeout, dial).await {
-                    Ok(Ok(_)) => Outcome::Success,
-                    _ => Outcome::Failure,
+                    Ok(Ok(_)) => (Outcome::Success, String::new()),
+                    Ok(Err(err)) => (Outcome::Failure, format!("dial tcp {e}: {err}")),
+                    Err(_) => (Outcome::Failure, format!("dial tcp {e}: i/o timeout")),
                 })
             }
             (Action::Exec { command }, Reach::Exec) => {
@@ -368,8 +440,15 @@ impl Run {
                     s.exit.await
                 };
                 match tokio::time::timeout(timeout, run).await {
-                    Ok(Ok(0)) => Some(Outcome::Success),
-                    Ok(Ok(_)) | Err(_) => Some(Outcome::Failure),
+                    Ok(Ok(0)) => Some((Outcome::Success, String::new())),
+                    Ok(Ok(code)) => Some((
+                        Outcome::Failure,
+                        format!("command {command:?} exited with {code}"),
+                    )),
+                    Err(_) => Some((
+                        Outcome::Failure,
+                        format!("command {command:?} timed out after {}s", timeout.as_secs()),
+                    )),
                     // The provider could not run the command at all: not the container's fault.
                     Ok(Err(_)) => None,
                 }
@@ -377,4 +456,13 @@ impl Run {
             _ => None,
         }
     }
+}
+
+/// The innermost cause of an error (reqwest's own message says only "error sending request").
+fn root(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut e = err;
+    while let Some(next) = e.source() {
+        e = next;
+    }
+    e.to_string()
 }

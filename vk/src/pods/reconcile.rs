@@ -171,6 +171,13 @@ impl PodController {
                         note,
                     );
                 }
+                if let Some(why) = &synced.liveness_failed {
+                    self.prober.stop(uid);
+                    let again = self
+                        .kill_unhealthy(&pod, provider, obs, why, rules.timings)
+                        .await?;
+                    return Ok(again.map_or_else(Action::await_change, Action::requeue));
+                }
                 self.report(&pod, provider, obs).await?;
                 let due = decide::start_deadline_due_in(
                     &rules,
