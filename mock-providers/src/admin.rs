@@ -85,6 +85,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
             get(list_faults).post(add_fault).delete(clear_faults),
         )
         .route("/_admin/hide", post(hide))
+        .route("/_admin/serve", post(serve))
         .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
@@ -324,6 +325,17 @@ async fn add_fault(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
 
 /// `POST /_admin/hide {"lists": N, "ids": [...]}`: leave workloads out of the next N list
 /// answers (every workload when `ids` is absent); they keep running.
+/// How the stand-in servers on published ports answer (see [`crate::serve`]): body
+/// `{"httpStatus": 503, "accept": true}`, optionally with `"workload": "<id>"`.
+async fn serve(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
+    let set: crate::serve::SetAnswer = match body(&bytes) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    e.served.set(set);
+    StatusCode::NO_CONTENT.into_response()
+}
+
 async fn hide(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
     let spec: HideSpec = match body(&bytes) {
         Ok(s) => s,

@@ -320,6 +320,8 @@ pub struct Engine {
     endpoint_limits: HashMap<&'static str, EndpointLimit>,
     weak: Weak<Engine>,
     inner: Mutex<Inner>,
+    /// Listeners on running workloads' published TCP ports (RunPod), see [`crate::serve`].
+    pub served: crate::serve::Served,
 }
 
 impl std::fmt::Debug for Engine {
@@ -365,6 +367,7 @@ impl Engine {
                 next_vast_id: 1_000_001,
                 exits: BinaryHeap::new(),
             }),
+            served: crate::serve::Served::default(),
         })
     }
 
@@ -1149,6 +1152,7 @@ impl Engine {
         inner.gate.reset();
         inner.vast = crate::vast::Book::default();
         inner.runpod = crate::runpod::Account::default();
+        self.served.set(crate::serve::SetAnswer::default());
     }
 
     /// Log lines of workload `id` after `after`, and its phase; `None` when it is gone.

@@ -307,6 +307,32 @@ fn ceil_percent(part: f64, whole: f64) -> u64 {
     ((part * 100.0 / whole).ceil() as u64).min(100)
 }
 
+/// `runtime.ports` of a running pod: each `N/tcp` port published at a public port of the
+/// emulator's host, where a real listener answers (see [`crate::serve`]); `http` ports go
+/// through RunPod's proxy and have no direct mapping, so they are listed without one.
+fn published_ports(engine: &Engine, id: &str, ports: &[String]) -> Vec<Value> {
+    let parse = |p: &String, kind: &str| {
+        let (n, k) = p.split_once('/')?;
+        (k == kind).then(|| n.parse::<u16>().ok()).flatten()
+    };
+    let tcp: Vec<u16> = ports.iter().filter_map(|p| parse(p, "tcp")).collect();
+    let mut out: Vec<Value> = engine
+        .served
+        .open(id, &tcp)
+        .into_iter()
+        .map(|(private, public)| {
+            json!({"private": private, "public": public, "type": "tcp", "ip": crate::serve::host()})
+        })
+        .collect();
+    out.extend(
+        ports
+            .iter()
+            .filter_map(|p| parse(p, "http"))
+            .map(|private| json!({"private": private, "public": null, "type": "http", "ip": null})),
+    );
+    out
+}
+
 /// The v2 `Pod` object.
 fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
     let phase = engine.observe(w, now);
@@ -331,9 +357,10 @@ fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
             "gpus": (0..w.gpu_count).map(|_| json!({"util": 0, "memoryUtil": 0})).collect::<Vec<_>>(),
             "cpu": {"util": ceil_percent(usage.cpu_millis as f64, extra.vcpu_count as f64 * 1000.0)},
             "memory": {"util": ceil_percent(usage.memory_bytes as f64, extra.memory_gb as f64 * 1024.0 * 1024.0 * 1024.0)},
-            "ports": [],
+            "ports": published_ports(engine, &w.id, &extra.ports),
         })
     } else {
+        engine.served.close(&w.id);
         Value::Null
     };
     // `startedAt` stays at the pod's start while RunPod restarts its container in place;
@@ -584,6 +611,10 @@ async fn list_pods(AxState(s): AxState<State>, headers: HeaderMap) -> Response {
     let pods: Vec<Value> = {
         let mut inner = engine.lock();
         engine.settle(&mut inner, now);
+        // Listeners of workloads that are gone close with them.
+        engine
+            .served
+            .retain(&inner.workloads.values().map(|w| w.id.as_str()).collect());
         let mask = inner.gate.list_mask();
         inner
             .workloads

@@ -6,6 +6,7 @@
 //!   -> reconcile: decide(pod, observed, memory, now) -> Step
 //!        Create       -> create: dispatch candidates, resolve env, provider.create, failover
 //!        Report       -> status: translate, write the status subresource only on change
+//!                        (readiness from the probe tasks of prober: probe, prober)
 //!        Restart      -> restart: record the termination, delete the workload, back off
 //!        FinishDeletion / DeleteOrphanedWorkloads / StopWorkload -> delete
 //!        Lost / Fail  -> status (Failed, with a reason and an Event)
@@ -34,6 +35,8 @@ pub mod guard;
 pub mod inventory;
 pub mod memory;
 pub mod observe;
+pub mod probe;
+pub mod prober;
 pub mod queue;
 pub mod reconcile;
 pub mod restart;
@@ -130,6 +133,8 @@ pub struct PodController {
     events: Events,
     /// Spend and workload guardrails, and the pods they hold.
     guard: guard::Guard,
+    /// Readiness probes of running pods (see [`prober`]).
+    prober: prober::Prober,
     pub metrics: Metrics,
 }
 
@@ -245,6 +250,7 @@ impl PodController {
             queue: Queue::new(),
             events,
             guard,
+            prober: prober::Prober::default(),
             metrics,
         })
     }

@@ -104,11 +104,31 @@ pub struct Observed {
     pub ip: Option<String>,
     /// Restarts the provider itself performed (Slurm requeues); added to ours.
     pub provider_restarts: u32,
+    /// Where the container's ports are reachable from the VK, by container port (RunPod's
+    /// direct TCP mappings); empty where the provider exposes none. Probes use it.
+    pub ports: BTreeMap<u16, Endpoint>,
     pub usage: Option<Usage>,
     /// What the workload costs per hour now, as the provider lists it (RunPod `cost`, Vast
     /// `dph_total`) or as configured (Slurm); `None` where unknown. Spend and the spend
     /// guardrails are computed from this, so they survive restarts without state of our own.
     pub price: Option<Price>,
+}
+
+/// A host and port where a container port of a workload is reachable from the VK.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
 }
 
 /// An hourly price in millionths of a dollar (exact, comparable, `Eq`).

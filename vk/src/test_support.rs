@@ -241,6 +241,7 @@ pub fn observed(state: WorkloadState) -> Observed {
         finished_at: None,
         ip: Some("10.1.2.3".into()),
         provider_restarts: 0,
+        ports: Default::default(),
         usage: None,
         price: None,
     }

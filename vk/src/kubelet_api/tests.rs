@@ -314,6 +314,7 @@ fn observed(uid: &str, usage: Option<Usage>) -> Observed {
         finished_at: None,
         ip: None,
         provider_restarts: 0,
+        ports: Default::default(),
         usage,
         price: None,
     }

@@ -237,6 +237,7 @@ impl PodController {
             finished_at: None,
             ip: None,
             provider_restarts: 0,
+            ports: Default::default(),
             usage: None,
             price: c.price,
         };

@@ -116,6 +116,10 @@ impl PodController {
             self.guard.forget(uid);
             self.wake_held();
         }
+        // Only a pod whose workload is reported is probed.
+        if !matches!(step, Step::Report { .. }) {
+            self.prober.stop(uid);
+        }
         let Some(pod) = pod else {
             if step == Step::DeleteOrphanedWorkloads {
                 self.delete_workloads(uid, None).await?;
@@ -155,6 +159,25 @@ impl PodController {
                 let Some((_, obs)) = &found else {
                     return Ok(Action::await_change());
                 };
+                let synced =
+                    self.prober
+                        .sync(uid, &pod, &self.slots[provider].provider, obs, &self.queue);
+                if let Some(note) = &synced.not_evaluable {
+                    self.event(
+                        &pod,
+                        EventType::Warning,
+                        reason::PROBE_NOT_EVALUATED,
+                        "Probe",
+                        note,
+                    );
+                }
+                if let Some(why) = &synced.liveness_failed {
+                    self.prober.stop(uid);
+                    let again = self
+                        .kill_unhealthy(&pod, provider, obs, why, rules.timings)
+                        .await?;
+                    return Ok(again.map_or_else(Action::await_change, Action::requeue));
+                }
                 self.report(&pod, provider, obs).await?;
                 let due = decide::start_deadline_due_in(
                     &rules,

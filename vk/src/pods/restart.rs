@@ -1,17 +1,23 @@
 //! Container restarts: the back-off between them (read from the pod's own status, so it
-//! survives a VK restart) and the restart step itself (record how the container ended,
-//! delete the workload, create it again once the back-off expired).
+//! survives a VK restart), the restart step itself (record how the container ended, delete
+//! the workload, create it again once the back-off expired), and the kill of a container
+//! whose liveness probe failed.
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 
-use super::decide::current_container;
+use super::decide::{current_container, restart_count};
 use super::events::EventType;
 use super::translate::{Situation, reason};
 use super::{Error, PodController};
 use crate::config::Timings;
+use crate::provider::{FailureReason, Observed, WorkloadState};
+
+/// Exit code recorded for a container killed after a failed liveness probe: the workload is
+/// stopped at its provider, as a SIGKILL ends a process (128 + 9).
+pub const LIVENESS_KILL_EXIT_CODE: i32 = 137;
 
 /// Back-off before restart number `restarts_before + 1`: doubling from the configured first
 /// delay up to the configured maximum.
@@ -73,6 +79,85 @@ impl PodController {
         self.write_status_with_restarts(pod, &s, &name, restarts)
             .await?;
         self.delete_one(i, &uid, provider_id, Some(pod)).await
+    }
+
+    /// The main container's liveness probe failed: say so (`Unhealthy`, `Killing`, as the
+    /// kubelet does), stop the workload, and restart it as the restart policy says (after the
+    /// back-off) or, under `Never`, end the pod Failed with the kill's exit code. Returns when
+    /// to look at the pod again.
+    pub(super) async fn kill_unhealthy(
+        &self,
+        pod: &Pod,
+        i: usize,
+        obs: &Observed,
+        why: &str,
+        t: &Timings,
+    ) -> Result<Option<Duration>, Error> {
+        let container = current_container(pod)
+            .map(|c| c.name.clone())
+            .or_else(|| super::spec::main_container(pod).map(|c| c.name.clone()))
+            .unwrap_or_default();
+        let policy = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always");
+        self.event(
+            pod,
+            EventType::Warning,
+            "Unhealthy",
+            "Probe",
+            &format!("Liveness probe failed: {why}"),
+        );
+        let then = if policy == "Never" {
+            "restart policy Never: the pod fails"
+        } else {
+            "will be restarted"
+        };
+        self.event(
+            pod,
+            EventType::Normal,
+            "Killing",
+            "Probe",
+            &format!("Container {container} failed liveness probe, {then}"),
+        );
+        let now = Timestamp::now();
+        let message = format!("liveness probe failed: {why}");
+        if policy == "Never" {
+            let ended = Observed {
+                state: WorkloadState::Failed {
+                    exit_code: LIVENESS_KILL_EXIT_CODE,
+                    reason: FailureReason::Error,
+                },
+                message: Some(message),
+                finished_at: Some(now),
+                usage: None,
+                ..obs.clone()
+            };
+            let name = self.provider_name(i).to_owned();
+            self.write_status(pod, &Situation::Observed(&ended), &name)
+                .await?;
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            self.delete_one(i, &uid, &obs.provider_id, Some(pod))
+                .await?;
+            return Ok(None);
+        }
+        let restarts = restart_count(pod) + 1;
+        let wait = delay(t, restarts - 1);
+        let last = ContainerStateTerminated {
+            exit_code: LIVENESS_KILL_EXIT_CODE,
+            reason: Some(FailureReason::Error.as_str().to_owned()),
+            started_at: obs
+                .started_at
+                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+            finished_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+            container_id: Some(format!("{}://{}", self.provider_name(i), obs.id)),
+            message: Some(message),
+            signal: None,
+        };
+        self.restart(pod, i, &obs.provider_id, restarts, wait, last)
+            .await?;
+        Ok(Some(wait))
     }
 }
 

@@ -128,6 +128,12 @@ impl PodController {
             host_ip: &self.cfg.internal_ip,
             restart_count: restarts.max(provider_restarts),
             now: Timestamp::now(),
+            readiness: match s {
+                Situation::Observed(o) if o.state == WorkloadState::Running => self
+                    .prober
+                    .readiness(pod.metadata.uid.as_deref().unwrap_or_default()),
+                _ => translate::Readiness::Unprobed,
+            },
         };
         let status = translate::pod_status(pod, s, &cx);
         // The chosen provider rides on the status write (the pods/status subresource accepts

@@ -38,6 +38,8 @@ pub mod reason {
     pub const STATE_UNKNOWN: &str = "ProviderStateUnknown";
     /// A container or sidecar left out by `gpu-vk.io/omit-containers`.
     pub const NOT_RUN_ON_PROVIDER: &str = "NotRunOnProvider";
+    /// A probe of the pod cannot be evaluated on its provider (Event reason).
+    pub const PROBE_NOT_EVALUATED: &str = "ProbeNotEvaluated";
     /// An init container before its workload runs.
     pub const POD_INITIALIZING: &str = "PodInitializing";
 }
@@ -59,6 +61,19 @@ pub enum Situation<'a> {
     },
 }
 
+/// What the main container's readiness probe says, as the prober last published it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Readiness {
+    /// No readiness probe: ready while the provider reports the workload running.
+    #[default]
+    Unprobed,
+    /// The probe's result (false until its first success after the container started).
+    Probed { ready: bool },
+    /// The probe cannot be evaluated on this provider: ready as without a probe; `message`
+    /// names the probe and the provider and is shown on the Ready condition.
+    NotEvaluable { message: String },
+}
+
 /// Context of one translation.
 #[derive(Clone, Debug)]
 pub struct Context<'a> {
@@ -69,6 +84,8 @@ pub struct Context<'a> {
     /// Container restarts so far (ours plus the provider's own).
     pub restart_count: i32,
     pub now: Timestamp,
+    /// The readiness probe's result; only consulted while the workload runs.
+    pub readiness: Readiness,
 }
 
 /// Translates a situation into the pod's status, keeping fields the VK does not own.
@@ -102,6 +119,7 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
     };
 
     let (phase, pod_reason, message, ready, ready_reason, pod_ip);
+    let mut ready_message: Option<String> = None;
     match situation {
         Situation::Waiting { reason, message: m } => {
             cs.state = Some(waiting(reason, m.clone()));
@@ -187,9 +205,17 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
                         ready_reason = "ProviderNotReady";
                         cs.ready = false;
                         let _ = r;
+                    } else if cx.readiness == (Readiness::Probed { ready: false }) {
+                        ready = false;
+                        ready_reason = "ContainersNotReady";
+                        ready_message =
+                            Some(format!("containers with unready status: [{}]", cs.name));
                     } else {
                         ready = true;
                         ready_reason = "";
+                        if let Readiness::NotEvaluable { message: m } = &cx.readiness {
+                            ready_message = Some(m.clone());
+                        }
                     }
                 }
                 WorkloadState::Succeeded => {
@@ -280,6 +306,10 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
     let initialized = initialized || crate::pods::spec::run_init_containers(pod).is_empty();
     let containers_ready = ready;
     let not_ready_reason = (!ready).then_some(ready_reason);
+    let with_message = |mut c: PodCondition| {
+        c.message.clone_from(&ready_message);
+        c
+    };
     let conds = vec![
         condition("PodReadyToStartContainers", true, None),
         condition(
@@ -287,8 +317,12 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
             initialized,
             (!initialized).then_some("ContainersNotInitialized"),
         ),
-        condition("Ready", ready, not_ready_reason),
-        condition("ContainersReady", containers_ready, not_ready_reason),
+        with_message(condition("Ready", ready, not_ready_reason)),
+        with_message(condition(
+            "ContainersReady",
+            containers_ready,
+            not_ready_reason,
+        )),
         condition("PodScheduled", true, None),
     ];
     st.conditions = Some(merge_conditions(

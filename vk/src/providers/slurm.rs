@@ -425,6 +425,7 @@ fn observe(owner: &Owner, job: &JobRecord, price_per_gpu: Option<Price>) -> Opti
         finished_at,
         ip: None,
         provider_restarts: job.restart_cnt.unwrap_or(0),
+        ports: Default::default(),
         usage: None,
         price: price_per_gpu.map(|p| p.times(job.gpus())),
     })

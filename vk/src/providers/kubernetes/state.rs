@@ -114,6 +114,9 @@ pub fn observe(
         finished_at,
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
         provider_restarts: 0,
+        // A remote pod's IP is inside the remote cluster's network, not reachable from the VK
+        // in general; probes of such pods say they cannot be evaluated.
+        ports: Default::default(),
         usage,
         price: price_per_gpu.map(|p| p.times(gpus.max(1))),
     })

@@ -87,6 +87,11 @@ pub(super) fn observe(
                 .find_map(|p| p.ip.clone().filter(|s| !s.is_empty()))
         });
     let usage = if raw == "RUNNING" { usage(&pod) } else { None };
+    let ports = if raw == "RUNNING" {
+        direct_ports(&pod)
+    } else {
+        Default::default()
+    };
     Some(Observed {
         id,
         provider_id,
@@ -97,6 +102,7 @@ pub(super) fn observe(
         finished_at: None,
         ip,
         provider_restarts: 0,
+        ports,
         usage,
         price: pod.cost.and_then(Price::from_dollars),
     })
@@ -106,6 +112,33 @@ const EXIT_MESSAGE: &str = "the container exited and RunPod restarted it in plac
      reports no exit code, so the code shown is assumed (provider setting unknownExitAs)";
 const STOPPED_MESSAGE: &str = "RunPod stopped the pod (EXITED) without the virtual kubelet \
      asking: a stop by a user, host maintenance or an account balance at $0";
+
+/// The container ports RunPod publishes directly (`runtime.ports[]` of type `tcp` with an `ip`
+/// and a `public` port): the VK reaches them there. `http` ports go through RunPod's HTTPS
+/// proxy and are not listed (probes of them are reported as not evaluable).
+fn direct_ports(pod: &Pod) -> std::collections::BTreeMap<u16, crate::provider::Endpoint> {
+    let Some(ports) = pod.runtime.as_ref().and_then(|r| r.ports.as_ref()) else {
+        return Default::default();
+    };
+    ports
+        .iter()
+        .filter(|p| {
+            p.kind
+                .as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
+        })
+        .filter_map(|p| {
+            let host = p.ip.clone().filter(|s| !s.is_empty())?;
+            Some((
+                p.private?,
+                crate::provider::Endpoint {
+                    host,
+                    port: p.public?,
+                },
+            ))
+        })
+        .collect()
+}
 
 /// Usage from the `runtime` block; `None` when RunPod reports no utilisation.
 fn usage(pod: &Pod) -> Option<Usage> {
@@ -214,6 +247,22 @@ mod tests {
         let stopped = pod(json!({"id": "p1", "name": NAME, "status": "EXITED"}));
         let o = observe("rp", stopped, false, UnknownExit::Succeeded).unwrap();
         assert!(o.message.unwrap().contains("without the virtual kubelet"));
+    }
+
+    #[test]
+    fn direct_tcp_mappings_become_endpoints() {
+        let p = json!({"id": "p1", "name": NAME, "status": "RUNNING", "runtime": {"ports": [
+            {"private": 8080, "public": 43210, "type": "tcp", "ip": "203.0.113.7"},
+            {"private": 8888, "public": null, "type": "http", "ip": null},
+            {"private": 9000, "public": null, "type": "tcp", "ip": "203.0.113.7"},
+        ]}});
+        let o = observe("rp", pod(p.clone()), false, UnknownExit::Succeeded).unwrap();
+        assert_eq!(o.ports.len(), 1);
+        assert_eq!(o.ports[&8080].to_string(), "203.0.113.7:43210");
+        let mut stopped = p;
+        stopped["status"] = json!("EXITED");
+        let o = observe("rp", pod(stopped), false, UnknownExit::Succeeded).unwrap();
+        assert!(o.ports.is_empty());
     }
 
     #[test]

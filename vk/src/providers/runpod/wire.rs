@@ -137,10 +137,19 @@ pub(super) struct Utilization {
     pub(super) util: Option<f64>,
 }
 
+/// `PodRuntimePort`, "live port mapping for a running pod": `private` (the container port),
+/// `public` (where it is published, `null` until assigned), `type` (`http` through RunPod's
+/// proxy, `tcp` directly at `ip`).
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct RuntimePort {
     #[serde(default, deserialize_with = "lenient")]
     pub(super) ip: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) private: Option<u16>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) public: Option<u16>,
+    #[serde(default, rename = "type", deserialize_with = "lenient")]
+    pub(super) kind: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

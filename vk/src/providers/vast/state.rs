@@ -47,6 +47,7 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty()),
         provider_restarts: 0,
+        ports: Default::default(),
         usage,
         // `dph_total`: what the instance costs per hour, GPU and storage (show-instances).
         price: inst.dph_total.and_then(Price::from_dollars),

@@ -1,0 +1,468 @@
+//! The prober: runs the main container's readiness and liveness probes of every running
+//! offloaded pod on their schedule, from the VK to where the provider exposes the port
+//! (`httpGet`, `tcpSocket`) or through the provider's exec (`exec`).
+//!
+//! One sleeping task per probe of a probed pod, keyed by pod UID and probe kind, replaced when
+//! the workload changes (a restart is a new container: the result starts over) and aborted
+//! when the pod stops running or goes away; probes themselves run under a shared concurrency
+//! limit. A task never writes the pod: when the published result changes it stores it and
+//! enqueues the pod, and the ordinary reconcile acts on it (readiness: see
+//! [`super::translate::Readiness`]; a failed liveness probe: the container is restarted as
+//! its restart policy says), so a change costs exactly one status write and a steady result
+//! none. The state machine is [`super::probe`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::Semaphore;
+use tracing::debug;
+
+use super::Queue;
+use super::probe::{Action, Kind, Outcome, Spec, Tracker};
+use super::translate::Readiness;
+use crate::provider::{DynProvider, Endpoint, ExecRequest, Observed, WorkloadState};
+
+/// Probes running at once across all pods (each is bounded by its own timeout).
+pub const MAX_CONCURRENT_PROBES: usize = 32;
+
+/// How one probe reaches the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Reach {
+    Connect(Endpoint),
+    Exec,
+}
+
+/// What a probe task probes: a task is kept while this stays the same.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Target {
+    provider_id: String,
+    started_at: Option<Timestamp>,
+    spec: Spec,
+    /// `Err(message)`: the probe cannot be evaluated here.
+    reach: Result<Reach, String>,
+}
+
+/// What a probe task published.
+#[derive(Clone, Debug, Default)]
+struct Published {
+    /// `None` until the first flip: the kind's initial result.
+    outcome: Option<Outcome>,
+    /// Why the last failed probe failed (for the `Unhealthy` Event).
+    detail: String,
+}
+
+struct Entry {
+    target: Target,
+    task: Option<tokio::task::AbortHandle>,
+    result: Arc<Mutex<Published>>,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// The prober task set of a VK.
+pub struct Prober {
+    entries: Mutex<HashMap<(String, Kind), Entry>>,
+    limit: Arc<Semaphore>,
+    http: OnceLock<Option<reqwest::Client>>,
+}
+
+impl Default for Prober {
+    fn default() -> Self {
+        Self {
+            entries: Mutex::default(),
+            limit: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
+            http: OnceLock::new(),
+        }
+    }
+}
+
+/// What [`Prober::sync`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Synced {
+    pub readiness: Readiness,
+    /// Set the first time a probe turns out not evaluable for this workload: worth one Event.
+    pub not_evaluable: Option<String>,
+    /// The liveness probe failed (its threshold of consecutive failures): why the last probe
+    /// failed. The container is to be restarted.
+    pub liveness_failed: Option<String>,
+}
+
+impl Prober {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Kind), Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The HTTP client of probes: no certificate checks for HTTPS (as the kubelet), no
+    /// connection reuse between probes, up to 10 redirects (as Go's client the kubelet uses).
+    fn http(&self) -> Option<reqwest::Client> {
+        self.http
+            .get_or_init(|| {
+                // Without an installed crypto provider reqwest cannot build a TLS client.
+                rustls::crypto::CryptoProvider::get_default()?;
+                reqwest::Client::builder()
+                    .tls_danger_accept_invalid_certs(true)
+                    .pool_max_idle_per_host(0)
+                    .redirect(reqwest::redirect::Policy::limited(10))
+                    .build()
+                    .ok()
+            })
+            .clone()
+    }
+
+    /// The readiness last published for a pod.
+    pub fn readiness(&self, uid: &str) -> Readiness {
+        match self.lock().get(&(uid.to_owned(), Kind::Readiness)) {
+            None => Readiness::Unprobed,
+            Some(e) => view(e),
+        }
+    }
+
+    /// Stops probing a pod (it stopped running, is being deleted, or is gone).
+    pub fn stop(&self, uid: &str) {
+        let mut entries = self.lock();
+        for kind in Kind::ALL {
+            entries.remove(&(uid.to_owned(), kind));
+        }
+    }
+
+    /// Pods probed now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Makes sure the pod's probes run against its current workload (starting, replacing or
+    /// stopping their tasks) and says what they show now.
+    pub fn sync(
+        &self,
+        uid: &str,
+        pod: &Pod,
+        provider: &Arc<dyn DynProvider>,
+        obs: &Observed,
+        queue: &Queue,
+    ) -> Synced {
+        let mut synced = Synced {
+            readiness: Readiness::Unprobed,
+            not_evaluable: None,
+            liveness_failed: None,
+        };
+        for kind in Kind::ALL {
+            let (view, note) = self.sync_one(kind, uid, pod, provider, obs, queue);
+            if let Some(note) = note {
+                synced.not_evaluable = Some(match synced.not_evaluable.take() {
+                    Some(first) => format!("{first}; {note}"),
+                    None => note,
+                });
+            }
+            match (kind, view) {
+                (Kind::Readiness, Some(e)) => synced.readiness = e.0,
+                (Kind::Liveness, Some((_, Some(p)))) if p.outcome == Some(Outcome::Failure) => {
+                    synced.liveness_failed = Some(p.detail);
+                }
+                _ => {}
+            }
+        }
+        synced
+    }
+
+    /// One probe kind of [`Self::sync`]: its readiness view and published result, and a note
+    /// when it just turned out not evaluable.
+    #[allow(clippy::type_complexity)]
+    fn sync_one(
+        &self,
+        kind: Kind,
+        uid: &str,
+        pod: &Pod,
+        provider: &Arc<dyn DynProvider>,
+        obs: &Observed,
+        queue: &Queue,
+    ) -> (Option<(Readiness, Option<Published>)>, Option<String>) {
+        let key = (uid.to_owned(), kind);
+        let container = super::spec::main_container(pod);
+        let spec = container.and_then(|c| Spec::of(c, kind));
+        let (Some(spec), WorkloadState::Running) = (spec, &obs.state) else {
+            self.lock().remove(&key);
+            return (None, None);
+        };
+        let reach = reach(&spec, container, provider.as_ref(), obs);
+        let target = Target {
+            provider_id: obs.provider_id.clone(),
+            started_at: obs.started_at,
+            spec,
+            reach,
+        };
+        let mut entries = self.lock();
+        if let Some(e) = entries.get(&key).filter(|e| e.target == target) {
+            return (Some((view(e), published(e))), None);
+        }
+        let result = Arc::new(Mutex::new(Published::default()));
+        let (task, not_evaluable) = match &target.reach {
+            Err(m) => (None, Some(m.clone())),
+            Ok(r) => {
+                let run = Run {
+                    uid: uid.to_owned(),
+                    spec: target.spec.clone(),
+                    reach: r.clone(),
+                    provider_id: obs.provider_id.clone(),
+                    started_at: obs.started_at,
+                    provider: provider.clone(),
+                    http: self.http(),
+                    limit: self.limit.clone(),
+                    result: result.clone(),
+                    queue: queue.clone(),
+                };
+                (Some(tokio::spawn(run.run()).abort_handle()), None)
+            }
+        };
+        let entry = Entry {
+            target,
+            task,
+            result,
+        };
+        let out = (view(&entry), published(&entry));
+        entries.insert(key, entry);
+        (Some(out), not_evaluable)
+    }
+}
+
+/// The published result of a probe that runs (`None` for one not evaluable).
+fn published(e: &Entry) -> Option<Published> {
+    e.target
+        .reach
+        .is_ok()
+        .then(|| e.result.lock().unwrap_or_else(|p| p.into_inner()).clone())
+}
+
+fn view(e: &Entry) -> Readiness {
+    match &e.target.reach {
+        Err(message) => Readiness::NotEvaluable {
+            message: message.clone(),
+        },
+        Ok(_) => {
+            let r = e.result.lock().unwrap_or_else(|p| p.into_inner()).outcome;
+            Readiness::Probed {
+                ready: r == Some(Outcome::Success),
+            }
+        }
+    }
+}
+
+/// Where the probe connects, or why it cannot be evaluated on this provider.
+fn reach(
+    spec: &Spec,
+    container: Option<&k8s_openapi::api::core::v1::Container>,
+    provider: &dyn DynProvider,
+    obs: &Observed,
+) -> Result<Reach, String> {
+    let kind = spec.kind.as_str();
+    let fallback = "Ready follows the provider's running state instead";
+    let (handler, host, port) = match &spec.action {
+        Action::Http { host, port, .. } => ("httpGet", host, port),
+        Action::Tcp { host, port } => ("tcpSocket", host, port),
+        Action::Exec { .. } => {
+            return if provider.capabilities().exec {
+                Ok(Reach::Exec)
+            } else {
+                Err(format!(
+                    "{kind} probe (exec) cannot be evaluated: provider {} has no exec; {fallback}",
+                    provider.name()
+                ))
+            };
+        }
+        Action::Unsupported(what) => {
+            return Err(format!(
+                "{kind} probe ({what}) is not evaluated by the virtual kubelet (provider {}); \
+                 {fallback}",
+                provider.name()
+            ));
+        }
+    };
+    let Some(number) = port.resolve(container) else {
+        return Err(format!(
+            "{kind} probe ({handler}) names port {port:?}, which the container does not \
+             declare; {fallback}"
+        ));
+    };
+    if let Some(host) = host {
+        return Ok(Reach::Connect(Endpoint {
+            host: host.clone(),
+            port: number,
+        }));
+    }
+    match obs.ports.get(&number) {
+        Some(e) => Ok(Reach::Connect(e.clone())),
+        None => Err(format!(
+            "{kind} probe ({handler} on port {number}) cannot be evaluated: provider {} \
+             exposes no address for that port; {fallback}",
+            provider.name()
+        )),
+    }
+}
+
+/// One probe task.
+struct Run {
+    uid: String,
+    spec: Spec,
+    reach: Reach,
+    provider_id: String,
+    started_at: Option<Timestamp>,
+    provider: Arc<dyn DynProvider>,
+    http: Option<reqwest::Client>,
+    limit: Arc<Semaphore>,
+    result: Arc<Mutex<Published>>,
+    queue: Queue,
+}
+
+impl Run {
+    async fn run(self) {
+        let mut tracker = Tracker::new(&self.spec);
+        let running_for = self
+            .started_at
+            .and_then(|s| Duration::try_from(Timestamp::now().duration_since(s)).ok())
+            .unwrap_or(Duration::ZERO);
+        let mut pause = tracker.wait(&self.spec, running_for);
+        loop {
+            tokio::time::sleep(pause).await;
+            let start = Instant::now();
+            let outcome = {
+                let Ok(_permit) = self.limit.acquire().await else {
+                    return;
+                };
+                self.probe_once().await
+            };
+            match outcome {
+                Some((o, detail)) => {
+                    let mut published = self.result.lock().unwrap_or_else(|p| p.into_inner());
+                    if o == Outcome::Failure {
+                        published.detail = detail;
+                    }
+                    if tracker.record(o) {
+                        published.outcome = Some(tracker.result());
+                        debug!(uid = %self.uid, kind = self.spec.kind.as_str(),
+                            result = ?tracker.result(), "probe result changed");
+                        self.queue.add(&self.uid);
+                    }
+                }
+                None => tracker.skip(),
+            }
+            // Periods run from probe start to probe start.
+            pause = tracker
+                .wait(&self.spec, running_for)
+                .saturating_sub(start.elapsed());
+        }
+    }
+
+    /// One probe and, for a failure, why (worded as the kubelet words it); `None` when the
+    /// prober itself could not run it (thrown away).
+    async fn probe_once(&self) -> Option<(Outcome, String)> {
+        let timeout = self.spec.timeout;
+        match (&self.spec.action, &self.reach) {
+            (
+                Action::Http {
+                    https,
+                    path,
+                    headers,
+                    ..
+                },
+                Reach::Connect(e),
+            ) => {
+                let http = self.http.as_ref()?;
+                let scheme = if *https { "https" } else { "http" };
+                let path = if path.starts_with('/') {
+                    path.clone()
+                } else {
+                    format!("/{path}")
+                };
+                let mut req = http
+                    .get(format!("{scheme}://{e}{path}"))
+                    .timeout(timeout)
+                    .header("User-Agent", "kube-probe/gpu-vk")
+                    .header("Accept", "*/*");
+                for (k, v) in headers {
+                    req = req.header(k.as_str(), v.as_str());
+                }
+                let url = format!("{scheme}://{e}{path}");
+                Some(match req.send().await {
+                    Ok(r) if (200..400).contains(&r.status().as_u16()) => {
+                        (Outcome::Success, String::new())
+                    }
+                    // Connection refused, timeouts and error statuses are all failures.
+                    Ok(r) => (
+                        Outcome::Failure,
+                        format!("HTTP probe failed with statuscode: {}", r.status().as_u16()),
+                    ),
+                    Err(err) if err.is_timeout() => (
+                        Outcome::Failure,
+                        format!(
+                            "Get \"{url}\": context deadline exceeded (timeout {}s)",
+                            timeout.as_secs()
+                        ),
+                    ),
+                    Err(err) => (Outcome::Failure, format!("Get \"{url}\": {}", root(&err))),
+                })
+            }
+            (Action::Tcp { .. }, Reach::Connect(e)) => {
+                let dial = tokio::net::TcpStream::connect((e.host.as_str(), e.port));
+                Some(match tokio::time::timeout(timeout, dial).await {
+                    Ok(Ok(_)) => (Outcome::Success, String::new()),
+                    Ok(Err(err)) => (Outcome::Failure, format!("dial tcp {e}: {err}")),
+                    Err(_) => (Outcome::Failure, format!("dial tcp {e}: i/o timeout")),
+                })
+            }
+            (Action::Exec { command }, Reach::Exec) => {
+                let req = ExecRequest {
+                    command: command.clone(),
+                    stdin: false,
+                    tty: false,
+                };
+                let run = async {
+                    let s = self.provider.exec(&self.provider_id, req).await?;
+                    let drain = |st: crate::provider::LogStream| st.for_each(|_| async {});
+                    let stderr = async {
+                        if let Some(e) = s.stderr {
+                            drain(e).await;
+                        }
+                    };
+                    futures::join!(drain(s.stdout), stderr);
+                    s.exit.await
+                };
+                match tokio::time::timeout(timeout, run).await {
+                    Ok(Ok(0)) => Some((Outcome::Success, String::new())),
+                    Ok(Ok(code)) => Some((
+                        Outcome::Failure,
+                        format!("command {command:?} exited with {code}"),
+                    )),
+                    Err(_) => Some((
+                        Outcome::Failure,
+                        format!("command {command:?} timed out after {}s", timeout.as_secs()),
+                    )),
+                    // The provider could not run the command at all: not the container's fault.
+                    Ok(Err(_)) => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The innermost cause of an error (reqwest's own message says only "error sending request").
+fn root(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut e = err;
+    while let Some(next) = e.source() {
+        e = next;
+    }
+    e.to_string()
+}
