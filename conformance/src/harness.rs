@@ -4,9 +4,10 @@
 //! binary run as a child process (so scenarios can `kill -9` it), or, with `VK_MODE=pod`
 //! (`make e2e KIND=1`), as a pod of a kind cluster installed by the Helm chart ([`pod`]).
 //!
-//! Steps look at the provider side through an [`Observer`]: an emulator's `/_admin` API, or
+//! Steps look at the provider side through an [`Observer`]: an emulator's `/_admin` API,
 //! slurmrestd's own job list for a real Slurm (which has no admin API, so only the generic
-//! views exist there: all workloads, live ones, those of one pod).
+//! views exist there: all workloads, live ones, those of one pod), or for another Kubernetes
+//! cluster its remote pods and a proxy in front of its API server ([`kubernetes`]).
 //!
 //! Test support code: failing loudly (panics with a message) is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
@@ -579,7 +580,7 @@ impl Observer {
         match self {
             Self::Emulator(e) => e.counter(name).await,
             Self::Kubernetes(k) => k.counter(name),
-            Self::Slurm(_) => panic!("a real Slurm counts no calls: gate the step with fault injection"),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -594,7 +595,7 @@ impl Observer {
             }
             Self::Kubernetes(k) if action == "preempt" => k.preempt(id).await,
             Self::Kubernetes(k) => k.act(id, action, body).await,
-            Self::Slurm(_) => panic!("a real Slurm has no admin API: gate the step with fault injection"),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -603,7 +604,7 @@ impl Observer {
         match self {
             Self::Emulator(e) => e.vanish(id).await,
             Self::Kubernetes(k) => k.lose(id).await,
-            Self::Slurm(_) => panic!("a real Slurm has no admin API: gate the step with fault injection"),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -612,7 +613,7 @@ impl Observer {
         match self {
             Self::Emulator(e) => e.no_capacity().await,
             Self::Kubernetes(k) => k.no_capacity().await,
-            Self::Slurm(_) => panic!("a real Slurm has no admin API: gate the step with fault injection"),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -629,7 +630,7 @@ impl Observer {
                 e.admin_post("/hide", body).await;
             }
             Self::Kubernetes(k) => k.hide_lists(lists, ids),
-            Self::Slurm(_) => panic!("a real Slurm has no admin API: gate the step with fault injection"),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -644,7 +645,7 @@ impl Observer {
                 .await;
             }
             Self::Kubernetes(k) => k.fail_lists(calls),
-            Self::Slurm(_) => panic!("a real Slurm has no admin API: gate the step with fault injection"),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -677,6 +678,14 @@ impl Observer {
             Self::Emulator(_) => {}
         }
     }
+}
+
+/// A step needed fault injection on a provider without an admin API.
+fn no_admin_api() -> ! {
+    panic!(
+        "a real Slurm has no admin API (no call counts, no faults): gate the scenario with \
+         `Given the provider supports fault injection`"
+    )
 }
 
 /// A real single-node Slurm of `make slurm-up` (`scripts/slurm/up`: the host's 22.05, or with

@@ -31,8 +31,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use conformance::harness::*;
 use conformance::harness::kubernetes;
+use conformance::harness::*;
 use cucumber::writer::Stats as _;
 use cucumber::{World, WriterExt, given, then, when, writer};
 use futures::FutureExt;
@@ -364,7 +364,11 @@ async fn setup_provider(w: &mut Vkw) {
         "slurm-v0.0.41" => Observer::Emulator(Emulator::slurm(mode, SlurmDialect::V0041).await),
         "slurm-real" => Observer::Slurm(RealSlurm::from_env()),
         "kubernetes" => {
-            let remote = REMOTE.lock().unwrap().clone().expect("the remote cluster is up");
+            let remote = REMOTE
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("the remote cluster is up");
             Observer::Kubernetes(kubernetes::RemoteView::new(remote).await)
         }
         other => panic!("unknown provider under test {other:?}"),
@@ -1129,6 +1133,7 @@ fn main() {
         .filter(|p| !p.is_empty())
     {
         *TARGET.lock().unwrap() = p.to_owned();
+        let started = std::time::Instant::now();
         // The run with VKs as pods (kind) keeps its own reports beside the local testbed's.
         let pods = conformance::harness::pod::pod_mode();
         let mode = if pods { "kind-" } else { "" };
@@ -1214,6 +1219,10 @@ fn main() {
         if let Some(remote) = REMOTE.lock().unwrap().take() {
             rt.block_on(remote.down());
         }
+        println!(
+            "=== conformance: provider {p}{release} took {:.0} s ===",
+            started.elapsed().as_secs_f64()
+        );
         if result.execution_has_failed() {
             failed.push(p.to_owned());
         }

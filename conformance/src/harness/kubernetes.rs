@@ -518,7 +518,10 @@ impl RemoteView {
         api.create(&PostParams::default(), &q).await.unwrap();
         wait_for(Duration::from_secs(30), "the quota's status", || async {
             let q = api.get("no-gpus").await.ok()?;
-            q.status?.hard?.contains_key("requests.nvidia.com/gpu").then_some(())
+            q.status?
+                .hard?
+                .contains_key("requests.nvidia.com/gpu")
+                .then_some(())
         })
         .await;
     }
@@ -578,7 +581,14 @@ fn workload_json(p: &Pod) -> Value {
     };
     let c = p.spec.as_ref().and_then(|s| s.containers.first());
     let gpus = c
-        .and_then(|c| c.resources.as_ref()?.limits.as_ref()?.get("nvidia.com/gpu").cloned())
+        .and_then(|c| {
+            c.resources
+                .as_ref()?
+                .limits
+                .as_ref()?
+                .get("nvidia.com/gpu")
+                .cloned()
+        })
         .and_then(|q| q.0.parse::<u64>().ok())
         .unwrap_or(0);
     let command: Vec<String> = c
