@@ -4,9 +4,10 @@
 //! binary run as a child process (so scenarios can `kill -9` it), or, with `VK_MODE=pod`
 //! (`make e2e KIND=1`), as a pod of a kind cluster installed by the Helm chart ([`pod`]).
 //!
-//! Steps look at the provider side through an [`Observer`]: an emulator's `/_admin` API, or
+//! Steps look at the provider side through an [`Observer`]: an emulator's `/_admin` API,
 //! slurmrestd's own job list for a real Slurm (which has no admin API, so only the generic
-//! views exist there: all workloads, live ones, those of one pod).
+//! views exist there: all workloads, live ones, those of one pod), or for another Kubernetes
+//! cluster its remote pods and a proxy in front of its API server ([`kubernetes`]).
 //!
 //! Test support code: failing loudly (panics with a message) is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
@@ -25,6 +26,7 @@ pub use mock_providers::slurm::Dialect as SlurmDialect;
 use serde_json::{Value, json};
 
 pub mod ha;
+pub mod kubernetes;
 pub mod pod;
 
 /// The API key (RunPod, Vast) or JWT (Slurm) every emulator accepts; the VK gets it through
@@ -50,22 +52,28 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &id[..8])
 }
 
-/// Creates a namespace and waits for its default ServiceAccount.
+/// Creates a namespace named `<prefix>-<unique suffix>` and waits for its default
+/// ServiceAccount; returns its name.
 pub async fn namespace(c: &Client, prefix: &str) -> String {
     let name = unique(prefix);
+    create_namespace(c, &name).await;
+    name
+}
+
+/// Creates namespace `name` and waits for its default ServiceAccount.
+pub async fn create_namespace(c: &Client, name: &str) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(c.clone())
         .create(&PostParams::default(), &ns)
         .await
         .unwrap();
-    let sa: Api<ServiceAccount> = Api::namespaced(c.clone(), &name);
+    let sa: Api<ServiceAccount> = Api::namespaced(c.clone(), name);
     wait_for(
         Duration::from_secs(30),
         "default service account",
         || async { sa.get_opt("default").await.ok().flatten().map(|_| ()) },
     )
     .await;
-    name
 }
 
 pub async fn delete_namespace(c: &Client, name: &str) {
@@ -436,8 +444,8 @@ impl Emulator {
     }
 }
 
-/// Whether a workload (as an [`Observer`] shows it) has ended: RunPod/Vast terminal states
-/// and Slurm's terminal job states. A Slurm job still COMPLETING (its processes being killed)
+/// Whether a workload (as an [`Observer`] shows it) has ended: RunPod/Vast terminal states,
+/// Slurm's terminal job states and a remote pod's terminal phases. A Slurm job still COMPLETING (its processes being killed)
 /// is not terminated yet.
 pub fn is_terminated(w: &Value) -> bool {
     matches!(
@@ -445,6 +453,8 @@ pub fn is_terminated(w: &Value) -> bool {
         Some(
             "TERMINATED"
                 | "terminated"
+                | "Succeeded"
+                | "Failed"
                 | "deleted"
                 | "DELETED"
                 | "COMPLETED"
@@ -476,6 +486,9 @@ pub enum Observer {
     Emulator(Emulator),
     /// A real Slurm: slurmrestd's job list, with no admin API.
     Slurm(RealSlurm),
+    /// Another Kubernetes cluster: the remote pods, a counting proxy in front of the remote
+    /// API server, faults through the remote cluster's own API ([`kubernetes`]).
+    Kubernetes(kubernetes::RemoteView),
 }
 
 impl Observer {
@@ -483,7 +496,7 @@ impl Observer {
     pub fn emulator(&self) -> Option<&Emulator> {
         match self {
             Self::Emulator(e) => Some(e),
-            Self::Slurm(_) => None,
+            Self::Slurm(_) | Self::Kubernetes(_) => None,
         }
     }
 
@@ -492,6 +505,7 @@ impl Observer {
         match self {
             Self::Emulator(e) => e.provider_yaml(name),
             Self::Slurm(s) => s.provider_yaml(name),
+            Self::Kubernetes(k) => k.provider_yaml(name),
         }
     }
 
@@ -501,6 +515,7 @@ impl Observer {
         match self {
             Self::Emulator(e) => e.workloads().await,
             Self::Slurm(s) => s.workloads().await,
+            Self::Kubernetes(k) => k.workloads().await,
         }
     }
 
@@ -539,6 +554,7 @@ impl Observer {
         match self {
             // Accepted creates: a refused call (a Vast offer taken meanwhile) created nothing.
             Self::Emulator(e) => e.counter("created").await as usize,
+            Self::Kubernetes(k) => k.counter("created") as usize,
             Self::Slurm(s) => s
                 .workloads()
                 .await
@@ -554,6 +570,82 @@ impl Observer {
         match self {
             Self::Emulator(e) => e.inject(name).await,
             Self::Slurm(s) => s.submit(name, "sleep 600").await,
+            Self::Kubernetes(k) => k.inject(name).await,
+        }
+    }
+
+    /// The provider's count of API calls of a kind (`create`, `delete`, `list`; `created`:
+    /// accepted creates). Needs fault injection (an emulator or the remote cluster's proxy).
+    pub async fn counter(&self, name: &str) -> u64 {
+        match self {
+            Self::Emulator(e) => e.counter(name).await,
+            Self::Kubernetes(k) => k.counter(name),
+            Self::Slurm(_) => no_admin_api(),
+        }
+    }
+
+    /// An admin action on workload `id`: `exit` / `fail` / `preempt` it, add `logs` lines,
+    /// set its `usage` (an emulator's `/_admin/workloads/{id}/<action>`; on the remote
+    /// cluster, `preempt` is an eviction and the others go to the remote node's emulator).
+    pub async fn act(&self, id: &str, action: &str, body: Value) {
+        match self {
+            Self::Emulator(e) => {
+                e.admin_post(&format!("/workloads/{id}/{action}"), body)
+                    .await;
+            }
+            Self::Kubernetes(k) if action == "preempt" => k.preempt(id).await,
+            Self::Kubernetes(k) => k.act(id, action, body).await,
+            Self::Slurm(_) => no_admin_api(),
+        }
+    }
+
+    /// The workload vanishes without the VK's doing (the provider lost it).
+    pub async fn vanish(&self, id: &str) {
+        match self {
+            Self::Emulator(e) => e.vanish(id).await,
+            Self::Kubernetes(k) => k.lose(id).await,
+            Self::Slurm(_) => no_admin_api(),
+        }
+    }
+
+    /// Leaves the provider without capacity for new GPU workloads.
+    pub async fn no_capacity(&self) {
+        match self {
+            Self::Emulator(e) => e.no_capacity().await,
+            Self::Kubernetes(k) => k.no_capacity().await,
+            Self::Slurm(_) => no_admin_api(),
+        }
+    }
+
+    /// The next `lists` lists leave out the workloads with these provider ids (every
+    /// workload when `ids` is empty).
+    pub async fn hide_lists(&self, lists: u32, ids: &[String]) {
+        match self {
+            Self::Emulator(e) => {
+                let body = if ids.is_empty() {
+                    json!({ "lists": lists })
+                } else {
+                    json!({ "lists": lists, "ids": ids })
+                };
+                e.admin_post("/hide", body).await;
+            }
+            Self::Kubernetes(k) => k.hide_lists(lists, ids),
+            Self::Slurm(_) => no_admin_api(),
+        }
+    }
+
+    /// The next `calls` list calls fail with 503.
+    pub async fn fail_lists(&self, calls: u32) {
+        match self {
+            Self::Emulator(e) => {
+                e.admin_post(
+                    "/faults",
+                    json!({ "route": "list", "fail_next": calls, "status": 503 }),
+                )
+                .await;
+            }
+            Self::Kubernetes(k) => k.fail_lists(calls),
+            Self::Slurm(_) => no_admin_api(),
         }
     }
 
@@ -575,13 +667,25 @@ impl Observer {
     }
 
     /// Ends every live workload whose name starts with `prefix` and waits until none is left
-    /// (a real Slurm only: an emulator is simply dropped). Test clean-up, so the next test
+    /// (a real Slurm; an emulator is simply dropped; the remote cluster's scenario namespaces
+    /// are deleted). Test clean-up, so the next test
     /// finds the small real cluster free.
     pub async fn cancel_owned(&self, prefix: &str) {
-        if let Self::Slurm(s) = self {
-            s.cancel_owned(prefix).await;
+        match self {
+            Self::Slurm(s) => s.cancel_owned(prefix).await,
+            // The scenario's remote namespaces go, with every remote pod in them.
+            Self::Kubernetes(k) => k.cleanup().await,
+            Self::Emulator(_) => {}
         }
     }
+}
+
+/// A step needed fault injection on a provider without an admin API.
+fn no_admin_api() -> ! {
+    panic!(
+        "a real Slurm has no admin API (no call counts, no faults): gate the scenario with \
+         `Given the provider supports fault injection`"
+    )
 }
 
 /// A real single-node Slurm of `make slurm-up` (`scripts/slurm/up`: the host's 22.05, or with

@@ -1,8 +1,9 @@
 //! The conformance suite: runs `features/*.feature` against every provider under test (set by
-//! `CONFORMANCE_PROVIDERS`, default `runpod,vast,slurm,slurm-real`; `slurm` is the slurmrestd
+//! `CONFORMANCE_PROVIDERS`, default `runpod,vast,slurm,slurm-real,kubernetes`; `slurm` is the slurmrestd
 //! emulator, `slurm-v0.0.41` the same in the newer dialect, `slurm-real` the real Slurm of
-//! `make slurm-up`, found through `SLURM_ENV_FILE`), each behind a real virtual kubelet on the
-//! testbed. Capability steps ("Given the provider supports logs") only match when the provider
+//! `make slurm-up`, found through `SLURM_ENV_FILE`; `kubernetes` another cluster, the second
+//! local testbed `<TESTBED_NAME>-remote` started for the run, whose node is our VK over a RunPod
+//! emulator), each behind a real virtual kubelet on the testbed. Capability steps ("Given the provider supports logs") only match when the provider
 //! has the capability, so unsupported scenarios are reported as skipped, never as passed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -30,6 +31,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use conformance::harness::kubernetes;
 use conformance::harness::*;
 use cucumber::writer::Stats as _;
 use cucumber::{World, WriterExt, given, then, when, writer};
@@ -102,9 +104,29 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "does not support exec",
             "workloads created outside the virtual kubelet",
         ],
+        // Another cluster (a second testbed; its node is our VK over a RunPod emulator):
+        // faults through the remote API (a deleted remote pod is lost, an evicted one
+        // preempted, a ResourceQuota of 0 GPUs is no capacity), lists answered by a proxy
+        // in front of the remote API server, exits, log lines and CPU figures set at the
+        // remote node's emulator. Logs (followed) and usage through the remote API server;
+        // exec too, but the remote node (RunPod) has none, so the refusal is what is tested.
+        "kubernetes" => &[
+            "fault injection",
+            "preemption",
+            "metrics",
+            "logs",
+            "followed logs",
+            "does not support exec",
+            "many concurrent workloads",
+            "workloads created outside the virtual kubelet",
+            "CPU-only pods",
+        ],
         _ => &[],
     }
 }
+
+/// The remote cluster of the `kubernetes` target, up while that target runs.
+static REMOTE: Mutex<Option<std::sync::Arc<kubernetes::RemoteCluster>>> = Mutex::new(None);
 
 #[derive(World)]
 #[world(init = Self::new)]
@@ -185,13 +207,6 @@ impl Vkw {
     /// The provider's observer (workloads, live ones, those of a pod).
     fn obs(&self) -> &Observer {
         self.provider.as_ref().expect("a provider under test")
-    }
-    /// The emulator's admin API; steps using it are gated by "the provider supports fault
-    /// injection".
-    fn emu(&self) -> &Emulator {
-        self.obs()
-            .emulator()
-            .expect("this step needs an emulator's admin API: gate the scenario with `Given the provider supports fault injection`")
     }
     fn vk(&mut self) -> &mut Vk {
         self.vk.as_mut().expect("a virtual kubelet")
@@ -348,6 +363,14 @@ async fn setup_provider(w: &mut Vkw) {
         "slurm" => Observer::Emulator(Emulator::slurm(mode, SlurmDialect::V0038).await),
         "slurm-v0.0.41" => Observer::Emulator(Emulator::slurm(mode, SlurmDialect::V0041).await),
         "slurm-real" => Observer::Slurm(RealSlurm::from_env()),
+        "kubernetes" => {
+            let remote = REMOTE
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("the remote cluster is up");
+            Observer::Kubernetes(kubernetes::RemoteView::new(remote).await)
+        }
         other => panic!("unknown provider under test {other:?}"),
     });
     w.ns = namespace(&c, "conf").await;
@@ -370,7 +393,7 @@ async fn deny_secrets(w: &mut Vkw) {
 
 #[given("the provider has no GPUs left")]
 async fn no_gpus(w: &mut Vkw) {
-    w.emu().no_capacity().await;
+    w.obs().no_capacity().await;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -671,31 +694,22 @@ async fn terminated_with(w: &mut Vkw, name: String, code: i32, reason: String) {
 // ----------------------------------------------------------------------------------------------
 // Provider-side events (emulator admin API)
 
-async fn admin(w: &Vkw, path: &str, body: Value) {
-    w.emu().admin_post(path, body).await;
-}
-
 #[when(expr = "the provider fails the workload of pod {string}")]
 async fn provider_fails(w: &mut Vkw, name: String) {
     let id = w.workloads[&name].clone();
-    admin(w, &format!("/workloads/{id}/fail"), json!({})).await;
+    w.obs().act(&id, "fail", json!({})).await;
 }
 
 #[when(expr = "the workload of pod {string} exits with code {int}")]
 async fn provider_exit(w: &mut Vkw, name: String, code: i32) {
     let id = w.workloads[&name].clone();
-    admin(
-        w,
-        &format!("/workloads/{id}/exit"),
-        json!({"exit_code": code}),
-    )
-    .await;
+    w.obs().act(&id, "exit", json!({"exit_code": code})).await;
 }
 
 #[when(expr = "the provider loses the workload of pod {string}")]
 async fn provider_loses(w: &mut Vkw, name: String) {
     let id = w.workloads[&name].clone();
-    w.emu().vanish(&id).await;
+    w.obs().vanish(&id).await;
 }
 
 async fn pick_replica(w: &mut Vkw, app: &str) -> String {
@@ -711,14 +725,14 @@ async fn pick_replica(w: &mut Vkw, app: &str) -> String {
 #[when(expr = "the provider preempts the workload of one replica of deployment {string}")]
 async fn preempt_replica(w: &mut Vkw, app: String) {
     let id = pick_replica(w, &app).await;
-    admin(w, &format!("/workloads/{id}/preempt"), json!({})).await;
+    w.obs().act(&id, "preempt", json!({})).await;
 }
 
 #[when(expr = "the provider loses the workload of one replica of deployment {string}")]
 async fn lose_replica(w: &mut Vkw, app: String) {
     resilience::mark_incident(w, &app).await;
     let id = pick_replica(w, &app).await;
-    w.emu().vanish(&id).await;
+    w.obs().vanish(&id).await;
 }
 
 #[then(expr = "that replica becomes Failed with reason {string}")]
@@ -1092,7 +1106,7 @@ fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let providers = std::env::var("CONFORMANCE_PROVIDERS")
-        .unwrap_or_else(|_| "runpod,vast,slurm,slurm-real".into());
+        .unwrap_or_else(|_| "runpod,vast,slurm,slurm-real,kubernetes".into());
     // CONFORMANCE_FEATURES=deletion,status runs only those feature files.
     let only: Option<Vec<String>> = std::env::var("CONFORMANCE_FEATURES").ok().map(|l| {
         l.split(',')
@@ -1119,6 +1133,7 @@ fn main() {
         .filter(|p| !p.is_empty())
     {
         *TARGET.lock().unwrap() = p.to_owned();
+        let started = std::time::Instant::now();
         // The run with VKs as pods (kind) keeps its own reports beside the local testbed's.
         let pods = conformance::harness::pod::pod_mode();
         let mode = if pods { "kind-" } else { "" };
@@ -1133,6 +1148,16 @@ fn main() {
             if pods { ", VKs as pods" } else { "" },
             capabilities(p).join(", ")
         );
+        // The remote cluster: a second local testbed, once for the whole target.
+        if p == "kubernetes" {
+            if pods {
+                // Its node and proxies are processes on this machine, out of a kind pod's reach.
+                eprintln!("conformance: the kubernetes target runs on the local testbed only");
+                failed.push(p.to_owned());
+                continue;
+            }
+            *REMOTE.lock().unwrap() = Some(rt.block_on(kubernetes::RemoteCluster::up()));
+        }
         // A run on another Kubernetes minor (`scripts/test-oldest`) keeps its own reports too.
         let k8s = std::env::var("K8S_VERSION")
             .ok()
@@ -1198,6 +1223,13 @@ fn main() {
                 only.as_ref().is_none_or(|o| o.contains(&stem))
             },
         ));
+        if let Some(remote) = REMOTE.lock().unwrap().take() {
+            rt.block_on(remote.down());
+        }
+        println!(
+            "=== conformance: provider {p}{release} took {:.0} s ===",
+            started.elapsed().as_secs_f64()
+        );
         if result.execution_has_failed() {
             failed.push(p.to_owned());
         }

@@ -59,9 +59,7 @@ async fn job_running(w: &mut Vkw, name: String, policy: String) {
 #[when(expr = "the command of Job {string} ends with code {int}")]
 async fn job_command_ends(w: &mut Vkw, name: String, code: i32) {
     let id = w.workloads[&name].clone();
-    w.emu()
-        .admin_post(&format!("/workloads/{id}/exit"), json!({"exit_code": code}))
-        .await;
+    w.obs().act(&id, "exit", json!({"exit_code": code})).await;
 }
 
 #[then(expr = "Job {string} completes with exactly one pod")]

@@ -16,9 +16,7 @@ use crate::Vkw;
 #[when(expr = "the workload of pod {string} prints {string}")]
 async fn prints(w: &mut Vkw, name: String, line: String) {
     let id = w.workloads[&name].clone();
-    w.emu()
-        .admin_post(&format!("/workloads/{id}/logs"), json!({"lines": [line]}))
-        .await;
+    w.obs().act(&id, "logs", json!({"lines": [line]})).await;
 }
 
 #[then(expr = "the logs of pod {string} contain {string}")]
@@ -181,9 +179,10 @@ async fn set_usage(w: &Vkw, app: &str, millis: u64) {
     for p in w.replicas(app).await {
         for wl in w.live_of(&uid(&p)).await {
             if let Some(id) = wl["id"].as_str() {
-                w.emu()
-                    .admin_post(
-                        &format!("/workloads/{id}/usage"),
+                w.obs()
+                    .act(
+                        id,
+                        "usage",
                         json!({"cpu_millis": millis, "memory_bytes": 512u64 << 20}),
                     )
                     .await;

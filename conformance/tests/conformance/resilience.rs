@@ -1,12 +1,12 @@
 //! Steps for provider incidents: empty, partial and failing lists (`POST /_admin/hide` and
-//! `/_admin/faults` of the emulators), checked against the emulator's own call counters.
+//! `/_admin/faults` of the emulators, or the remote cluster's proxy), checked against the
+//! provider's own call counters.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use conformance::harness::*;
 use cucumber::{then, when};
-use serde_json::json;
 
 use crate::Vkw;
 
@@ -27,8 +27,8 @@ pub async fn mark_incident(w: &mut Vkw, app: &str) {
     }
     w.incident = Some(Incident {
         workloads: before,
-        creates: w.emu().counter("create").await,
-        deletes: w.emu().counter("delete").await,
+        creates: w.obs().counter("create").await,
+        deletes: w.obs().counter("delete").await,
     });
 }
 
@@ -44,7 +44,7 @@ pub struct Incident {
 #[when(expr = "the provider answers the next {int} lists empty")]
 async fn empty_lists(w: &mut Vkw, lists: u32) {
     mark_incident(w, "serve").await;
-    w.emu().admin_post("/hide", json!({ "lists": lists })).await;
+    w.obs().hide_lists(lists, &[]).await;
 }
 
 #[when(
@@ -57,20 +57,13 @@ async fn partial_lists(w: &mut Vkw, app: String, lists: u32) {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    w.emu()
-        .admin_post("/hide", json!({ "lists": lists, "ids": [id] }))
-        .await;
+    w.obs().hide_lists(lists, &[id]).await;
 }
 
 #[when(expr = "the provider's list fails for the next {int} calls")]
 async fn failing_lists(w: &mut Vkw, calls: u32) {
     mark_incident(w, "serve").await;
-    w.emu()
-        .admin_post(
-            "/faults",
-            json!({ "route": "list", "fail_next": calls, "status": 503 }),
-        )
-        .await;
+    w.obs().fail_lists(calls).await;
 }
 
 #[then(
@@ -120,8 +113,8 @@ async fn calls_since(w: &mut Vkw, creates: u64) {
     };
     // Let anything the incident might still trigger happen before counting.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let c = w.emu().counter("create").await - c0;
-    let d = w.emu().counter("delete").await - d0;
+    let c = w.obs().counter("create").await - c0;
+    let d = w.obs().counter("delete").await - d0;
     assert_eq!(
         (c, d),
         (creates, 0),
@@ -137,7 +130,7 @@ async fn duplicate(w: &mut Vkw, app: String) {
     let vk = w.vk.as_ref().expect("a virtual kubelet");
     let workload = workload_name(&vk.cluster_id, &vk.node, &uid(&victim));
     w.victim = Some((name, uid(&victim)));
-    let second = w.emu().inject(&workload).await;
+    let second = w.obs().inject(&workload).await;
     w.orphan = Some(second);
 }
 
@@ -168,7 +161,7 @@ async fn back_to_one(w: &mut Vkw, secs: u64) {
     // ...and exactly one workload was deleted to get there: the second one.
     let deletes_before = w.incident.as_ref().expect("an incident began").deletes;
     assert_eq!(
-        w.emu().counter("delete").await - deletes_before,
+        w.obs().counter("delete").await - deletes_before,
         1,
         "the VK deleted more than the duplicate"
     );
