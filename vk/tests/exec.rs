@@ -129,7 +129,7 @@ fn slurm_with_exec(slurm: &RealSlurm) -> String {
 struct Bed {
     c: Client,
     slurm: RealSlurm,
-    _rp: Emulator,
+    rp: Emulator,
     vk: Vk,
     ns: String,
     _jobs: JobsGuard,
@@ -161,7 +161,7 @@ impl Bed {
         Self {
             c,
             slurm,
-            _rp: rp,
+            rp,
             vk,
             ns,
             _jobs: jobs,
@@ -171,6 +171,12 @@ impl Bed {
     /// Creates a pod pinned to `provider` running `sleep 300` and waits until it is Running.
     /// RunPod runs GPU pods only, so a pod for it asks for one.
     async fn running_pod(&self, name: &str, provider: &str) -> Pod {
+        self.running_pod_with_ports(name, provider, &[]).await
+    }
+
+    /// [`Self::running_pod`] whose container declares `ports` (TCP).
+    async fn running_pod_with_ports(&self, name: &str, provider: &str, ports: &[u16]) -> Pod {
+        let ports: Vec<_> = ports.iter().map(|p| json!({"containerPort": p})).collect();
         let pods: Api<Pod> = Api::namespaced(self.c.clone(), &self.ns);
         let resources = if provider == RUNPOD {
             json!({"limits": {"nvidia.com/gpu": "1"}})
@@ -188,6 +194,7 @@ impl Bed {
                     "image": "busybox:1.36",
                     "command": ["sleep", "300"],
                     "resources": resources,
+                    "ports": ports,
                 }],
             },
         }))
@@ -507,6 +514,136 @@ async fn a_tty_session_through_the_api_server() {
     assert_eq!(
         (cause.reason.as_deref(), cause.message.as_deref()),
         (Some("ExitCode"), Some("4"))
+    );
+    bed.finish().await;
+}
+
+/// A `kubectl port-forward` running in the background, with the local port it listens on.
+struct Forward {
+    child: tokio::process::Child,
+    local: u16,
+}
+
+async fn port_forward(ns: &str, pod: &str, port: u16, env: &[(&str, &str)]) -> Forward {
+    let mut child = tokio::process::Command::new(kubectl())
+        .args(["port-forward", "-v=9", "-n", ns, pod, &format!(":{port}")])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl starts");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    // "Forwarding from 127.0.0.1:41235 -> 8080"
+    let local = tokio::time::timeout(Duration::from_secs(30), async {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            line.clear();
+            if out.read_line(&mut line).await.unwrap() == 0 {
+                return None;
+            }
+            if let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") {
+                return rest.split_whitespace().next()?.parse::<u16>().ok();
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some(local) = local else {
+        let _ = child.kill().await;
+        let err = child.wait_with_output().await.unwrap();
+        panic!(
+            "kubectl port-forward did not start listening: {}",
+            String::from_utf8_lossy(&err.stderr)
+        );
+    };
+    Forward { child, local }
+}
+
+/// One HTTP/1.0 GET through the forwarded port: the status line, or the error.
+async fn http_status_through(local: u16) -> Result<String, String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", local))
+        .await
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"GET /ready HTTP/1.0\r\nHost: model\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut body = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut body))
+        .await
+        .map_err(|_| "no answer in 20 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&body);
+    text.lines()
+        .next()
+        .filter(|l| l.starts_with("HTTP/"))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no HTTP answer: {text:?}"))
+}
+
+/// `kubectl port-forward` to a RunPod pod reaches the container port where RunPod publishes it,
+/// through the API server, over SPDY to the VK (kubectl's default WebSocket tunnel and plain
+/// SPDY alike); a port the pod does not publish, and a provider that publishes none, say so.
+#[tokio::test]
+async fn kubectl_port_forward_reaches_the_published_port() {
+    let _turn = SERIAL.lock().await;
+    let bed = Bed::start().await;
+    bed.running_pod_with_ports("model", RUNPOD, &[8080]).await;
+    for env in [&[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..], &[][..]] {
+        let mut fwd = port_forward(&bed.ns, "model", 8080, env).await;
+        bed.rp.admin_post("/serve", json!({"httpStatus": 200})).await;
+        let first = http_status_through(fwd.local).await;
+        if !first.as_deref().is_ok_and(|l| l.contains(" 200")) {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let _ = std::process::Command::new("kill").args(["-TERM", &fwd.child.id().unwrap().to_string()]).status();
+            let out = fwd.child.wait_with_output().await.unwrap();
+            panic!(
+                "{env:?}: {first:?}; kubectl port-forward said: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The answer is the workload's own listener's: switching it shows through.
+        bed.rp.admin_post("/serve", json!({"httpStatus": 503})).await;
+        let second = http_status_through(fwd.local).await;
+        assert!(
+            second.as_deref().is_ok_and(|l| l.contains(" 503")),
+            "{env:?}: {second:?}"
+        );
+        fwd.child.kill().await.unwrap();
+    }
+    assert!(
+        bed.vk.log().contains("port-forward session starting"),
+        "no port-forward session in the VK log"
+    );
+
+    // A port the container does not publish: the connection fails and kubectl names why.
+    let mut fwd = port_forward(&bed.ns, "model", 9999, &[]).await;
+    let r = http_status_through(fwd.local).await;
+    assert!(r.is_err(), "{r:?}");
+    fwd.child.kill().await.unwrap();
+    let out = fwd.child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error forwarding port 9999 to pod")
+            && stderr.contains("provider rp publishes no address for port 9999"),
+        "{stderr}"
+    );
+
+    // A provider that publishes no ports: refused before any connection, naming it.
+    bed.running_pod("batch", SLURM).await;
+    let r = run_kubectl(
+        &["port-forward", "-n", &bed.ns, "batch", ":8080"],
+        None,
+        &[],
+    )
+    .await;
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr.contains("not supported by provider hpc: port forwarding"),
+        "{r:?}"
     );
     bed.finish().await;
 }

@@ -17,8 +17,7 @@
 //!
 //! Answers before any upgrade, in this order: 400 for malformed options, 404 for an unknown
 //! pod, container or UID, 400 when the pod has no workload, 501 naming the provider when it
-//! cannot exec (and always for `/attach` and `/portForward`: the provider contract has no
-//! attach), 400 for a SPDY upgrade without a protocol header or an HTTP/1.1 connection to take
+//! cannot exec (and always for `/attach`: the provider contract has no attach), 400 for a SPDY upgrade without a protocol header or an HTTP/1.1 connection to take
 //! over, 403 when no SPDY protocol is in common (as the kubelet's handshake), 400 without a
 //! WebSocket or SPDY upgrade.
 //!
@@ -34,6 +33,9 @@
 //! The command line is never logged: it may carry secrets.
 //!
 //! What a request asks for (its transport and stream options) is read in `request`.
+//!
+//! `/portForward` is served over SPDY only (`portforward.k8s.io`, [`spdy::portforward`]), to
+//! where the provider publishes the container's ports; 501 where it publishes none.
 
 pub mod bridge;
 pub mod channel;
@@ -210,6 +212,7 @@ async fn port_forward2(
     State(s): State<AppState>,
     Path((ns, pod)): Path<(String, String)>,
     headers: HeaderMap,
+    SpdyUpgrade(spdy): SpdyUpgrade,
     q: Q,
 ) -> Response {
     let target = Target {
@@ -219,13 +222,15 @@ async fn port_forward2(
         uid: None,
         container: None,
     };
-    stream(&s, target, &headers, q, Upgrades::default()).await
+    let up = Upgrades { ws: None, spdy };
+    stream(&s, target, &headers, q, up).await
 }
 
 async fn port_forward3(
     State(s): State<AppState>,
     Path((ns, pod, uid)): Path<(String, String, String)>,
     headers: HeaderMap,
+    SpdyUpgrade(spdy): SpdyUpgrade,
     q: Q,
 ) -> Response {
     let target = Target {
@@ -235,7 +240,8 @@ async fn port_forward3(
         uid: Some(&uid),
         container: None,
     };
-    stream(&s, target, &headers, q, Upgrades::default()).await
+    let up = Upgrades { ws: None, spdy };
+    stream(&s, target, &headers, q, up).await
 }
 
 /// What a streaming request addresses.
@@ -311,6 +317,9 @@ async fn serve(
     let container = container.unwrap_or("");
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
     let name = provider.name().to_owned();
+    if kind == Kind::PortForward {
+        return port_forward(s, &p, &name, &observed, headers, up.spdy);
+    }
     if !(kind == Kind::Exec && provider.capabilities().exec) {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -454,6 +463,70 @@ async fn serve(
         limits: s.exec,
     };
     Ok(ws.on_upgrade(move |socket| bridge::run(socket, session, streams)))
+}
+
+/// Takes a port-forward request over once the pod and its workload are known: 501 where the
+/// provider publishes no container port of the pod, 400 without a SPDY upgrade (every API
+/// server sends port forwarding to a kubelet as SPDY), 400/403 from the handshake.
+fn port_forward(
+    s: &AppState,
+    p: &k8s_openapi::api::core::v1::Pod,
+    provider: &str,
+    observed: &crate::provider::Observed,
+    headers: &HeaderMap,
+    on: Option<OnUpgrade>,
+) -> Result<Response, ApiError> {
+    use spdy::portforward;
+    let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
+    let pod = p.metadata.name.as_deref().unwrap_or_default();
+    if observed.ports.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "not supported by provider {provider}: port forwarding (it publishes no \
+                 container port of pod \"{namespace}/{pod}\"; RunPod publishes the ports the \
+                 container declares)"
+            ),
+        ));
+    }
+    if negotiate(headers) != Transport::Spdy {
+        return Err(ApiError::bad_request(
+            "port forwarding needs a SPDY/3.1 upgrade offering portforward.k8s.io",
+        ));
+    }
+    let protocol = portforward::negotiate(headers).map_err(|(code, m)| {
+        ApiError::new(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
+            m,
+        )
+    })?;
+    let Some(on) = on else {
+        return Err(ApiError::bad_request(
+            "port forwarding over SPDY needs an HTTP/1.1 connection upgrade (Connection: \
+             Upgrade, Upgrade: SPDY/3.1)",
+        ));
+    };
+    let setup = portforward::Setup {
+        pod: format!("{namespace}/{pod}"),
+        uid: p.metadata.uid.clone().unwrap_or_default(),
+        provider: provider.to_owned(),
+        ports: observed.ports.clone(),
+        limits: s.exec,
+    };
+    debug!(namespace, pod, provider, "port-forward session starting");
+    tokio::spawn(async move {
+        match on.await {
+            Ok(io) => portforward::run(TokioIo::new(io), setup).await,
+            Err(e) => debug!(error = %e, "port-forward SPDY upgrade failed"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header(spdy::PROTOCOL_HEADER, protocol)
+        .body(Body::empty())
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 fn state_name(s: &WorkloadState) -> &'static str {

@@ -20,6 +20,7 @@
 //! error stream, as on WebSocket.
 
 mod conn;
+pub mod portforward;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,7 +185,7 @@ where
     let waited = tokio::time::timeout(STREAM_CREATION_TIMEOUT, async {
         while seen < expected {
             match events.recv().await {
-                Some(Event::Stream { id, kind }) => {
+                Some(Event::Stream { id, kind, .. }) => {
                     let slot = match kind.as_str() {
                         "error" => &mut ids.error,
                         "stdin" => &mut ids.stdin,

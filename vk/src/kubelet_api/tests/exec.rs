@@ -26,8 +26,13 @@ async fn exec_attach_and_port_forward_answer_501_naming_the_provider() {
     let (status, body) = call(&s.app, get("/attach/ml/quiet/main?stdout=1")).await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
     assert!(body.contains("provider runpod"), "{body}");
-    let (status, _) = call(&s.app, get("/portForward/ml/train")).await;
+    // A workload without published ports (the test providers publish none).
+    let (status, body) = call(&s.app, get("/portForward/ml/train")).await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+    assert!(
+        body.contains("not supported by provider slurm: port forwarding"),
+        "{body}"
+    );
     let (status, _) = call(&s.app, get("/exec/ml/ghost/main?command=ls&stdout=1")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = call(&s.app, get("/exec/ml/train/main?stdout=1")).await;

@@ -29,10 +29,11 @@ use crate::kubelet_api::spdy::{
 /// What the client did.
 #[derive(Debug)]
 pub(super) enum Event {
-    /// A new stream (already replied to), with its `streamtype` header.
+    /// A new stream (already replied to), with its `streamtype` header and every header.
     Stream {
         id: u32,
         kind: String,
+        headers: Vec<(String, String)>,
     },
     Data {
         id: u32,
@@ -282,13 +283,14 @@ pub(super) async fn read<R, W>(
                     return;
                 }
                 let kind = headers
-                    .into_iter()
+                    .iter()
                     .find(|(k, _)| k == "streamtype")
-                    .map(|(_, v)| v)
+                    .map(|(_, v)| v.clone())
                     .unwrap_or_default();
                 Some(Event::Stream {
                     id: stream_id,
                     kind,
+                    headers,
                 })
             }
             Frame::Data {

@@ -357,3 +357,113 @@ fn resize_objects_may_span_frames() {
     );
     assert!(buf.is_empty());
 }
+
+impl Client {
+    async fn open_with(&mut self, id: u32, headers: &[(&str, &str)]) {
+        let pairs: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let headers = self.deflater.compress(&pairs).unwrap();
+        self.send(Frame::SynStream {
+            stream_id: id,
+            associated_to: 0,
+            priority: 0,
+            fin: false,
+            unidirectional: false,
+            headers: headers.into(),
+        })
+        .await;
+    }
+}
+
+/// Port forwarding as client-go does it: an error and a data stream per connection, paired by
+/// `requestID`; bytes go both ways to the published address; a port without an address gets
+/// the kubelet's error text on the error stream.
+#[tokio::test]
+async fn port_forward_copies_both_ways_and_reports_unpublished_ports() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        s.write_all(format!("echo:{}", String::from_utf8_lossy(&got)).as_bytes())
+            .await
+            .unwrap();
+    });
+    let (server, client) = tokio::io::duplex(64 * 1024);
+    let setup = portforward::Setup {
+        pod: "ns/model".into(),
+        uid: "u-1".into(),
+        provider: "fake".into(),
+        ports: [(
+            8080,
+            crate::provider::Endpoint {
+                host: "127.0.0.1".into(),
+                port: addr.port(),
+            },
+        )]
+        .into(),
+        limits: SessionLimits::default(),
+    };
+    let task = tokio::spawn(portforward::run(server, setup));
+    let mut c = Client::new(client);
+    let h = |t: &'static str, port: &'static str, rid: &'static str| {
+        [("streamtype", t), ("port", port), ("requestid", rid)]
+    };
+    c.open_with(1, &h("error", "8080", "0")).await;
+    c.send(Frame::Data {
+        stream_id: 1,
+        fin: true,
+        data: Bytes::new(),
+    })
+    .await;
+    c.open_with(3, &h("data", "8080", "0")).await;
+    c.send(Frame::Data {
+        stream_id: 3,
+        fin: true,
+        data: Bytes::from_static(b"hello"),
+    })
+    .await;
+    // A second connection to a port the pod does not publish.
+    c.open_with(5, &h("error", "9999", "1")).await;
+    c.open_with(7, &h("data", "9999", "1")).await;
+    let mut seen = Seen::default();
+    let done = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(f) = c.next().await {
+            if let Frame::Data {
+                stream_id,
+                fin,
+                data,
+            } = f
+            {
+                seen.data
+                    .entry(stream_id)
+                    .or_default()
+                    .extend_from_slice(&data);
+                if fin {
+                    seen.fins.push(stream_id);
+                }
+            }
+            if [1, 3, 5, 7].iter().all(|id| seen.fins.contains(id)) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "{seen:?}");
+    assert_eq!(seen.data.get(&3).map(Vec::as_slice), Some(&b"echo:hello"[..]));
+    assert!(seen.data.get(&1).is_none_or(Vec::is_empty), "{seen:?}");
+    let err = String::from_utf8_lossy(seen.data.get(&5).unwrap());
+    assert_eq!(
+        err,
+        "error forwarding port 9999 to pod ns/model, uid u-1: provider fake publishes no \
+         address for port 9999"
+    );
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the session ends with the client")
+        .unwrap();
+}
