@@ -526,7 +526,7 @@ struct Forward {
 
 async fn port_forward(ns: &str, pod: &str, port: u16, env: &[(&str, &str)]) -> Forward {
     let mut child = tokio::process::Command::new(kubectl())
-        .args(["port-forward", "-v=9", "-n", ns, pod, &format!(":{port}")])
+        .args(["port-forward", "-n", ns, pod, &format!(":{port}")])
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -552,6 +552,12 @@ async fn port_forward(ns: &str, pod: &str, port: u16, env: &[(&str, &str)]) -> F
     .await
     .ok()
     .flatten();
+    // kubectl goes on writing to stdout ("Handling connection for ..."): keep reading it, or
+    // its next write hits a closed pipe and SIGPIPE ends it.
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut out, &mut sink).await;
+    });
     let Some(local) = local else {
         let _ = child.kill().await;
         let err = child.wait_with_output().await.unwrap();
@@ -592,13 +598,14 @@ async fn kubectl_port_forward_reaches_the_published_port() {
     let _turn = SERIAL.lock().await;
     let bed = Bed::start().await;
     bed.running_pod_with_ports("model", RUNPOD, &[8080]).await;
-    for env in [&[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..], &[][..]] {
+    for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
         let mut fwd = port_forward(&bed.ns, "model", 8080, env).await;
-        bed.rp.admin_post("/serve", json!({"httpStatus": 200})).await;
+        bed.rp
+            .admin_post("/serve", json!({"httpStatus": 200}))
+            .await;
         let first = http_status_through(fwd.local).await;
         if !first.as_deref().is_ok_and(|l| l.contains(" 200")) {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let _ = std::process::Command::new("kill").args(["-TERM", &fwd.child.id().unwrap().to_string()]).status();
+            let _ = fwd.child.kill().await;
             let out = fwd.child.wait_with_output().await.unwrap();
             panic!(
                 "{env:?}: {first:?}; kubectl port-forward said: {}",
@@ -606,7 +613,9 @@ async fn kubectl_port_forward_reaches_the_published_port() {
             );
         }
         // The answer is the workload's own listener's: switching it shows through.
-        bed.rp.admin_post("/serve", json!({"httpStatus": 503})).await;
+        bed.rp
+            .admin_post("/serve", json!({"httpStatus": 503}))
+            .await;
         let second = http_status_through(fwd.local).await;
         assert!(
             second.as_deref().is_ok_and(|l| l.contains(" 503")),
@@ -642,7 +651,8 @@ async fn kubectl_port_forward_reaches_the_published_port() {
     .await;
     assert_ne!(r.code, Some(0), "{r:?}");
     assert!(
-        r.stderr.contains("not supported by provider hpc: port forwarding"),
+        r.stderr
+            .contains("not supported by provider hpc: port forwarding"),
         "{r:?}"
     );
     bed.finish().await;

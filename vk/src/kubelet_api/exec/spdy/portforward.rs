@@ -387,8 +387,15 @@ mod tests {
         let mut pairs = HashMap::new();
         let now = Instant::now();
         let data = h(&[("streamtype", "data"), ("port", "8080"), ("requestid", "7")]);
-        let error = h(&[("streamtype", "error"), ("port", "8080"), ("requestid", "7")]);
-        assert_eq!(pair_stream(&mut pairs, 3, "data", &data, now), Opened::Waiting);
+        let error = h(&[
+            ("streamtype", "error"),
+            ("port", "8080"),
+            ("requestid", "7"),
+        ]);
+        assert_eq!(
+            pair_stream(&mut pairs, 3, "data", &data, now),
+            Opened::Waiting
+        );
         assert_eq!(
             pair_stream(&mut pairs, 5, "error", &error, now),
             Opened::Complete {
@@ -406,9 +413,15 @@ mod tests {
         let now = Instant::now();
         let error = h(&[("streamtype", "error"), ("port", "80")]);
         let data = h(&[("streamtype", "data"), ("port", "80")]);
-        assert_eq!(pair_stream(&mut pairs, 1, "error", &error, now), Opened::Waiting);
+        assert_eq!(
+            pair_stream(&mut pairs, 1, "error", &error, now),
+            Opened::Waiting
+        );
         // Data stream 5 would pair with error stream 3: not this one.
-        assert_eq!(pair_stream(&mut pairs, 5, "data", &data, now), Opened::Waiting);
+        assert_eq!(
+            pair_stream(&mut pairs, 5, "data", &data, now),
+            Opened::Waiting
+        );
         assert_eq!(
             pair_stream(&mut pairs, 3, "data", &data, now),
             Opened::Complete {
@@ -437,7 +450,10 @@ mod tests {
             }
         }
         let twice = h(&[("streamtype", "data"), ("port", "80"), ("requestid", "1")]);
-        assert_eq!(pair_stream(&mut pairs, 21, "data", &twice, now), Opened::Waiting);
+        assert_eq!(
+            pair_stream(&mut pairs, 21, "data", &twice, now),
+            Opened::Waiting
+        );
         assert!(matches!(
             pair_stream(&mut pairs, 23, "data", &twice, now),
             Opened::Refused(_)

@@ -453,7 +453,10 @@ async fn port_forward_copies_both_ways_and_reports_unpublished_ports() {
     })
     .await;
     assert!(done.is_ok(), "{seen:?}");
-    assert_eq!(seen.data.get(&3).map(Vec::as_slice), Some(&b"echo:hello"[..]));
+    assert_eq!(
+        seen.data.get(&3).map(Vec::as_slice),
+        Some(&b"echo:hello"[..])
+    );
     assert!(seen.data.get(&1).is_none_or(Vec::is_empty), "{seen:?}");
     let err = String::from_utf8_lossy(seen.data.get(&5).unwrap());
     assert_eq!(
