@@ -3,7 +3,10 @@
 //! whose node is the project's own VK over a Slurm emulator running commands as processes.
 //! A Deployment's pods become one remote pod each; `kubectl logs -f` goes local API server ->
 //! local VK -> remote API server -> remote VK; a `kill -9` of the local VK while the
-//! Deployment scales leaves no duplicated and no leaked remote pod.
+//! Deployment scales leaves no duplicated and no leaked remote pod. And `kubectl exec` on a pod
+//! offloaded to a remote cluster whose node is our VK over the real Slurm (`exec: srun`, `make
+//! slurm-up`): local API server -> local VK -> remote API server -> remote VK -> `srun` into the
+//! remote pod's job, with output, exit code and stdin coming back.
 //!
 //! Run: `TESTBED_NAME=k8s scripts/testbed/with cargo test -p vk --test kubernetes_cluster`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -222,6 +225,170 @@ async fn a_deployment_offloads_to_another_cluster_with_logs_and_survives_a_vk_ki
     settled(&c, &rc, &ns, &rns, &vk, 3).await;
 
     // The namespace goes: every remote pod with it.
+    delete_namespace(&c, &ns).await;
+    let tag = owner_tag(&vk.cluster_id, &vk.node);
+    wait_for(WAIT, "no remote pod left", || async {
+        remote_pods(&rc, &rns, &tag).await.is_empty().then_some(())
+    })
+    .await;
+    vk.cleanup(&c).await;
+    rvk.cleanup(&rc).await;
+}
+
+/// The Slurm provider's settings with exec on, as `vk/tests/exec.rs` runs them.
+fn slurm_with_exec(slurm: &RealSlurm, name: &str) -> String {
+    let mut yaml = slurm.provider_yaml(name);
+    yaml.push_str("    exec: srun\n");
+    if let Some(conf) = &slurm.slurm_conf {
+        yaml.push_str(&format!("    slurmConf: {}\n", json!(conf)));
+    }
+    if rustix::process::getuid().is_root() {
+        yaml.push_str(&format!(
+            "    execWrapper: [runuser, -u, {}, --]\n",
+            json!(slurm.user)
+        ));
+    }
+    yaml
+}
+
+/// Runs the local testbed's kubectl; `(exit code, stdout, stderr)`.
+async fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (Option<i32>, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let bin = std::env::var("TESTBED_KUBECTL")
+        .expect("TESTBED_KUBECTL (run through scripts/testbed/with)");
+    let mut child = tokio::process::Command::new(bin)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl starts");
+    if let Some(input) = stdin {
+        let mut w = child.stdin.take().unwrap();
+        w.write_all(input).await.unwrap();
+        drop(w);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("kubectl finishes in 90 s")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
+    // The real Slurm first: without it the failure names `make slurm-up`.
+    let slurm = RealSlurm::from_env();
+    let remote = tokio::task::block_in_place(RemoteTestbed::up);
+    let rc = remote.client().await;
+    let mut rvk = Vk::start_with(
+        slurm_with_exec(&slurm, "hpc"),
+        VkOptions {
+            kubeconfig: Some(remote.kubeconfig.clone()),
+            ..VkOptions::default()
+        },
+    )
+    .await;
+    let _jobs = JobsGuard {
+        slurm: slurm.clone(),
+        prefix: rvk.owner_prefix(),
+    };
+    wait_node_ready(&rc, &rvk.node).await;
+    let rns = namespace(&rc, "k8s-exec").await;
+
+    let c = client().await;
+    let providers = format!(
+        "- name: east\n  kind: kubernetes\n  settings:\n    kubeconfig: {}\n    namespace: {rns}\n    \
+         nodeSelector: {{kubernetes.io/hostname: {}}}\n    \
+         tolerations: [{{key: virtual-kubelet.io/provider, operator: Exists}}]\n",
+        remote.kubeconfig.display(),
+        rvk.node
+    );
+    let mut vk = Vk::start_with(providers, VkOptions::default()).await;
+    wait_node_ready(&c, &vk.node).await;
+    let ns = namespace(&c, "k8s-exec-local").await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "shell"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": vk.node},
+            "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sleep", "300"]}],
+        },
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    wait_for(WAIT, "the offloaded pod Running", || async {
+        let p = Api::<Pod>::namespaced(c.clone(), &ns)
+            .get_opt("shell")
+            .await
+            .ok()??;
+        (phase(&p) == "Running").then_some(())
+    })
+    .await;
+
+    // Output, stderr and the exit code, from the remote pod's Slurm job.
+    let (code, out, err) = kubectl(
+        &[
+            "exec",
+            "-n",
+            &ns,
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "echo job=$SLURM_JOB_ID; echo err >&2; exit 7",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, Some(7), "{out} {err}");
+    let job = out
+        .trim()
+        .strip_prefix("job=")
+        .unwrap_or_else(|| panic!("{out:?} {err:?}"));
+    assert!(
+        !job.is_empty() && job.chars().all(|c| c.is_ascii_digit()),
+        "{out:?}"
+    );
+    assert_eq!(err.lines().next(), Some("err"), "{err:?}");
+    // The job is the remote pod's own: its name is the remote VK's workload name.
+    let remote_pod = remote_pods(&rc, &rns, &owner_tag(&vk.cluster_id, &vk.node))
+        .await
+        .into_iter()
+        .next()
+        .expect("one remote pod");
+    let squeue = slurm
+        .command("squeue", &["-h", "-j", job, "-o", "%j"])
+        .output()
+        .expect("squeue runs");
+    let job_name = String::from_utf8_lossy(&squeue.stdout).trim().to_owned();
+    let remote_uid = remote_pod.metadata.uid.clone().unwrap();
+    assert!(
+        job_name.ends_with(&remote_uid),
+        "job {job_name} is not remote pod {remote_uid}'s"
+    );
+    // stdin reaches the command.
+    let input = b"through two clusters\n";
+    let (code, out, err) = kubectl(
+        &["exec", "-i", "-n", &ns, "shell", "--", "cat"],
+        Some(input),
+    )
+    .await;
+    assert_eq!((code, out.as_bytes()), (Some(0), &input[..]), "{err}");
+
     delete_namespace(&c, &ns).await;
     let tag = owner_tag(&vk.cluster_id, &vk.node);
     wait_for(WAIT, "no remote pod left", || async {
