@@ -1127,11 +1127,16 @@ fn main() {
     let first_provider = regex::Regex::new("^the provider is the first of this run$").unwrap();
     // Scenarios whose VKs run as processes beside the suite (they stop and start them).
     let local_testbed = regex::Regex::new("^the virtual kubelet runs as a process$").unwrap();
+    let mut times: Vec<String> = Vec::new();
+    let mut pending_took: Option<String> = None;
     for p in providers
         .split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
     {
+        if let Some(t) = pending_took.take() {
+            println!("{t}");
+        }
         *TARGET.lock().unwrap() = p.to_owned();
         let started = std::time::Instant::now();
         // The run with VKs as pods (kind) keeps its own reports beside the local testbed's.
@@ -1226,10 +1231,15 @@ fn main() {
         if let Some(remote) = REMOTE.lock().unwrap().take() {
             rt.block_on(remote.down());
         }
-        println!(
+        // Printed before the next target's run, so the output still ends with Cucumber's own
+        // summary; every target's time is also in `target/conformance/times.txt`.
+        let took = format!(
             "=== conformance: provider {p}{release} took {:.0} s ===",
             started.elapsed().as_secs_f64()
         );
+        times.push(took.clone());
+        let _ = std::fs::write(report_dir.join("times.txt"), times.join("\n") + "\n");
+        pending_took = Some(took);
         if result.execution_has_failed() {
             failed.push(p.to_owned());
         }
