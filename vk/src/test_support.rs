@@ -269,5 +269,6 @@ pub fn workload() -> Workload {
         memory_bytes: None,
         ports: vec![],
         options: BTreeMap::new(),
+        containers: Vec::new(),
     }
 }

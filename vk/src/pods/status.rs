@@ -128,6 +128,11 @@ impl PodController {
             host_ip: &self.cfg.internal_ip,
             restart_count: restarts.max(provider_restarts),
             now: Timestamp::now(),
+            all_containers: self
+                .slots
+                .iter()
+                .find(|slot| slot.provider.name() == provider)
+                .is_some_and(|slot| slot.provider.capabilities().containers),
         };
         let status = translate::pod_status(pod, s, &cx);
         // The chosen provider rides on the status write (the pods/status subresource accepts

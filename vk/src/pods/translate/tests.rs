@@ -27,6 +27,7 @@ fn cx() -> Context<'static> {
         host_ip: "127.0.0.1",
         restart_count: 0,
         now: ts("2026-11-29T10:01:00Z"),
+        all_containers: false,
     }
 }
 
