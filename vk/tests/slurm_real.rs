@@ -292,20 +292,20 @@ async fn each_container_of_a_pod_is_a_step_with_its_own_log_and_exit_code() {
     let slurm = adapter(&env);
     let marker = "/tmp/gpu-vk-steps-test-$SLURM_JOB_ID";
     let w = workload("true")
-        .container(
+        .step_container(
             "shipper",
             ContainerRole::Sidecar,
             "echo \"shipper $SLURM_STEP_ID\"; trap 'echo stopped; exit 0' TERM; while :; do sleep 0.2; done",
             &[],
         )
-        .container(
+        .step_container(
             "fetch",
             ContainerRole::Init,
             &format!("sleep 1; echo fetched > {marker}; echo \"fetch $WHO\""),
             &[("WHO", "init")],
         )
         // "main" waits for a file "metrics" makes: they run side by side, or main times out.
-        .container(
+        .step_container(
             "main",
             ContainerRole::Regular,
             &format!(
@@ -314,7 +314,7 @@ async fn each_container_of_a_pod_is_a_step_with_its_own_log_and_exit_code() {
             ),
             &[("WHO", "server")],
         )
-        .container(
+        .step_container(
             "metrics",
             ContainerRole::Regular,
             &format!("touch {marker}.up; echo \"metrics $WHO $TOKEN\""),
@@ -343,15 +343,21 @@ async fn each_container_of_a_pod_is_a_step_with_its_own_log_and_exit_code() {
         log_of(&slurm, &job, Some("metrics")).await,
         "metrics exporter s3cret-of-metrics\n"
     );
-    // A real step (its id in SLURM_STEP_ID), stopped once the containers ended.
+    // A real step (its id in SLURM_STEP_ID), sent SIGTERM once the containers ended (Slurm
+    // adds its "STEP ... CANCELLED" line, and signals every process of the step).
     let shipper = log_of(&slurm, &job, Some("shipper")).await;
+    let step_id = shipper
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("shipper "))
+        .unwrap_or_default();
     assert!(
-        shipper.starts_with("shipper ") && shipper.ends_with("stopped\n"),
-        "{shipper:?}"
+        step_id.parse::<u32>().is_ok(),
+        "the sidecar is a job step: {shipper:?}"
     );
     assert!(
-        !shipper.starts_with("shipper \n") && !shipper.starts_with("shipper batch"),
-        "the sidecar is a job step: {shipper:?}"
+        shipper.contains("\nstopped\n"),
+        "stopped by SIGTERM: {shipper:?}"
     );
     for (name, code) in [("fetch", "0"), ("main", "4"), ("metrics", "0")] {
         let path = env.output_dir.join(format!("slurm-{job}.{name}.exit"));

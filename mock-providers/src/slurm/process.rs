@@ -25,14 +25,15 @@ pub(crate) fn spawn(emulator: Weak<Emulator>, launch: Launch) {
     }
 }
 
-/// The shim, as `srun(1)` behaves inside an allocation (see the module docs). The emulator
-/// only passes options as one word each (`--overlap`, `--job-name=NAME`), then `--` or the
-/// command.
+/// The shim, as `srun(1)` behaves inside an allocation (see the module docs): options come
+/// as one word each (`--overlap`, `--job-name=NAME`), then `--` or the command;
+/// `--output=FILE` (without `--error`) sends the step's stdout and stderr to FILE.
 const SRUN_SHIM: &str = "#!/bin/bash\n\
 # srun of the Slurm emulator: skips srun's options, runs the command in place.\n\
 while [ \"$#\" -gt 0 ]; do\n\
   case $1 in\n\
     --) shift; break ;;\n\
+    --output=*) exec >\"${1#--output=}\" 2>&1; shift ;;\n\
     -*) shift ;;\n\
     *) break ;;\n\
   esac\n\

@@ -180,7 +180,7 @@ impl WorkloadBuilder {
 
     /// Adds a container of the pod (in order: init containers before regular ones) running
     /// `script` in bash, with its own `env`, for providers that run each container.
-    pub fn container(
+    pub fn step_container(
         mut self,
         name: &str,
         role: ContainerRole,

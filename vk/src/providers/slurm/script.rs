@@ -190,15 +190,15 @@ pub(super) fn cd_line(c: &Container<'_>, runtime: Runtime) -> Option<String> {
 }
 
 /// The `export` lines of the container's variables (copied from their transport names) and
-/// the command line running it (the words after `exec`). `step`: the options launching it as
-/// a job step, run as `"$srun" <step> -- <command>`; with the enroot runtime srun is the
-/// runtime itself and takes them before its own.
+/// the command line running it (the words after `exec`). `step`: the options (shell text)
+/// launching it as a job step, run as `"$srun" <step> -- <command>`; with the enroot runtime
+/// srun is the runtime itself and takes them before its own.
 pub(super) fn container_lines(
     c: &Container<'_>,
     runtime: Runtime,
     gpus: bool,
     transported: &[(&EnvVar, String)],
-    step: Option<&[String]>,
+    step: Option<&str>,
 ) -> Result<(String, String), ProviderError> {
     let invalid = |message: String| ProviderError::Invalid { message };
     type Transported<'a> = Vec<&'a (&'a EnvVar, String)>;
@@ -254,9 +254,8 @@ pub(super) fn container_lines(
                         .into(),
                 ));
             }
-            match step {
-                Some(step) => words.extend(step.iter().cloned()),
-                None => words.push("--ntasks=1".into()),
+            if step.is_none() {
+                words.push("--ntasks=1".into());
             }
             words.push(format!("--container-image={}", pyxis_image(c.image)));
             if let Some(dir) = c.working_dir {
@@ -283,12 +282,17 @@ pub(super) fn container_lines(
         && let Some(step) = step
     {
         push("\"$srun\"".into());
-        push(shell_join(step.iter().map(String::as_str)));
+        push(step.to_owned());
         push("--".into());
     }
     push(prefix_words.join(" "));
     if runtime_tool(runtime).is_some() {
         push("\"$runtime\"".into());
+    }
+    if runtime == Runtime::Enroot
+        && let Some(step) = step
+    {
+        push(step.to_owned());
     }
     push(shell_join(words.iter().map(String::as_str)));
     Ok((setup, line))

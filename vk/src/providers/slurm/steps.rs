@@ -14,12 +14,14 @@
 //!   in the background, so the later init containers run beside them;
 //! - the regular containers: each a step in the background, all waited for; the job exits with
 //!   the exit code of the first container (in spec order) that failed, 0 when none did;
-//! - then the sidecars get SIGTERM (srun forwards it to the step) and are waited for.
+//! - then the sidecars get SIGTERM (`scancel --signal=TERM` of their step) and are waited
+//!   for, 30 s at most (then SIGKILL).
 //!
 //! Steps start with `srun --overlap`: without it a step gets its CPUs exclusively and the
 //! second of two side-by-side containers waits for the first to end ("Step creation
 //! temporarily disabled", Slurm 20.11 on). With `outputDir` each container's stdout and stderr
-//! go to `<outputDir>/slurm-<job id>.<container>.log` and its exit code to
+//! go to `<outputDir>/slurm-<job id>.<container>.log` (srun's `--output`, written by the
+//! step itself) and its exit code to
 //! `slurm-<job id>.<container>.exit`; the batch script's own output (its messages) stays in
 //! `slurm-<job id>.log`. No environment value is written into the script ([`super::script`]).
 
@@ -32,14 +34,15 @@ use super::script::{
 use crate::provider::{ContainerRole, EnvVar, PodContainer, ProviderError, Workload};
 use crate::providers::options::quote;
 
-/// The options of each container's step.
-fn step_options(name: &str) -> Vec<String> {
-    vec![
-        "--overlap".into(),
-        "--nodes=1".into(),
-        "--ntasks=1".into(),
-        format!("--job-name={name}"),
-    ]
+/// The options of each container's step (shell text): with a log file, the step's stdout and
+/// stderr go straight to it (`--output` without `--error` takes both), while srun's own
+/// messages ("task 0: Exited with exit code 3") stay in the job's output.
+fn step_options(name: &str, logs: bool) -> String {
+    let mut o = format!("--overlap --nodes=1 --ntasks=1 --job-name={name}");
+    if logs {
+        o.push_str(&format!(" --output=\"$(log {} log)\"", quote(name)));
+    }
+    o
 }
 
 /// Renders the job running every container of `w` ([`Workload::containers`]) as its own step;
@@ -153,7 +156,7 @@ pub fn steps_job(
             args: &c.args,
             working_dir: c.working_dir.as_deref(),
         };
-        let step = step_options(&c.name);
+        let step = step_options(&c.name, output_dir.is_some());
         let (setup, line) = container_lines(&spec, runtime, gpus, tr, Some(&step))
             .map_err(|e| in_container(e, c))?;
         out.push_str(&format!("# {} {}\n", role(c.role), c.name));
@@ -166,23 +169,43 @@ pub fn steps_job(
         }
         out.push_str(&format!("  exec {line}\n}}\n"));
     }
-    // run N NAME: container N to its end, its output and exit code in its files.
-    let (redirect, record) = if output_dir.is_some() {
-        (
-            " >\"$(log \"$2\" log)\" 2>&1",
-            "  echo \"$code\" >\"$(log \"$2\" exit)\"\n",
-        )
+    // run N NAME: container N to its end, its exit code in its file.
+    let record = if output_dir.is_some() {
+        "  echo \"$code\" >\"$(log \"$2\" exit)\"\n"
     } else {
-        ("", "")
+        ""
     };
     out.push_str(&format!(
-        "run() {{\n  local code=0\n  (\"container_$1\"){redirect} || code=$?\n{record}  return \"$code\"\n}}\n"
+        "run() {{\n  local code=0\n  (\"container_$1\") || code=$?\n{record}  return \"$code\"\n}}\n"
     ));
+    // SIGTERM to a step's srun would kill the step ("forcing job termination", SIGKILL);
+    // `scancel --signal=TERM <job>.<step>` delivers SIGTERM to its tasks, as the kubelet stops
+    // a sidecar. The step is found by its name with the squeue and scancel beside that srun;
+    // without them (the emulator's srun runs the command in place) the pid gets SIGTERM.
+    // After 30 s (the default terminationGracePeriodSeconds) what is left is killed.
     out.push_str(
         "sidecars=()\n\
+         sidecar_names=()\n\
          stop_sidecars() {\n  \
-           for pid in \"${sidecars[@]}\"; do kill -TERM \"$pid\" 2>/dev/null || true; done\n  \
-           for pid in \"${sidecars[@]}\"; do wait \"$pid\" || true; done\n\
+           local i step\n  \
+           for i in \"${!sidecars[@]}\"; do\n    \
+             step=\n    \
+             if [ -x \"${srun%/*}/squeue\" ] && [ -x \"${srun%/*}/scancel\" ]; then\n      \
+               step=$(\"${srun%/*}/squeue\" -h -s -j \"$SLURM_JOB_ID\" -o '%i %j' 2>/dev/null \
+                 | awk -v n=\"${sidecar_names[$i]}\" '$2 == n { print $1; exit }') || step=\n    \
+             fi\n    \
+             if [ -n \"$step\" ] && \"${srun%/*}/scancel\" --signal=TERM \"$step\"; then :\n    \
+             else kill -TERM \"${sidecars[$i]}\" 2>/dev/null || true\n    \
+             fi\n  \
+           done\n  \
+           for _ in $(seq 300); do\n    \
+             alive=0\n    \
+             for i in \"${!sidecars[@]}\"; do kill -0 \"${sidecars[$i]}\" 2>/dev/null && alive=1; done\n    \
+             [ \"$alive\" -eq 1 ] || break\n    \
+             sleep 0.1\n  \
+           done\n  \
+           for i in \"${!sidecars[@]}\"; do kill -KILL \"${sidecars[$i]}\" 2>/dev/null || true; done\n  \
+           for i in \"${!sidecars[@]}\"; do wait \"${sidecars[$i]}\" || true; done\n\
          }\n",
     );
     let mut regular = Vec::new();
@@ -197,14 +220,11 @@ pub fn steps_job(
                 c.name
             )),
             ContainerRole::Sidecar => {
-                let redirect = if output_dir.is_some() {
-                    format!(" >\"$(log {name} log)\" 2>&1")
-                } else {
-                    String::new()
-                };
                 // `exec` in the function makes the background subshell the step's srun: the
                 // pid SIGTERM goes to.
-                out.push_str(&format!("container_{i}{redirect} &\nsidecars+=(\"$!\")\n"));
+                out.push_str(&format!(
+                    "container_{i} &\nsidecars+=(\"$!\")\nsidecar_names+=({name})\n"
+                ));
             }
             ContainerRole::Regular => regular.push((i, name)),
         }
@@ -310,7 +330,7 @@ mod tests {
         let srun = dir.join("bin/srun");
         std::fs::write(
             &srun,
-            "#!/bin/bash\nwhile [ $# -gt 0 ]; do case $1 in --) shift; break;; -*) shift;; *) break;; esac; done\nexec \"$@\"\n",
+            "#!/bin/bash\nwhile [ $# -gt 0 ]; do case $1 in --) shift; break;; --output=*) exec >\"${1#--output=}\" 2>&1; shift;; -*) shift;; *) break;; esac; done\nexec \"$@\"\n",
         )
         .unwrap();
         std::fs::set_permissions(&srun, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -376,8 +396,10 @@ mod tests {
         let job = steps_job(&w, Runtime::Bare, Some(&dir.to_string_lossy())).unwrap();
         assert!(!job.script.contains("s3cret"), "a value is in the script");
         assert!(
-            job.script
-                .contains("\"$srun\" --overlap --nodes=1 --ntasks=1 --job-name=main -- sh -c"),
+            job.script.contains(
+                "\"$srun\" --overlap --nodes=1 --ntasks=1 --job-name=main \
+                 --output=\"$(log 'main' log)\" -- sh -c"
+            ),
             "{}",
             job.script
         );
