@@ -253,8 +253,10 @@ async fn create_with_steps(
     w.create_pod(p).await;
 }
 
-#[then(expr = "the log of container {string} of pod {string} is {string}")]
-async fn container_log(w: &mut Vkw, container: String, pod: String, text: String) {
+/// "begins with": the first line (a real Slurm adds its own line when it stops a sidecar's
+/// step, "*** STEP ... CANCELLED ***").
+#[then(regex = r#"^the log of container "([^"]+)" of pod "([^"]+)" (is|begins with) "([^"]*)"$"#)]
+async fn container_log(w: &mut Vkw, container: String, pod: String, how: String, text: String) {
     let pods = w.pods();
     let params = LogParams {
         container: Some(container.clone()),
@@ -266,9 +268,15 @@ async fn container_log(w: &mut Vkw, container: String, pod: String, text: String
         || {
             let (pods, params, pod, text) =
                 (pods.clone(), params.clone(), pod.clone(), text.clone());
+            let whole = how == "is";
             async move {
                 let log = pods.logs(&pod, &params).await.ok()?;
-                (log.trim_end() == text).then_some(())
+                let got = if whole {
+                    log.trim_end()
+                } else {
+                    log.lines().next().unwrap_or_default()
+                };
+                (got == text).then_some(())
             }
         },
     )
