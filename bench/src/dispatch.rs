@@ -36,6 +36,7 @@ fn request() -> Request {
         cpu_millis: None,
         memory_bytes: None,
         options: BTreeMap::new(),
+        steps_only: None,
     }
 }
 

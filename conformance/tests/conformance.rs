@@ -67,6 +67,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "workloads created outside the virtual kubelet",
             // v2 `CreatePodRequest.cpu`: CPU pods.
             "CPU-only pods",
+            "runs one container per workload",
         ],
         // Vast bids can be outbid: real preemptions; Vast serves container logs.
         // Vast enforces a minimum interval per endpoint (the emulator at the tenth the VK is
@@ -80,6 +81,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "workloads created outside the virtual kubelet",
             "per-endpoint rate limits",
             "a 256-character limit per env entry",
+            "runs one container per workload",
         ],
         // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
         // become Preempted pods; job output files are served as logs; no usage figures; exec
@@ -93,6 +95,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "does not support exec",
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
+            // Each container of a pod a step of its job, with its own log.
+            "containers as job steps",
         ],
         // The real single-node Slurm of `make slurm-up`: no admin API (no fault, exit or
         // preemption on demand), but anyone can submit jobs through slurmrestd; job output
@@ -103,6 +107,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "followed logs",
             "does not support exec",
             "workloads created outside the virtual kubelet",
+            "containers as job steps",
         ],
         // Another cluster (a second testbed; its node is our VK over a RunPod emulator):
         // faults through the remote API (a deleted remote pod is lost, an evicted one
@@ -1094,9 +1099,11 @@ fn repo_root() -> PathBuf {
 }
 
 fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
-    // "does not support X" reads as a sentence of its own; everything else is "supports X".
+    // "does not support X" and "runs X" read as sentences of their own; everything else is
+    // "supports X".
     let sentence = match cap.strip_prefix("does not support ") {
         Some(what) => format!("^the provider does not support {}$", regex::escape(what)),
+        None if cap.starts_with("runs ") => format!("^the provider {}$", regex::escape(cap)),
         None => format!("^the provider supports {}$", regex::escape(cap)),
     };
     let re = regex::Regex::new(&sentence).unwrap();

@@ -372,7 +372,7 @@ pub(crate) fn find_container(
             "container \"{container}\" not found in pod \"{namespace}/{pod}\""
         )));
     }
-    // The provider runs one container; the others were left out or run inside it.
+    // Left out everywhere; on a provider running one container, init containers run inside it.
     if crate::pods::spec::omitted(&p).contains(&container) {
         return Err(ApiError::bad_request(format!(
             "container \"{container}\" of pod \"{namespace}/{pod}\" is not run: it is left out \
@@ -380,6 +380,7 @@ pub(crate) fn find_container(
         )));
     }
     if let Some(main) = crate::pods::spec::main_container(&p)
+        && !runs_every_container(host, &p)
         && main.name != container
         && crate::pods::spec::run_init_containers(&p)
             .iter()
@@ -392,6 +393,14 @@ pub(crate) fn find_container(
         )));
     }
     Ok(p)
+}
+
+/// True when the pod's workload is at a provider that runs every container
+/// ([`crate::provider::Capabilities::containers`]), each with its own log.
+pub(crate) fn runs_every_container(host: &dyn Host, pod: &Pod) -> bool {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    host.workload_of(uid)
+        .is_some_and(|(p, _)| p.capabilities().containers)
 }
 
 /// The provider workload running a pod, or 400 when it has none (not started or removed).

@@ -41,6 +41,11 @@ pub struct Capabilities {
     /// framework deletes it as soon as the pod is terminal.
     #[serde(default)]
     pub delete_finished: bool,
+    /// Runs every container of a pod (init containers in order, native sidecars alongside,
+    /// the regular containers side by side) from [`Workload::containers`], with a log per
+    /// container: pods the one-container policy refuses (`pods::spec`) may go here.
+    #[serde(default)]
+    pub containers: bool,
 }
 
 /// A provider-neutral, fully resolved description of what to run for one pod.
@@ -66,6 +71,39 @@ pub struct Workload {
     pub ports: Vec<u16>,
     /// Provider-specific options from the pod's `gpu-vk.io/*` annotations (region, bid price, ...).
     pub options: BTreeMap<String, String>,
+    /// Every container of the pod that runs (those in `gpu-vk.io/omit-containers` left out),
+    /// init containers first in their order, then the regular ones; each with its own
+    /// environment. Read by providers with [`Capabilities::containers`]; the others run
+    /// `command`/`args` (the main container, with same-image init containers folded in).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<PodContainer>,
+}
+
+/// What a container is to the pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerRole {
+    /// An init container: runs to completion before the next one starts.
+    Init,
+    /// A native sidecar (init container with `restartPolicy: Always`): started in its place
+    /// among the init containers, kept running beside the regular containers, stopped when
+    /// they have ended.
+    Sidecar,
+    /// A regular container: they run side by side.
+    Regular,
+}
+
+/// One container of a pod, resolved like the workload itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PodContainer {
+    pub name: String,
+    pub role: ContainerRole,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub working_dir: Option<String>,
+    /// This container's own environment (values may be secret, see [`EnvVar`]).
+    pub env: Vec<EnvVar>,
 }
 
 /// One environment variable; its `Debug` never shows the value.
@@ -307,6 +345,10 @@ pub struct LogOptions {
     pub timestamps: bool,
     pub follow: bool,
     pub previous: bool,
+    /// The container asked for, set only for pods the provider runs container by container
+    /// ([`Capabilities::containers`], [`Workload::containers`] of more than one): `None` is
+    /// the workload's one log.
+    pub container: Option<String>,
 }
 
 /// A stream of log bytes.

@@ -270,5 +270,6 @@ pub fn workload() -> Workload {
         memory_bytes: None,
         ports: vec![],
         options: BTreeMap::new(),
+        containers: Vec::new(),
     }
 }

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use vk::naming::{Owner, WorkloadId};
-use vk::provider::{FailureReason, LogOptions, Observed, Provider, ProviderError, WorkloadState};
+use vk::provider::{
+    ContainerRole, FailureReason, LogOptions, Observed, Provider, ProviderError, WorkloadState,
+};
 use vk::providers::slurm::{Dialect, Slurm, SlurmConfig};
 use workload_builder::WorkloadBuilder;
 
@@ -265,6 +267,110 @@ async fn a_command_runs_and_its_exit_code_and_output_come_back() {
     assert_eq!(&tail[..], b"to-stderr\n");
     slurm
         .delete(&o.provider_id)
+        .await
+        .expect("deleting a finished job is fine");
+}
+
+/// The whole log of container `name` of job `job_id` (`None`: the job's own).
+async fn log_of(slurm: &Slurm, job_id: &str, name: Option<&str>) -> String {
+    let opts = LogOptions {
+        container: name.map(str::to_owned),
+        ..LogOptions::default()
+    };
+    let mut stream = slurm.logs(job_id, &opts).await.unwrap();
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    String::from_utf8(text).unwrap()
+}
+
+#[tokio::test]
+async fn each_container_of_a_pod_is_a_step_with_its_own_log_and_exit_code() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let marker = "/tmp/gpu-vk-steps-test-$SLURM_JOB_ID";
+    let w = workload("true")
+        .step_container(
+            "shipper",
+            ContainerRole::Sidecar,
+            "echo \"shipper $SLURM_STEP_ID\"; trap 'echo stopped; exit 0' TERM; while :; do sleep 0.2; done",
+            &[],
+        )
+        .step_container(
+            "fetch",
+            ContainerRole::Init,
+            &format!("sleep 1; echo fetched > {marker}; echo \"fetch $WHO\""),
+            &[("WHO", "init")],
+        )
+        // "main" waits for a file "metrics" makes: they run side by side, or main times out.
+        .step_container(
+            "main",
+            ContainerRole::Regular,
+            &format!(
+                "cat {marker}; timeout 30 bash -c 'until [ -f {marker}.up ]; do sleep 0.2; done' \
+                 && echo \"main $WHO ${{TOKEN-none}}\"; rm -f {marker} {marker}.up; exit 4"
+            ),
+            &[("WHO", "server")],
+        )
+        .step_container(
+            "metrics",
+            ContainerRole::Regular,
+            &format!("touch {marker}.up; echo \"metrics $WHO $TOKEN\""),
+            &[("WHO", "exporter"), ("TOKEN", "s3cret-of-metrics")],
+        )
+        .build();
+    slurm.create(&w).await.expect("submitted");
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    let job = o.provider_id.clone();
+    let job_log = log_of(&slurm, &job, None).await;
+    assert_eq!(
+        o.state,
+        WorkloadState::Failed {
+            exit_code: 4,
+            reason: FailureReason::Error
+        },
+        "the job fails with the failing container's code: {o:?}; job output: {job_log}"
+    );
+    assert_eq!(log_of(&slurm, &job, Some("fetch")).await, "fetch init\n");
+    assert_eq!(
+        log_of(&slurm, &job, Some("main")).await,
+        "fetched\nmain server none\n",
+        "after the init container, beside metrics, its own env only"
+    );
+    assert_eq!(
+        log_of(&slurm, &job, Some("metrics")).await,
+        "metrics exporter s3cret-of-metrics\n"
+    );
+    // A real step (its id in SLURM_STEP_ID), sent SIGTERM once the containers ended (Slurm
+    // adds its "STEP ... CANCELLED" line, and signals every process of the step).
+    let shipper = log_of(&slurm, &job, Some("shipper")).await;
+    let step_id = shipper
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("shipper "))
+        .unwrap_or_default();
+    assert!(
+        step_id.parse::<u32>().is_ok(),
+        "the sidecar is a job step: {shipper:?}"
+    );
+    assert!(
+        shipper.contains("\nstopped\n"),
+        "stopped by SIGTERM: {shipper:?}"
+    );
+    for (name, code) in [("fetch", "0"), ("main", "4"), ("metrics", "0")] {
+        let path = env.output_dir.join(format!("slurm-{job}.{name}.exit"));
+        let got = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(got, format!("{code}\n"), "exit code of {name}");
+    }
+    let stored = batch_script(&env, &job);
+    assert!(
+        stored.contains("--overlap") && !stored.contains("s3cret"),
+        "steps, no value in the stored script: {stored}"
+    );
+    slurm
+        .delete(&job)
         .await
         .expect("deleting a finished job is fine");
 }

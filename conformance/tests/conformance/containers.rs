@@ -1,13 +1,16 @@
 //! Steps for pods with several containers: sidecars left out by `gpu-vk.io/omit-containers`,
-//! init containers run before the main command, and the refusals naming the container.
+//! init containers run before the main command, and the refusals naming the container; on
+//! Slurm, every container a job step with its own log.
 
 use std::time::Duration;
 
 use conformance::harness::*;
-use cucumber::{then, when};
+use cucumber::{given, then, when};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use kube::api::LogParams;
 use serde_json::json;
+
+use mock_providers::config::ExecutionMode;
 
 use crate::{Vkw, WAIT, target};
 
@@ -169,4 +172,113 @@ async fn runs_before(w: &mut Vkw, pod: String, first: String, then: String) {
         panic!("{first:?} and {then:?} are not both in {text:?}");
     };
     assert!(a < b, "{first:?} comes after {then:?} in {text:?}");
+}
+
+/// On the Slurm emulator targets: a new emulator in process mode (batch scripts run with bash,
+/// job steps through its `srun`) and a new VK on it. A real Slurm runs them already.
+#[given("the provider runs the batch scripts")]
+async fn runs_batch_scripts(w: &mut Vkw) {
+    let dialect = match target().as_str() {
+        "slurm" => SlurmDialect::V0038,
+        "slurm-v0.0.41" => SlurmDialect::V0041,
+        _ => return,
+    };
+    let c = w.c();
+    if let Some(mut vk) = w.vk.take() {
+        vk.cleanup(&c).await;
+    }
+    w.provider = Some(Observer::Emulator(
+        Emulator::slurm(ExecutionMode::process(), dialect).await,
+    ));
+    w.start_vk().await;
+}
+
+/// `sh -c SCRIPT` with `ROLE=<role>` as the container's own variable.
+fn step(name: &str, role: &str, script: &str) -> serde_json::Value {
+    json!({
+        "name": name, "image": "busybox:1.36",
+        "command": ["sh", "-c", script],
+        "env": [{"name": "ROLE", "value": role}],
+    })
+}
+
+#[when(
+    expr = "I create a GPU pod {string} with an init container {string}, a native sidecar {string} and a second container {string}"
+)]
+async fn create_with_steps(
+    w: &mut Vkw,
+    name: String,
+    init: String,
+    sidecar: String,
+    second: String,
+) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let spec = p.spec.as_mut().unwrap();
+    spec.restart_policy = Some("Never".into());
+    // The init container leaves a file the main container reads: it ran to its end first.
+    let marker = "/tmp/gpu-vk-conformance-steps-$SLURM_JOB_ID";
+    let mut sidecar_c = step(
+        &sidecar,
+        "sidecar",
+        &format!("echo \"{sidecar}: $ROLE\"; trap 'exit 0' TERM; while :; do sleep 1; done"),
+    );
+    sidecar_c["restartPolicy"] = json!("Always");
+    spec.init_containers = Some(vec![
+        serde_json::from_value(sidecar_c).unwrap(),
+        serde_json::from_value(step(
+            &init,
+            "init",
+            &format!("sleep 1; echo {init} > {marker}; echo \"{init}: $ROLE\""),
+        ))
+        .unwrap(),
+    ]);
+    let main = spec.containers[0].name.clone();
+    let mut main_c: Container = serde_json::from_value(step(
+        &main,
+        "main",
+        &format!("echo \"{main}: $ROLE after $(cat {marker})\"; rm -f {marker}; sleep 2"),
+    ))
+    .unwrap();
+    main_c.resources = spec.containers[0].resources.clone();
+    spec.containers[0] = main_c;
+    spec.containers.push(
+        serde_json::from_value(step(
+            &second,
+            "second",
+            &format!("sleep 1; echo \"{second}: $ROLE\""),
+        ))
+        .unwrap(),
+    );
+    w.create_pod(p).await;
+}
+
+/// "begins with": the first line (a real Slurm adds its own line when it stops a sidecar's
+/// step, "*** STEP ... CANCELLED ***").
+#[then(regex = r#"^the log of container "([^"]+)" of pod "([^"]+)" (is|begins with) "([^"]*)"$"#)]
+async fn container_log(w: &mut Vkw, container: String, pod: String, how: String, text: String) {
+    let pods = w.pods();
+    let params = LogParams {
+        container: Some(container.clone()),
+        ..LogParams::default()
+    };
+    wait_for(
+        Duration::from_secs(90),
+        &format!("log of container {container} of pod {pod} being {text:?}"),
+        || {
+            let (pods, params, pod, text) =
+                (pods.clone(), params.clone(), pod.clone(), text.clone());
+            let whole = how == "is";
+            async move {
+                let log = pods.logs(&pod, &params).await.ok()?;
+                let got = if whole {
+                    log.trim_end()
+                } else {
+                    log.lines().next().unwrap_or_default()
+                };
+                (got == text).then_some(())
+            }
+        },
+    )
+    .await;
 }

@@ -1,6 +1,13 @@
 //! Process mode of the Slurm emulator: a job that reaches RUNNING runs its batch script with
 //! bash on this machine, stdout and stderr appended to the job's output file, as slurmd would
 //! (without changing user). The exit status is reported back as Slurm's raw wait status.
+//!
+//! Batch scripts that start job steps (`srun` inside the allocation: one step per container
+//! of a pod) find an `srun` of the emulator first on their PATH. Within an allocation, srun
+//! runs its command as a step on the job's node with the caller's environment, working
+//! directory, stdout and stderr, and exits with the command's exit code (`srun(1)`); the shim
+//! does the same on this machine: it skips srun's options and `exec`s the command. A real srun
+//! outside a real allocation would ask the host's Slurm for a new job instead.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -16,6 +23,36 @@ pub(crate) fn spawn(emulator: Weak<Emulator>, launch: Launch) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(run(emulator, launch));
     }
+}
+
+/// The shim, as `srun(1)` behaves inside an allocation (see the module docs): options come
+/// as one word each (`--overlap`, `--job-name=NAME`), then `--` or the command;
+/// `--output=FILE` (without `--error`) sends the step's stdout and stderr to FILE.
+const SRUN_SHIM: &str = "#!/bin/bash\n\
+# srun of the Slurm emulator: skips srun's options, runs the command in place.\n\
+while [ \"$#\" -gt 0 ]; do\n\
+  case $1 in\n\
+    --) shift; break ;;\n\
+    --output=*) exec >\"${1#--output=}\" 2>&1; shift ;;\n\
+    -*) shift ;;\n\
+    *) break ;;\n\
+  esac\n\
+done\n\
+exec \"$@\"\n";
+
+/// The directory holding the `srun` shim, made once per emulator process.
+fn shim_dir() -> Option<&'static std::path::Path> {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mock-slurm-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let srun = dir.join("srun");
+        std::fs::write(&srun, SRUN_SHIM).ok()?;
+        std::fs::set_permissions(&srun, std::fs::Permissions::from_mode(0o755)).ok()?;
+        Some(dir)
+    })
+    .as_deref()
 }
 
 async fn run(emulator: Weak<Emulator>, launch: Launch) {
@@ -67,12 +104,14 @@ async fn run(emulator: Weak<Emulator>, launch: Launch) {
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(true);
-    if !env.contains_key("PATH") {
-        cmd.env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        );
-    }
+    let path = env.get("PATH").map_or(
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        String::as_str,
+    );
+    match shim_dir() {
+        Some(dir) => cmd.env("PATH", format!("{}:{path}", dir.display())),
+        None => cmd.env("PATH", path),
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(_) => {

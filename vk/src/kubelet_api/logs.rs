@@ -148,9 +148,14 @@ async fn serve(
 ) -> Result<Response, ApiError> {
     let Query(pairs) =
         query.map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
-    let opts = parse_query(&pairs, Timestamp::now())?;
+    let mut opts = parse_query(&pairs, Timestamp::now())?;
     let p = find_container(s.host.as_ref(), namespace, pod, container)?;
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
+    // A provider running each container keeps a log per container (pods with one container
+    // keep the workload's one log).
+    if provider.capabilities().containers && crate::pods::spec::running_containers(&p).len() > 1 {
+        opts.container = Some(container.to_owned());
+    }
     let name = provider.name().to_owned();
     // The provider call layer bounds opening the stream by its timeout.
     let stream = match provider.logs(&observed.provider_id, &opts).await {
@@ -253,6 +258,7 @@ mod tests {
                 timestamps: true,
                 follow: true,
                 previous: false,
+                container: None,
             }
         );
         let o = parse_query(&q("sinceTime=2026-04-30T10:00:00+02:00"), now()).unwrap();

@@ -100,7 +100,7 @@ impl PodController {
                 ),
             );
         }
-        let base = spec::workload(pod, req, id.clone(), env.vars);
+        let base = spec::workload(pod, req, id.clone(), env.vars, &env.containers);
 
         let mut capacity_msgs = Vec::new();
         let mut limit_msgs = Vec::new();

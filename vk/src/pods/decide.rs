@@ -208,6 +208,19 @@ pub fn decide(
     if let Err(why) = rules.admission.check(pod) {
         return fail(reason::NOT_ALLOWED, why);
     }
+    // A pod only a provider running every container can take, and none of those may.
+    if let Some(why) = &request.steps_only {
+        let can = rules.offers.iter().any(|o| {
+            o.capabilities.containers
+                && request
+                    .pinned_provider
+                    .as_ref()
+                    .is_none_or(|pin| *pin == o.name)
+        });
+        if !can {
+            return fail(reason::INVALID_SPEC, why.clone());
+        }
+    }
     let policy = request
         .policy
         .filter(|_| rules.dispatch.pod_policy)

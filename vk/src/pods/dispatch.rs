@@ -294,6 +294,9 @@ fn same_type(a: &Option<String>, b: Option<&str>) -> bool {
 
 fn fits(p: &Offer, req: &Request, gpu_type: Option<&str>) -> bool {
     let caps = &p.capabilities;
+    if req.steps_only.is_some() && !caps.containers {
+        return false;
+    }
     let Some(gpu) = &req.gpu else {
         return !caps.gpu_only;
     };

@@ -41,6 +41,10 @@ pub struct Resolved {
     pub vars: Vec<EnvVar>,
     /// `envFrom` keys (with their prefix) left out because they are not variable names.
     pub skipped: Vec<String>,
+    /// The environment of every other container that runs (init containers, sidecars and
+    /// further regular containers), by container name, for providers that run each
+    /// container ([`crate::provider::Workload::containers`]).
+    pub containers: BTreeMap<String, Vec<EnvVar>>,
 }
 
 /// True for names a shell and every provider take as a variable name.
@@ -115,13 +119,34 @@ impl Source for KubeSource {
     }
 }
 
-/// Resolves the env of the pod's main container (the one its provider runs; its init
-/// containers run in the same environment).
+/// Resolves the env of the pod's main container (the one every provider runs; same-image
+/// init containers run in its environment there) and of each other container that runs.
 pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Resolved, Error> {
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let Some(c) = crate::pods::spec::main_container(pod) else {
+    let Some(main) = crate::pods::spec::main_container(pod) else {
         return Ok(Resolved::default());
     };
+    let mut resolved = resolve_container(pod, main, src, node_ip).await?;
+    for c in crate::pods::spec::running_containers(pod) {
+        if c.name == main.name {
+            continue;
+        }
+        let own = resolve_container(pod, c, src, node_ip).await?;
+        resolved.skipped.extend(own.skipped);
+        resolved.containers.insert(c.name.clone(), own.vars);
+    }
+    resolved.skipped.sort();
+    resolved.skipped.dedup();
+    Ok(resolved)
+}
+
+/// Resolves the env of container `c` of `pod`.
+async fn resolve_container(
+    pod: &Pod,
+    c: &k8s_openapi::api::core::v1::Container,
+    src: &impl Source,
+    node_ip: &str,
+) -> Result<Resolved, Error> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let mut out: Vec<EnvVar> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
     let mut set_from = |name: String, value: String, out: &mut Vec<EnvVar>| {
@@ -229,7 +254,11 @@ pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Reso
             )));
         }
     }
-    Ok(Resolved { vars: out, skipped })
+    Ok(Resolved {
+        vars: out,
+        skipped,
+        containers: BTreeMap::new(),
+    })
 }
 
 /// `$(VAR)` expansion against variables defined earlier, as the kubelet does; `$$` escapes.

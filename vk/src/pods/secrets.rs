@@ -1,8 +1,9 @@
 //! Which providers may receive a pod's Secret-sourced environment: a pure filter over the
 //! dispatch candidates (see `secretEnv` and `secretFailover` in `docs/configuration.md`).
 //!
-//! A pod "uses Secrets" when its container's `env[].valueFrom.secretKeyRef` or
-//! `envFrom[].secretRef` names one (the container [`super::env::resolve`] reads; an optional
+//! A pod "uses Secrets" when the `env[].valueFrom.secretKeyRef` or `envFrom[].secretRef` of a
+//! container that runs names one (any of them: a provider running every container receives
+//! each one's environment, [`super::env::resolve`]; an optional
 //! Secret that is missing still counts: it may appear before the next attempt). Providers whose
 //! `secretEnv` is `deny` are skipped; with none left the pod fails `SecretsNotAllowed`, naming
 //! them, before anything is created. Unless `secretFailover` is on, only the first remaining
@@ -16,19 +17,15 @@ use crate::config::SecretEnv;
 
 /// The Secrets the pod's environment reads, sorted, each once.
 pub fn referenced(pod: &Pod) -> Vec<String> {
-    let Some(c) = crate::pods::spec::main_container(pod) else {
-        return Vec::new();
-    };
-    let from_env = c
-        .env
+    let running = crate::pods::spec::running_containers(pod);
+    let from_env = running
         .iter()
-        .flatten()
+        .flat_map(|c| c.env.iter().flatten())
         .filter_map(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
         .map(|r| r.name.clone());
-    let from_env_from = c
-        .env_from
+    let from_env_from = running
         .iter()
-        .flatten()
+        .flat_map(|c| c.env_from.iter().flatten())
         .filter_map(|f| f.secret_ref.as_ref())
         .map(|r| r.name.clone());
     let mut names: Vec<String> = from_env.chain(from_env_from).collect();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::provider::{GpuRequest, Workload};
+use crate::provider::{ContainerRole, GpuRequest, PodContainer, Workload};
 
 /// Annotation prefix for everything the VK reads or writes on pods.
 pub const PREFIX: &str = "gpu-vk.io/";
@@ -71,6 +71,9 @@ pub struct Request {
     pub cpu_millis: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub options: BTreeMap<String, String>,
+    /// Why the one-container policy refuses the pod, when only a provider that runs every
+    /// container ([`crate::provider::Capabilities::containers`]) can take it.
+    pub steps_only: Option<String>,
 }
 
 /// Validates the pod and extracts its request.
@@ -79,7 +82,7 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         .spec
         .as_ref()
         .ok_or_else(|| SpecError("pod has no spec".into()))?;
-    let c = run_containers(pod)?;
+    let (c, steps_only) = run_containers(pod)?;
     if spec.host_network == Some(true) || spec.host_pid == Some(true) || spec.host_ipc == Some(true)
     {
         return Err(SpecError(
@@ -207,6 +210,7 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         cpu_millis,
         memory_bytes,
         options,
+        steps_only,
     })
 }
 
@@ -250,11 +254,27 @@ pub fn run_init_containers(pod: &Pod) -> Vec<&Container> {
         .unwrap_or_default()
 }
 
-/// Checks the containers against what a provider can run: one container (the others, and
-/// native sidecars, listed in [`ANN_OMIT_CONTAINERS`]), and init containers only where they
-/// can run before the main command in the same workload (same image, own command, the main
-/// container's environment). Returns the main container.
-fn run_containers(pod: &Pod) -> Result<&Container, SpecError> {
+/// Every container that runs, in the order a provider running each of them starts them: the
+/// init containers (native sidecars among them) in their order, then the regular containers;
+/// those listed in [`ANN_OMIT_CONTAINERS`] left out.
+pub fn running_containers(pod: &Pod) -> Vec<&Container> {
+    let omitted = omitted(pod);
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter(|c| !omitted.contains(&c.name.as_str()))
+        .collect()
+}
+
+/// Checks the containers: the names in [`ANN_OMIT_CONTAINERS`], something left to run, no
+/// privileged container or one without an image; then against the one-container policy
+/// ([`one_container`]). Returns the main container and, when that policy refuses the pod,
+/// why (only a provider running every container can take it).
+fn run_containers(pod: &Pod) -> Result<(&Container, Option<String>), SpecError> {
     let spec = pod
         .spec
         .as_ref()
@@ -276,13 +296,39 @@ fn run_containers(pod: &Pod) -> Result<&Container, SpecError> {
         .iter()
         .filter(|c| !omitted.contains(&c.name.as_str()))
         .collect();
-    let main = match run.as_slice() {
-        [] => {
+    let Some(main) = run.first().copied() else {
+        return Err(SpecError(format!(
+            "annotation {ANN_OMIT_CONTAINERS} leaves out every container: nothing would run"
+        )));
+    };
+    for c in running_containers(pod) {
+        if c.security_context.as_ref().and_then(|s| s.privileged) == Some(true) {
             return Err(SpecError(format!(
-                "annotation {ANN_OMIT_CONTAINERS} leaves out every container: nothing would run"
+                "container {:?}: privileged containers are not supported",
+                c.name
             )));
         }
-        [main] => *main,
+        if c.image.as_deref().unwrap_or_default().is_empty() {
+            return Err(SpecError(format!("container {:?} has no image", c.name)));
+        }
+    }
+    let one = one_container(pod, &run, main).err().map(|e| e.0);
+    Ok((main, one))
+}
+
+/// The policy of providers that run one container (see `docs/status.md`, "Several
+/// containers"): the others, and native sidecars, listed in [`ANN_OMIT_CONTAINERS`]; init
+/// containers only where they can run before the main command in the same workload (same
+/// image, own command, the main container's environment).
+fn one_container(pod: &Pod, run: &[&Container], main: &Container) -> Result<(), SpecError> {
+    let inits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
+    let omitted = omitted(pod);
+    match run {
+        [_] => {}
         more => {
             let names: Vec<String> = more.iter().map(|c| format!("{:?}", c.name)).collect();
             return Err(SpecError(format!(
@@ -292,7 +338,7 @@ fn run_containers(pod: &Pod) -> Result<&Container, SpecError> {
                 names.join(", ")
             )));
         }
-    };
+    }
     for c in inits {
         if is_sidecar(c) {
             if !omitted.contains(&c.name.as_str()) {
@@ -346,7 +392,7 @@ fn run_containers(pod: &Pod) -> Result<&Container, SpecError> {
             main.name
         )));
     }
-    Ok(main)
+    Ok(())
 }
 
 /// Quotes `word` for a POSIX shell.
@@ -438,14 +484,45 @@ pub fn parse_memory(q: &str) -> Result<u64, SpecError> {
     Ok((v * mult).round() as u64)
 }
 
-/// Builds the neutral workload from a validated request and already resolved env.
+/// Builds the neutral workload from a validated request and already resolved env: `env` of
+/// the main container, `others` of every other container that runs, by name.
 pub fn workload(
     pod: &Pod,
     req: &Request,
     id: crate::naming::WorkloadId,
     env: Vec<crate::provider::EnvVar>,
+    others: &BTreeMap<String, Vec<crate::provider::EnvVar>>,
 ) -> Workload {
     let c: Container = main_container(pod).cloned().unwrap_or_default();
+    let containers = running_containers(pod)
+        .into_iter()
+        .map(|k| {
+            let in_init = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.init_containers.as_ref())
+                .is_some_and(|v| v.iter().any(|i| i.name == k.name));
+            let role = match (in_init, is_sidecar(k)) {
+                (true, true) => ContainerRole::Sidecar,
+                (true, false) => ContainerRole::Init,
+                (false, _) => ContainerRole::Regular,
+            };
+            let env = if k.name == c.name {
+                env.clone()
+            } else {
+                others.get(&k.name).cloned().unwrap_or_default()
+            };
+            PodContainer {
+                name: k.name.clone(),
+                role,
+                image: k.image.clone().unwrap_or_default(),
+                command: k.command.clone().unwrap_or_default(),
+                args: k.args.clone().unwrap_or_default(),
+                working_dir: k.working_dir.clone(),
+                env,
+            }
+        })
+        .collect();
     let inits = run_init_containers(pod);
     let (command, args) = if inits.is_empty() {
         (
@@ -475,6 +552,7 @@ pub fn workload(
             .filter_map(|p| u16::try_from(p.container_port).ok())
             .collect(),
         options: req.options.clone(),
+        containers,
     }
 }
 
@@ -560,7 +638,22 @@ mod tests {
         let mut p = pod_with(&[], Some("1"));
         let c2 = p.spec.as_ref().unwrap().containers[0].clone();
         p.spec.as_mut().unwrap().containers.push(c2);
-        assert!(request(&p).unwrap_err().0.contains("2 containers"));
+        assert!(
+            request(&p)
+                .unwrap()
+                .steps_only
+                .unwrap()
+                .contains("2 containers")
+        );
+        // A privileged second container is refused everywhere.
+        let mut c3 = p.spec.as_ref().unwrap().containers[0].clone();
+        c3.name = "root".into();
+        c3.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
+        p.spec.as_mut().unwrap().containers.push(c3);
+        assert!(request(&p).unwrap_err().0.contains("\"root\": privileged"));
     }
 
     /// A pod whose main container runs `serve --port 8080` in image `img`, with `extra`
@@ -615,6 +708,7 @@ mod tests {
             &request(&p).unwrap(),
             crate::test_support::workload_id(),
             vec![],
+            &BTreeMap::new(),
         );
         assert_eq!(
             (w.container_name.as_str(), w.image.as_str()),
@@ -627,7 +721,9 @@ mod tests {
     #[test]
     fn containers_a_provider_cannot_run_fail_naming_the_container_and_the_way_out() {
         let exporter = container("metrics", "exporter", &[]);
-        let cases: Vec<(Pod, Vec<&str>)> = vec![
+        // Refused by the one-container policy only: a provider running every container
+        // (Slurm) may take these.
+        let one_container: Vec<(Pod, Vec<&str>)> = vec![
             (
                 multi(std::slice::from_ref(&exporter), &[], None),
                 vec![
@@ -641,14 +737,6 @@ mod tests {
                 vec![r#"init container "logs" is a sidecar"#, ANN_OMIT_CONTAINERS],
             ),
             (
-                multi(&[], &[], Some("nosuch")),
-                vec![r#""nosuch""#, "not a container"],
-            ),
-            (
-                multi(&[], &[], Some("main")),
-                vec!["leaves out every container"],
-            ),
-            (
                 multi(
                     &[],
                     &[container("fetch", "curl", &["curl", "-O", "x"])],
@@ -659,6 +747,26 @@ mod tests {
             (
                 multi(&[], &[container("fetch", "img", &[])], None),
                 vec![r#"init container "fetch" has no command"#],
+            ),
+        ];
+        for (p, needles) in one_container {
+            let why = request(&p)
+                .unwrap()
+                .steps_only
+                .expect("refused by the policy");
+            for n in needles {
+                assert!(why.contains(n), "{why:?} lacks {n:?}");
+            }
+        }
+        // Refused everywhere.
+        let cases: Vec<(Pod, Vec<&str>)> = vec![
+            (
+                multi(&[], &[], Some("nosuch")),
+                vec![r#""nosuch""#, "not a container"],
+            ),
+            (
+                multi(&[], &[], Some("main")),
+                vec!["leaves out every container"],
             ),
             // A regular init container cannot be left out: the main command may need it.
             (
@@ -675,7 +783,7 @@ mod tests {
         // With init containers the main command must be known.
         let mut p = multi(&[], &[container("fetch", "img", &["fetch"])], None);
         p.spec.as_mut().unwrap().containers[0].command = None;
-        let err = request(&p).unwrap_err().0;
+        let err = request(&p).unwrap().steps_only.unwrap();
         assert!(err.contains(r#"container "main" has no command"#), "{err}");
         // An init container with an environment of its own.
         let mut init = container("fetch", "img", &["fetch"]);
@@ -684,7 +792,10 @@ mod tests {
             value: Some("x".into()),
             ..Default::default()
         }]);
-        let err = request(&multi(&[], &[init], None)).unwrap_err().0;
+        let err = request(&multi(&[], &[init], None))
+            .unwrap()
+            .steps_only
+            .unwrap();
         assert!(
             err.contains(r#"init container "fetch" sets an environment of its own"#),
             "{err}"
@@ -703,6 +814,7 @@ mod tests {
             &request(&p).unwrap(),
             crate::test_support::workload_id(),
             vec![],
+            &BTreeMap::new(),
         );
         assert_eq!(w.command[..2], ["/bin/sh", "-c"]);
         assert!(w.args.is_empty());

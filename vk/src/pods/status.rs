@@ -134,6 +134,11 @@ impl PodController {
                     .readiness(pod.metadata.uid.as_deref().unwrap_or_default()),
                 _ => translate::Readiness::Unprobed,
             },
+            all_containers: self
+                .slots
+                .iter()
+                .find(|slot| slot.provider.name() == provider)
+                .is_some_and(|slot| slot.provider.capabilities().containers),
         };
         let status = translate::pod_status(pod, s, &cx);
         // The chosen provider rides on the status write (the pods/status subresource accepts

@@ -86,6 +86,9 @@ pub struct Context<'a> {
     pub now: Timestamp,
     /// The readiness probe's result; only consulted while the workload runs.
     pub readiness: Readiness,
+    /// The provider runs every container of the pod (each a Slurm job step): the others share
+    /// the main container's state instead of being reported as left out.
+    pub all_containers: bool,
 }
 
 /// Translates a situation into the pod's status, keeping fields the VK does not own.
@@ -300,7 +303,7 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
             .last_state
             .as_ref()
             .is_some_and(|s| s.terminated.is_some());
-    let (statuses, init_statuses) = others(pod, cs, initialized, cx.provider);
+    let (statuses, init_statuses) = others(pod, cs, initialized, cx);
     st.container_statuses = Some(statuses);
     st.init_container_statuses = init_statuses;
     let initialized = initialized || crate::pods::spec::run_init_containers(pod).is_empty();
@@ -337,12 +340,31 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
 /// spec order, and of its init containers: those left out (`gpu-vk.io/omit-containers`) say so,
 /// init containers wait until the workload runs and are done once it has (they run before
 /// the main command in the same workload; their own progress is not observed).
+///
+/// With [`Context::all_containers`], the others that run share the main container's state (one
+/// job runs them all; per-container exit codes are not observed), native sidecars among the
+/// init statuses, and init containers are done once the job runs its regular containers.
 fn others(
     pod: &Pod,
     main: ContainerStatus,
     initialized: bool,
-    provider: &str,
+    cx: &Context<'_>,
 ) -> (Vec<ContainerStatus>, Option<Vec<ContainerStatus>>) {
+    let provider = cx.provider;
+    let omitted = crate::pods::spec::omitted(pod);
+    let runs = |c: &k8s_openapi::api::core::v1::Container| {
+        cx.all_containers && !omitted.contains(&c.name.as_str())
+    };
+    let main_status = main.clone();
+    let like_main = |c: &k8s_openapi::api::core::v1::Container| ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        container_id: main_status
+            .container_id
+            .as_ref()
+            .map(|id| format!("{id}/{}", c.name)),
+        ..main_status.clone()
+    };
     let Some(spec) = pod.spec.as_ref() else {
         return (vec![main], None);
     };
@@ -371,6 +393,8 @@ fn others(
         .filter_map(|c| {
             if main.as_ref().is_some_and(|m| m.name == c.name) {
                 main.take()
+            } else if runs(c) {
+                Some(like_main(c))
             } else {
                 Some(left_out(c))
             }
@@ -384,17 +408,20 @@ fn others(
         .iter()
         .map(|c| {
             if crate::pods::spec::is_sidecar(c) {
-                return left_out(c);
+                return if runs(c) { like_main(c) } else { left_out(c) };
             }
+            let how = if cx.all_containers {
+                "as a job step before the containers (a failure ends the job with its exit code)"
+            } else {
+                "before the main command, in the same workload (a failure ends the workload with \
+                 its exit code)"
+            };
             let state = if initialized {
                 ContainerState {
                     terminated: Some(ContainerStateTerminated {
                         exit_code: 0,
                         reason: Some("Completed".into()),
-                        message: Some(format!(
-                            "run by provider {provider} before the main command, in the same \
-                             workload (a failure ends the workload with its exit code)"
-                        )),
+                        message: Some(format!("run by provider {provider} {how}")),
                         ..Default::default()
                     }),
                     ..Default::default()

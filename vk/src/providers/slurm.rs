@@ -45,6 +45,9 @@
 //!   active are cancelled (22.05 creates a record for a 2014 refusal; it is already FAILED).
 //! - Logs are read from `<outputDir>/slurm-<job id>.log` (stdout and stderr together) when
 //!   the VK can read `outputDir`; `follow` polls the file and ends when the job has ended.
+//! - A pod of several containers (init containers, native sidecars, more than one container)
+//!   is one job whose script runs each container as a job step ([`steps`]); each container's
+//!   log is `<outputDir>/slurm-<job id>.<container>.log`.
 //! - Exec (`exec: srun`, off by default) runs `srun --jobid=<job> --overlap -- <command>` as a
 //!   child process of the VK ([`exec`]): slurmrestd has no way to run a command in a job.
 
@@ -54,6 +57,7 @@ mod config;
 pub mod exec;
 mod logs;
 pub mod script;
+pub mod steps;
 #[cfg(test)]
 mod tests;
 mod token;
@@ -193,7 +197,13 @@ impl Slurm {
         let time_limit_minutes = options
             .minutes("time_limit")?
             .or(self.cfg.default_time_limit_minutes);
-        let job = script::batch_job(w, self.cfg.runtime)?;
+        // Several containers: each its own job step (one container keeps the one-step script).
+        let job = if w.containers.len() > 1 {
+            let dir = self.cfg.output_dir.as_deref().map(|d| d.to_string_lossy());
+            steps::steps_job(w, self.cfg.runtime, dir.as_deref())?
+        } else {
+            script::batch_job(w, self.cfg.runtime)?
+        };
         // PATH is the batch shell's own (the transport names never collide with it).
         let mut environment = job.environment;
         environment.insert("PATH".to_owned(), self.cfg.path.clone());

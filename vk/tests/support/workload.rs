@@ -15,7 +15,7 @@
 #![allow(dead_code)]
 
 use vk::naming::Owner;
-use vk::provider::{EnvVar, GpuRequest, Workload};
+use vk::provider::{ContainerRole, EnvVar, GpuRequest, PodContainer, Workload};
 
 /// Builds a [`Workload`]; what is not set stays empty (no command, env, GPU or resources).
 #[derive(Clone, Debug)]
@@ -47,6 +47,7 @@ impl WorkloadBuilder {
                 memory_bytes: None,
                 ports: vec![],
                 options: Default::default(),
+                containers: Vec::new(),
             },
         }
     }
@@ -174,6 +175,33 @@ impl WorkloadBuilder {
     /// Sets one provider option (a pod's `gpu-vk.io/<key>` annotation).
     pub fn option(mut self, key: &str, value: &str) -> Self {
         self.workload.options.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds a container of the pod (in order: init containers before regular ones) running
+    /// `script` in bash, with its own `env`, for providers that run each container.
+    pub fn step_container(
+        mut self,
+        name: &str,
+        role: ContainerRole,
+        script: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        self.workload.containers.push(PodContainer {
+            name: name.into(),
+            role,
+            image: "busybox".into(),
+            command: vec!["/bin/bash".into(), "-c".into(), script.into()],
+            args: vec![],
+            working_dir: Some("/tmp".into()),
+            env: env
+                .iter()
+                .map(|(n, v)| EnvVar {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+        });
         self
     }
 

@@ -37,6 +37,7 @@ fn req(t: Option<&str>, n: u32, pin: Option<&str>) -> Request {
         cpu_millis: None,
         memory_bytes: None,
         options: Default::default(),
+        steps_only: None,
     }
 }
 

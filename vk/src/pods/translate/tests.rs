@@ -28,6 +28,7 @@ fn cx() -> Context<'static> {
         restart_count: 0,
         now: ts("2026-11-29T10:01:00Z"),
         readiness: Readiness::Unprobed,
+        all_containers: false,
     }
 }
 

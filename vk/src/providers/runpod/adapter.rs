@@ -26,6 +26,7 @@ impl Provider for RunPod {
             metrics: true,
             gpu_only: self.cfg.cpu_flavor_id.is_none(),
             delete_finished: true,
+            containers: false,
         }
     }
 

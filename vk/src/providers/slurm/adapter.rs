@@ -24,6 +24,7 @@ impl Provider for Slurm {
             logs: self.cfg.output_dir.is_some(),
             exec: self.cfg.exec == ExecMode::Srun,
             metrics: false,
+            containers: true,
             ..Capabilities::default()
         }
     }
@@ -117,7 +118,18 @@ impl Provider for Slurm {
                 dir.display()
             )));
         }
-        let path = logs::log_path(&dir, job_id);
+        let path = match &opts.container {
+            // Container names are DNS labels (checked when the script was made).
+            Some(name) if !name.contains(['/', '\0']) && name != ".." => {
+                logs::container_log_path(&dir, job_id, name)
+            }
+            Some(name) => {
+                return Err(ProviderError::Invalid {
+                    message: format!("{name:?} is not a container name"),
+                });
+            }
+            None => logs::log_path(&dir, job_id),
+        };
         if opts.follow {
             return self.follow_logs(job_id, path, opts).await;
         }

@@ -29,6 +29,12 @@ pub(crate) fn log_path(dir: &Path, job_id: u64) -> PathBuf {
     dir.join(format!("slurm-{job_id}.log"))
 }
 
+/// The output file of container `name` of job `job_id`, for jobs running each container as a
+/// step (`super::steps`).
+pub(crate) fn container_log_path(dir: &Path, job_id: u64, name: &str) -> PathBuf {
+    dir.join(format!("slurm-{job_id}.{name}.log"))
+}
+
 /// The output file pattern sent with the job.
 pub(crate) fn output_pattern(dir: &Path) -> String {
     dir.join("slurm-%j.log").to_string_lossy().into_owned()

@@ -66,7 +66,7 @@ impl std::fmt::Debug for BatchJob {
 }
 
 /// The prefix of the transport names: one no pod variable starts with.
-fn transport_prefix(env: &[&EnvVar]) -> String {
+pub(super) fn transport_prefix(env: &[&EnvVar]) -> String {
     let mut prefix = String::from("_GPUVK_ENV_");
     while env.iter().any(|e| e.name.starts_with(&prefix)) {
         prefix.insert(0, '_');
@@ -114,11 +114,6 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
         .iter()
         .map(|(e, t)| (t.clone(), e.value.clone()))
         .collect();
-    type Transported<'a> = Vec<&'a (&'a EnvVar, String)>;
-    let (exportable, odd): (Transported<'_>, Transported<'_>) = transported
-        .iter()
-        .partition(|(e, _)| exportable_name(&e.name));
-
     let mut out = String::from("#!/bin/bash\n");
     out.push_str(&format!(
         "# gpu-vk workload {} (pod {}/{}, container {})\n",
@@ -133,30 +128,88 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
         ));
     }
     out.push_str("set -eu\n");
-    // A container runtime is looked up before the pod's variables (PATH among them, meant for
-    // inside the container) are exported.
-    let tool = match runtime {
+    out.push_str(&runtime_lookup(runtime));
+    let c = Container {
+        image: &w.image,
+        command: &w.command,
+        args: &w.args,
+        working_dir: w.working_dir.as_deref(),
+    };
+    let (setup, line) = container_lines(&c, runtime, gpus, &transported, None)?;
+    out.push_str(&setup);
+    if !transported.is_empty() {
+        let names: Vec<&str> = transported.iter().map(|(_, t)| t.as_str()).collect();
+        out.push_str(&format!("export -n {}\n", names.join(" ")));
+    }
+    if let Some(cd) = cd_line(&c, runtime) {
+        out.push_str(&cd);
+    }
+    out.push_str(&format!("exec {line}\n"));
+    Ok(BatchJob {
+        script: out,
+        environment,
+    })
+}
+
+/// What [`container_lines`] renders of one container.
+pub(super) struct Container<'a> {
+    pub image: &'a str,
+    pub command: &'a [String],
+    pub args: &'a [String],
+    pub working_dir: Option<&'a str>,
+}
+
+/// The line looking the container runtime up (`runtime=...`), before the pod's variables
+/// (PATH among them, meant for inside the container) are exported; empty for `bare`.
+pub(super) fn runtime_lookup(runtime: Runtime) -> String {
+    let Some((name, lookup)) = runtime_tool(runtime) else {
+        return String::new();
+    };
+    format!(
+        "runtime=$({lookup}) || {{ echo \"gpu-vk: {name} is not installed on $(hostname)\" >&2; exit 127; }}\n"
+    )
+}
+
+fn runtime_tool(runtime: Runtime) -> Option<(&'static str, &'static str)> {
+    match runtime {
         Runtime::Bare => None,
         Runtime::Apptainer => Some((
             "apptainer",
             "command -v apptainer || command -v singularity",
         )),
         Runtime::Enroot => Some(("srun", "command -v srun")),
-    };
-    if let Some((name, lookup)) = tool {
-        out.push_str(&format!(
-            "runtime=$({lookup}) || {{ echo \"gpu-vk: {name} is not installed on $(hostname)\" >&2; exit 127; }}\n"
-        ));
     }
-    for (e, t) in &exportable {
-        out.push_str(&format!("export {}=\"${t}\"\n", e.name));
-    }
-    if !transported.is_empty() {
-        let names: Vec<&str> = transported.iter().map(|(_, t)| t.as_str()).collect();
-        out.push_str(&format!("export -n {}\n", names.join(" ")));
-    }
+}
 
-    let user_words: Vec<String> = w.command.iter().chain(&w.args).cloned().collect();
+/// `cd` to the working directory where the runtime does not take it as an option (`bare`).
+pub(super) fn cd_line(c: &Container<'_>, runtime: Runtime) -> Option<String> {
+    match (runtime, c.working_dir) {
+        (Runtime::Bare, Some(dir)) => Some(format!("cd {}\n", quote(dir))),
+        _ => None,
+    }
+}
+
+/// The `export` lines of the container's variables (copied from their transport names) and
+/// the command line running it (the words after `exec`). `step`: the options (shell text)
+/// launching it as a job step, run as `"$srun" <step> -- <command>`; with the enroot runtime
+/// srun is the runtime itself and takes them before its own.
+pub(super) fn container_lines(
+    c: &Container<'_>,
+    runtime: Runtime,
+    gpus: bool,
+    transported: &[(&EnvVar, String)],
+    step: Option<&str>,
+) -> Result<(String, String), ProviderError> {
+    let invalid = |message: String| ProviderError::Invalid { message };
+    type Transported<'a> = Vec<&'a (&'a EnvVar, String)>;
+    let (exportable, odd): (Transported<'_>, Transported<'_>) = transported
+        .iter()
+        .partition(|(e, _)| exportable_name(&e.name));
+    let mut setup = String::new();
+    for (e, t) in &exportable {
+        setup.push_str(&format!("export {}=\"${t}\"\n", e.name));
+    }
+    let user_words: Vec<String> = c.command.iter().chain(c.args).cloned().collect();
     // Names bash cannot (or must not) export go through env(1) on the command line; their
     // values are expanded there from the (no longer exported) transport variables.
     let mut prefix_words: Vec<String> = Vec::new();
@@ -170,7 +223,7 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
     let mut words: Vec<String> = Vec::new();
     match runtime {
         Runtime::Bare => {
-            if w.command.is_empty() {
+            if c.command.is_empty() {
                 return Err(invalid(
                     "the bare Slurm runtime runs the container's command directly, but the pod \
                      sets no command (the image's entrypoint is unknown without a container \
@@ -178,35 +231,34 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
                         .into(),
                 ));
             }
-            if let Some(dir) = &w.working_dir {
-                out.push_str(&format!("cd {}\n", quote(dir)));
-            }
             words.extend(user_words);
         }
         Runtime::Apptainer => {
             // `run` keeps the image's entrypoint (args only); `exec` replaces it.
-            words.push(if w.command.is_empty() { "run" } else { "exec" }.into());
+            words.push(if c.command.is_empty() { "run" } else { "exec" }.into());
             if gpus {
                 words.push("--nv".into());
             }
-            if let Some(dir) = &w.working_dir {
+            if let Some(dir) = c.working_dir {
                 words.push("--pwd".into());
-                words.push(dir.clone());
+                words.push(dir.to_owned());
             }
-            words.push(apptainer_image(&w.image));
+            words.push(apptainer_image(c.image));
             words.extend(user_words);
         }
         Runtime::Enroot => {
-            if w.command.is_empty() {
+            if c.command.is_empty() {
                 return Err(invalid(
                     "the enroot (pyxis) Slurm runtime needs the pod's command: srun does not \
                      run an image's entrypoint"
                         .into(),
                 ));
             }
-            words.push("--ntasks=1".into());
-            words.push(format!("--container-image={}", pyxis_image(&w.image)));
-            if let Some(dir) = &w.working_dir {
+            if step.is_none() {
+                words.push("--ntasks=1".into());
+            }
+            words.push(format!("--container-image={}", pyxis_image(c.image)));
+            if let Some(dir) = c.working_dir {
                 words.push(format!("--container-workdir={dir}"));
             }
             // The pod's variables override what the image sets.
@@ -217,24 +269,33 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
             words.extend(user_words);
         }
     }
-    let mut line = String::from("exec");
+    let mut line = String::new();
     let mut push = |part: String| {
         if !part.is_empty() {
-            line.push(' ');
+            if !line.is_empty() {
+                line.push(' ');
+            }
             line.push_str(&part);
         }
     };
+    if runtime != Runtime::Enroot
+        && let Some(step) = step
+    {
+        push("\"$srun\"".into());
+        push(step.to_owned());
+        push("--".into());
+    }
     push(prefix_words.join(" "));
-    if tool.is_some() {
+    if runtime_tool(runtime).is_some() {
         push("\"$runtime\"".into());
     }
+    if runtime == Runtime::Enroot
+        && let Some(step) = step
+    {
+        push(step.to_owned());
+    }
     push(shell_join(words.iter().map(String::as_str)));
-    out.push_str(&line);
-    out.push('\n');
-    Ok(BatchJob {
-        script: out,
-        environment,
-    })
+    Ok((setup, line))
 }
 
 /// Variables bash itself maintains, marks read-only, or reads to change its own behaviour:
@@ -270,7 +331,7 @@ const SHELL_SPECIAL: &[&str] = &[
 ];
 
 /// `[A-Za-z_][A-Za-z0-9_]*` and not special to bash: a name the script can `export`.
-fn exportable_name(name: &str) -> bool {
+pub(super) fn exportable_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     let identifier = bytes
         .next()
@@ -280,7 +341,7 @@ fn exportable_name(name: &str) -> bool {
 }
 
 /// Pod names are DNS labels, but a comment line must never be broken by anything.
-fn comment_safe(s: &str) -> String {
+pub(super) fn comment_safe(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
@@ -357,6 +418,7 @@ mod tests {
             memory_bytes: None,
             ports: vec![],
             options: BTreeMap::new(),
+            containers: Vec::new(),
         }
     }
 
