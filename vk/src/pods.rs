@@ -102,6 +102,9 @@ struct ProviderSlot {
     /// Workloads beyond the first for one pod, by provider id, with the list count when first
     /// seen (see [`duplicates`]); the garbage collector deletes them.
     extras: RwLock<HashMap<String, (Observed, u64)>>,
+    /// Extras already deleted, by provider id, while the provider still lists them (slurmctld
+    /// lists a cancelled job until `MinJobAge`): never deleted a second time.
+    collected: RwLock<std::collections::HashSet<String>>,
     /// Fed by every call through the layer; dispatch skips the provider while it is open.
     breaker: Arc<Breaker>,
     /// The last inventory (prices, free capacity), refreshed by [`inventory`].
@@ -177,6 +180,7 @@ impl PodController {
                     lists: Default::default(),
                     evidence: RwLock::default(),
                     extras: RwLock::default(),
+                    collected: RwLock::default(),
                     breaker,
                     inventory: RwLock::default(),
                     refused: RwLock::default(),

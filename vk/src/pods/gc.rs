@@ -85,6 +85,7 @@ impl PodController {
                 match slot.provider.delete(&o.provider_id).await {
                     Ok(()) | Err(ProviderError::NotFound) => {
                         write(&slot.extras).remove(&o.provider_id);
+                        write(&slot.collected).insert(o.provider_id.clone());
                         self.metrics.gc_deletes.inc();
                         info!(provider = self.provider_name(i), uid, provider_id = %o.provider_id, "deleted a duplicate workload");
                         let pod = read(&self.pods).get(&uid).and_then(|p| p.pod());

@@ -74,7 +74,13 @@ impl PodController {
                 let mut known = write(&slot.extras);
                 let now: HashSet<&str> = extras.iter().map(|o| o.provider_id.as_str()).collect();
                 known.retain(|id, _| now.contains(id.as_str()));
+                let mut collected = write(&slot.collected);
+                collected.retain(|id| now.contains(id.as_str()));
                 for o in extras {
+                    // Deleted already and still listed as it ends: not a new duplicate.
+                    if collected.contains(&o.provider_id) {
+                        continue;
+                    }
                     if !known.contains_key(&o.provider_id) {
                         warn!(provider = slot.provider.name(), uid = o.id.pod_uid(), provider_id = %o.provider_id, "provider holds a second workload for one pod; it will be deleted");
                     }
