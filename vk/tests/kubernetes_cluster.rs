@@ -29,6 +29,9 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
 
+/// The tests take turns: each starts (and stops) the same second testbed.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A second local testbed, stopped when dropped.
 struct RemoteTestbed {
     name: String,
@@ -148,6 +151,7 @@ async fn settled(c: &Client, rc: &Client, ns: &str, rns: &str, vk: &Vk, n: usize
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deployment_offloads_to_another_cluster_with_logs_and_survives_a_vk_kill() {
+    let _turn = SERIAL.lock().await;
     let remote = tokio::task::block_in_place(RemoteTestbed::up);
     let rc = remote.client().await;
     let emu = Emulator::slurm(ExecutionMode::process(), SlurmDialect::V0041).await;
@@ -286,6 +290,7 @@ async fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (Option<i32>, String, S
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
+    let _turn = SERIAL.lock().await;
     // The real Slurm first: without it the failure names `make slurm-up`.
     let slurm = RealSlurm::from_env();
     let remote = tokio::task::block_in_place(RemoteTestbed::up);
