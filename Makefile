@@ -21,9 +21,11 @@ export PATH := $(PATH):/usr/local/go/bin:$(HOME)/.cargo/bin
 export SLURM_ENV_FILE ?= $(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-vk)/slurm/env
 # Newer Slurm releases in containers (scripts/slurm/up --suite): 24.11 (trixie), 26.05 (sid).
 SLURM_SUITES ?= trixie sid
-# The oldest Kubernetes minor supported (the newest is scripts/lib/common.sh's K8S_VERSION);
-# scripts/testbed/gomod/kubernetes-v1.34 pins it.
+# The oldest and the newest Kubernetes minor supported, besides the default of the testbed
+# (scripts/lib/common.sh's K8S_VERSION, 1.36); scripts/testbed/gomod/kubernetes-v1.<minor> pins
+# each.
 K8S_OLDEST ?= v1.34.4
+K8S_NEWEST ?= v1.37.2
 export SLURM_MORE_ENV_FILES ?= $(foreach s,$(SLURM_SUITES),$(or $(VK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpu-vk)/slurm-$(s)/env)
 
 CARGO ?= cargo
@@ -57,10 +59,12 @@ testbed-up: ## start a local control plane; prints `export KUBECONFIG=...` (use 
 testbed-down: ## stop the testbed and remove its state (KEEP=1 keeps logs and data)
 	@scripts/testbed/down
 
-test: deps lint slurm-up ## everything CI runs: lint, cargo test on a fresh testbed, the oldest supported Kubernetes, then the conformance suite on kind
+test: deps lint slurm-up ## everything CI runs: lint, cargo test on a fresh testbed, the oldest and newest supported Kubernetes, then the conformance suite on kind
 	@TESTBED_NAME=test scripts/testbed/with scripts/test
-	@echo; echo "==> on the oldest supported Kubernetes ($(K8S_OLDEST)): exec, logs, metrics, HPA, status (scripts/test-oldest)"
-	@K8S_VERSION=$(K8S_OLDEST) TESTBED_NAME=test-oldest scripts/testbed/with scripts/test-oldest
+	@for v in $(K8S_OLDEST) $(K8S_NEWEST); do \
+	  echo; echo "==> on Kubernetes $$v: exec, attach, port-forward, logs, metrics, HPA, status (scripts/test-minor)"; \
+	  K8S_VERSION=$$v TESTBED_NAME=test-$$(echo $$v | tr . -) scripts/testbed/with scripts/test-minor || exit 1; \
+	done
 	@echo; echo "==> conformance suite on kind (VKs as pods; scripts/kind/e2e)"
 	@QUIET=1 scripts/kind/e2e
 

@@ -781,6 +781,24 @@ impl RealSlurm {
         )
     }
 
+    /// [`Self::provider_yaml`] with `kubectl exec` on (`exec: srun`): srun finds the cluster
+    /// through `slurmConf`; when the tests run as root, srun runs as the jobs' user (Slurm lets
+    /// only a job's owner add steps to it).
+    pub fn provider_yaml_with_exec(&self, name: &str) -> String {
+        let mut yaml = self.provider_yaml(name);
+        yaml.push_str("    exec: srun\n");
+        if let Some(conf) = &self.slurm_conf {
+            yaml.push_str(&format!("    slurmConf: {}\n", json!(conf)));
+        }
+        if rustix::process::getuid().is_root() {
+            yaml.push_str(&format!(
+                "    execWrapper: [runuser, -u, {}, --]\n",
+                json!(self.user)
+            ));
+        }
+        yaml
+    }
+
     fn token(&self) -> String {
         let raw = std::fs::read_to_string(&self.token_file).unwrap_or_else(|e| {
             panic!(
@@ -1454,4 +1472,78 @@ pub async fn events_for(c: &Client, ns: &str, pod: &str) -> Vec<(String, String)
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
+}
+
+/// A value of the testbed's env file (`env`, next to its kubeconfig, written by
+/// `scripts/testbed/up`).
+pub fn testbed_env(name: &str) -> Option<String> {
+    let kubeconfig = std::env::var("KUBECONFIG").ok()?;
+    let env = std::path::Path::new(&kubeconfig).parent()?.join("env");
+    let text = std::fs::read_to_string(env).ok()?;
+    text.lines().find_map(|l| {
+        let v = l
+            .strip_prefix("export ")?
+            .strip_prefix(name)?
+            .strip_prefix('=')?;
+        Some(v.trim_matches(|c| c == '\'' || c == '"').to_owned())
+    })
+}
+
+/// The testbed's own kubectl (the API server's version): `TESTBED_KUBECTL` of its env file.
+pub fn testbed_kubectl() -> PathBuf {
+    let path = testbed_env("TESTBED_KUBECTL").expect(
+        "TESTBED_KUBECTL not found in the testbed env file next to KUBECONFIG; start the testbed \
+         with `scripts/testbed/up` or run `make test`",
+    );
+    PathBuf::from(path)
+}
+
+/// What a kubectl run gave back.
+#[derive(Debug)]
+pub struct KubectlRun {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the testbed's kubectl with `args` ([`run_kubectl_with`]).
+pub async fn run_kubectl(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> KubectlRun {
+    run_kubectl_with(&testbed_kubectl(), args, stdin, env).await
+}
+
+/// Runs `kubectl` with `args` to its end (90 s at most), feeding it `stdin` if given (closed
+/// after it); `env` adds variables.
+pub async fn run_kubectl_with(
+    kubectl: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+    env: &[(&str, &str)],
+) -> KubectlRun {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new(kubectl);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("kubectl starts");
+    if let Some(input) = stdin {
+        let mut w = child.stdin.take().expect("piped stdin");
+        w.write_all(input).await.expect("kubectl takes its input");
+        drop(w);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 90 s"))
+        .expect("kubectl runs");
+    KubectlRun {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }

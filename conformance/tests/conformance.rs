@@ -1170,7 +1170,7 @@ fn main() {
             }
             *REMOTE.lock().unwrap() = Some(rt.block_on(kubernetes::RemoteCluster::up()));
         }
-        // A run on another Kubernetes minor (`scripts/test-oldest`) keeps its own reports too.
+        // A run on another Kubernetes minor (`scripts/test-minor`) keeps its own reports too.
         let k8s = std::env::var("K8S_VERSION")
             .ok()
             .filter(|v| !v.is_empty())

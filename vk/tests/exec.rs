@@ -1,6 +1,6 @@
 //! `kubectl exec` end to end: the testbed's kubectl, the 1.36 API server passing the WebSocket
 //! straight through to the VK (its Node declares `ExtendWebSocketsToKubelet`; a 1.34 testbed's
-//! API server translates it to SPDY instead, `scripts/test-oldest`), the kubelet
+//! API server translates it to SPDY instead, `scripts/test-minor`), the kubelet
 //! API's v5 channel protocol, and the Slurm provider running the command with `srun --jobid
 //! --overlap` inside the pod's real job (`make slurm-up`). Also: exec on a provider without
 //! exec (a RunPod emulator) names the provider; kubectl with WebSockets off reaches the VK over
@@ -14,7 +14,7 @@
 #[path = "support/harness.rs"]
 mod harness;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -33,65 +33,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const SLURM: &str = "hpc";
 const RUNPOD: &str = "rp";
 
-/// A value of the testbed's env file (next to its kubeconfig).
-fn testbed_env(name: &str) -> Option<String> {
-    let kubeconfig = std::env::var("KUBECONFIG").ok()?;
-    let env = std::path::Path::new(&kubeconfig).parent()?.join("env");
-    let text = std::fs::read_to_string(env).ok()?;
-    text.lines().find_map(|l| {
-        let v = l
-            .strip_prefix("export ")?
-            .strip_prefix(name)?
-            .strip_prefix('=')?;
-        Some(v.trim_matches(|c| c == '\'' || c == '"').to_owned())
-    })
-}
-
 /// The testbed's own kubectl (same version as the API server).
 fn kubectl() -> PathBuf {
-    let path = testbed_env("TESTBED_KUBECTL").expect(
-        "TESTBED_KUBECTL not found in the testbed env file next to KUBECONFIG; start the testbed \
-         with `scripts/testbed/up` or run `make test`",
-    );
-    PathBuf::from(path)
-}
-
-/// What a kubectl run gave back.
-#[derive(Debug)]
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs kubectl with `args`, feeding `stdin` if given; `env` adds variables.
-async fn run_kubectl(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Run {
-    let mut cmd = tokio::process::Command::new(kubectl());
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("kubectl starts");
-    if let Some(input) = stdin {
-        let mut w = child.stdin.take().unwrap();
-        w.write_all(input).await.unwrap();
-        drop(w);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 90 s"))
-        .unwrap();
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    testbed_kubectl()
 }
 
 /// The steps of `job` other than its batch step (`squeue --steps`).
@@ -105,24 +49,6 @@ fn exec_steps(slurm: &RealSlurm, job: &str) -> Vec<String> {
         .map(|l| l.trim().to_owned())
         .filter(|l| !l.is_empty() && !l.ends_with(".batch") && !l.ends_with(".extern"))
         .collect()
-}
-
-/// The Slurm provider's settings with exec on: srun finds the cluster through `slurmConf`;
-/// when the tests run as root, srun runs as the jobs' user (Slurm lets only a job's owner add
-/// steps to it).
-fn slurm_with_exec(slurm: &RealSlurm) -> String {
-    let mut yaml = slurm.provider_yaml(SLURM);
-    yaml.push_str("    exec: srun\n");
-    if let Some(conf) = &slurm.slurm_conf {
-        yaml.push_str(&format!("    slurmConf: {}\n", json!(conf)));
-    }
-    if rustix::process::getuid().is_root() {
-        yaml.push_str(&format!(
-            "    execWrapper: [runuser, -u, {}, --]\n",
-            json!(slurm.user)
-        ));
-    }
-    yaml
 }
 
 /// A VK with a RunPod emulator and the real Slurm (exec enabled) as providers.
@@ -149,7 +75,11 @@ impl Bed {
             vec![GpuStock::new("A100-80GB", 16, 1.89)],
         )
         .await;
-        let providers = format!("{}{}", rp.provider_yaml(RUNPOD), slurm_with_exec(&slurm));
+        let providers = format!(
+            "{}{}",
+            rp.provider_yaml(RUNPOD),
+            slurm.provider_yaml_with_exec(SLURM)
+        );
         let vk = Vk::start_with(providers, opts).await;
         let node = vk.node.clone();
         wait_node_ready(&c, &node).await;
@@ -176,6 +106,18 @@ impl Bed {
 
     /// [`Self::running_pod`] whose container declares `ports` (TCP).
     async fn running_pod_with_ports(&self, name: &str, provider: &str, ports: &[u16]) -> Pod {
+        self.running_pod_spec(name, provider, &["sleep", "300"], ports)
+            .await
+    }
+
+    /// A pod pinned to `provider` running `command`, once Running.
+    async fn running_pod_spec(
+        &self,
+        name: &str,
+        provider: &str,
+        command: &[&str],
+        ports: &[u16],
+    ) -> Pod {
         let ports: Vec<_> = ports.iter().map(|p| json!({"containerPort": p})).collect();
         let pods: Api<Pod> = Api::namespaced(self.c.clone(), &self.ns);
         let resources = if provider == RUNPOD {
@@ -192,7 +134,7 @@ impl Bed {
                 "containers": [{
                     "name": "main",
                     "image": "busybox:1.36",
-                    "command": ["sleep", "300"],
+                    "command": command,
                     "resources": resources,
                     "ports": ports,
                 }],
@@ -214,7 +156,7 @@ impl Bed {
         .await
     }
 
-    async fn exec(&self, pod: &str, args: &[&str], stdin: Option<&[u8]>) -> Run {
+    async fn exec(&self, pod: &str, args: &[&str], stdin: Option<&[u8]>) -> KubectlRun {
         self.exec_with_env(pod, args, stdin, &[]).await
     }
 
@@ -224,14 +166,26 @@ impl Bed {
         args: &[&str],
         stdin: Option<&[u8]>,
         env: &[(&str, &str)],
-    ) -> Run {
+    ) -> KubectlRun {
+        self.exec_by(&kubectl(), pod, args, stdin, env).await
+    }
+
+    /// `kubectl exec` with the given kubectl binary.
+    async fn exec_by(
+        &self,
+        kubectl: &Path,
+        pod: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+        env: &[(&str, &str)],
+    ) -> KubectlRun {
         let mut all = vec!["exec", "-n", &self.ns, pod];
         if stdin.is_some() {
             all.push("-i");
         }
         all.push("--");
         all.extend_from_slice(args);
-        run_kubectl(&all, stdin, env).await
+        run_kubectl_with(kubectl, &all, stdin, env).await
     }
 
     async fn finish(mut self) {
@@ -373,9 +327,10 @@ async fn exec_on_a_provider_without_exec_names_it() {
 }
 
 /// Checks exec's output, exit code and stdin on `pod` with the given kubectl environment.
-async fn exec_works(bed: &Bed, pod: &str, env: &[(&str, &str)]) {
+async fn exec_works(bed: &Bed, kubectl: &Path, pod: &str, env: &[(&str, &str)]) {
     let r = bed
-        .exec_with_env(
+        .exec_by(
+            kubectl,
             pod,
             &["sh", "-c", "echo out; echo err >&2; exit 7"],
             None,
@@ -387,11 +342,11 @@ async fn exec_works(bed: &Bed, pod: &str, env: &[(&str, &str)]) {
     assert_eq!(r.stdout, "out\n", "{r:?}");
     assert_eq!(r.stderr.lines().next(), Some("err"), "{r:?}");
     let r = bed
-        .exec_with_env(pod, &["sh", "-c", "echo fine"], None, env)
+        .exec_by(kubectl, pod, &["sh", "-c", "echo fine"], None, env)
         .await;
     assert_eq!((r.code, r.stdout.as_str()), (Some(0), "fine\n"), "{r:?}");
     let input = b"spdy stdin line\nsecond line with 'quotes' and $dollar\n";
-    let r = bed.exec_with_env(pod, &["cat"], Some(input), env).await;
+    let r = bed.exec_by(kubectl, pod, &["cat"], Some(input), env).await;
     assert_eq!(r.code, Some(0), "{r:?}");
     assert_eq!(r.stdout.as_bytes(), input, "{r:?}");
 }
@@ -404,6 +359,7 @@ async fn kubectl_exec_over_spdy() {
     bed.running_pod("shell", SLURM).await;
     exec_works(
         &bed,
+        &kubectl(),
         "shell",
         &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")],
     )
@@ -441,7 +397,7 @@ async fn kubectl_exec_through_a_node_without_websocket_support() {
         "{declared:?}"
     );
     bed.running_pod("shell", SLURM).await;
-    exec_works(&bed, "shell", &[]).await;
+    exec_works(&bed, &kubectl(), "shell", &[]).await;
     assert!(
         bed.vk.log().contains("SPDY/3.1"),
         "the API server did not speak SPDY to the VK"
@@ -525,7 +481,18 @@ struct Forward {
 }
 
 async fn port_forward(ns: &str, pod: &str, port: u16, env: &[(&str, &str)]) -> Forward {
-    let mut child = tokio::process::Command::new(kubectl())
+    port_forward_by(&kubectl(), ns, pod, port, env).await
+}
+
+/// [`port_forward`] with the given kubectl binary.
+async fn port_forward_by(
+    kubectl: &Path,
+    ns: &str,
+    pod: &str,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Forward {
+    let mut child = tokio::process::Command::new(kubectl)
         .args(["port-forward", "-n", ns, pod, &format!(":{port}")])
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -655,5 +622,236 @@ async fn kubectl_port_forward_reaches_the_published_port() {
             .contains("not supported by provider hpc: port forwarding"),
         "{r:?}"
     );
+    bed.finish().await;
+}
+
+/// A `kubectl attach` running in the background: what it has printed so far.
+struct Attached {
+    child: tokio::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Attached {
+    async fn start(ns: &str, pod: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_by(&kubectl(), ns, pod, env).await
+    }
+
+    async fn start_by(kubectl: &Path, ns: &str, pod: &str, env: &[(&str, &str)]) -> Self {
+        let mut child = tokio::process::Command::new(kubectl)
+            .args(["attach", "-n", ns, pod])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl starts");
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut out = child.stdout.take().unwrap();
+        let seen = stdout.clone();
+        // Read all along (a kubectl whose stdout is not read dies of SIGPIPE).
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = out.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                seen.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Self { child, stdout }
+    }
+
+    fn printed(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+}
+
+/// Attach sessions the VK has started so far (its debug log).
+fn attach_sessions(vk: &Vk) -> usize {
+    vk.log()
+        .lines()
+        .filter(|l| l.contains("session starting") && l.contains("attach"))
+        .count()
+}
+
+/// `kubectl attach` shows what the container writes from the attach on (nothing from before),
+/// until the container ends, on both transports: on the real Slurm through the API server's
+/// default path, and on a RunPod emulator (its log stream followed) over SPDY.
+#[tokio::test]
+async fn kubectl_attach_shows_the_output_written_after_it() {
+    let _turn = SERIAL.lock().await;
+    let bed = Bed::start().await;
+
+    // Slurm: the container waits for a file the test creates once the attach is in place.
+    let go = bed.slurm.output_dir.join(format!("attach-go-{}", bed.ns));
+    let script = format!(
+        "echo before-attach; while [ ! -e {go} ]; do sleep 0.2; done; echo after-attach; \
+         echo on-stderr >&2; sleep 1; echo last-line",
+        go = go.display()
+    );
+    bed.running_pod_spec("talker", SLURM, &["sh", "-c", &script], &[])
+        .await;
+    wait_for(
+        Duration::from_secs(60),
+        "the first line in the log",
+        || async {
+            let r = run_kubectl(&["logs", "-n", &bed.ns, "talker"], None, &[]).await;
+            r.stdout.contains("before-attach").then_some(())
+        },
+    )
+    .await;
+    let mut attached = Attached::start(&bed.ns, "talker", &[]).await;
+    wait_for(Duration::from_secs(30), "the attach session", || async {
+        (attach_sessions(&bed.vk) >= 1).then_some(())
+    })
+    .await;
+    std::fs::write(&go, b"").unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), attached.child.wait())
+        .await
+        .expect("kubectl attach ends when the container does")
+        .unwrap();
+    let _ = std::fs::remove_file(&go);
+    let printed = attached.printed();
+    eprintln!("kubectl attach on Slurm printed {printed:?}, {status:?}");
+    assert!(status.success(), "{status:?}: {printed:?}");
+    assert_eq!(
+        printed
+            .lines()
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>(),
+        ["after-attach", "on-stderr", "last-line"],
+        "{printed:?}"
+    );
+
+    // RunPod: lines added to the emulator's log before and after the attach (SPDY).
+    let pod = bed.running_pod("cloud", RUNPOD).await;
+    let uid = pod.metadata.uid.clone().unwrap();
+    let id = bed.rp.workloads_of(&uid).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let logs = format!("/workloads/{id}/logs");
+    bed.rp
+        .admin_post(&logs, json!({"lines": ["earlier line"]}))
+        .await;
+    wait_for(
+        Duration::from_secs(30),
+        "the earlier line in the log",
+        || async {
+            let r = run_kubectl(&["logs", "-n", &bed.ns, "cloud"], None, &[]).await;
+            r.stdout.contains("earlier line").then_some(())
+        },
+    )
+    .await;
+    let spdy = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
+    let mut attached = Attached::start(&bed.ns, "cloud", &spdy).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the second attach session",
+        || async { (attach_sessions(&bed.vk) >= 2).then_some(()) },
+    )
+    .await;
+    bed.rp
+        .admin_post(&logs, json!({"lines": ["later line 1", "later line 2"]}))
+        .await;
+    wait_for(
+        Duration::from_secs(30),
+        "the later lines through attach",
+        || async { attached.printed().contains("later line 2").then_some(()) },
+    )
+    .await;
+    let printed = attached.printed();
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        ["later line 1", "later line 2"],
+        "{printed:?}"
+    );
+    attached.child.kill().await.unwrap();
+    assert!(
+        bed.vk.log().contains("SPDY/3.1"),
+        "no SPDY session in the VK log"
+    );
+    bed.finish().await;
+}
+
+/// kubectl 1.29, whose exec, attach and port-forward speak SPDY only (WebSockets became
+/// kubectl's default in 1.30): built by `scripts/testbed/build`, named in the testbed's env
+/// file.
+fn spdy_only_kubectl() -> PathBuf {
+    let path = testbed_env("TESTBED_SPDY_KUBECTL").expect(
+        "TESTBED_SPDY_KUBECTL not found in the testbed env file; start the testbed with \
+         `scripts/testbed/up` (it builds kubectl 1.29) or run `make test`",
+    );
+    PathBuf::from(path)
+}
+
+/// A kubectl that speaks SPDY only (1.29) execs (output, exit code, stdin), attaches and
+/// forwards a port through the API server, which passes its SPDY upgrade to the VK.
+#[tokio::test]
+async fn a_spdy_only_kubectl_execs_attaches_and_forwards_ports() {
+    let _turn = SERIAL.lock().await;
+    let old = spdy_only_kubectl();
+    let version = run_kubectl_with(&old, &["version", "--client", "-o", "json"], None, &[]).await;
+    assert!(
+        version.stdout.contains("\"gitVersion\": \"v1.29."),
+        "not kubectl 1.29: {version:?}"
+    );
+    let bed = Bed::start().await;
+    bed.running_pod("shell", SLURM).await;
+    exec_works(&bed, &old, "shell", &[]).await;
+    let spdy_sessions = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("session starting") && l.contains("SPDY/3.1"))
+            .count()
+    };
+    // Three exec sessions, each over SPDY (the only transport this kubectl has).
+    assert!(
+        spdy_sessions(&bed.vk.log()) >= 3,
+        "no SPDY exec sessions in the VK log"
+    );
+
+    // Attach: the lines added after it, through SPDY.
+    let pod = bed.running_pod_with_ports("model", RUNPOD, &[8080]).await;
+    let uid = pod.metadata.uid.clone().unwrap();
+    let id = bed.rp.workloads_of(&uid).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let logs = format!("/workloads/{id}/logs");
+    let attached = Attached::start_by(&old, &bed.ns, "model", &[]).await;
+    wait_for(Duration::from_secs(30), "the attach session", || async {
+        (attach_sessions(&bed.vk) >= 1).then_some(())
+    })
+    .await;
+    bed.rp
+        .admin_post(&logs, json!({"lines": ["seen by kubectl 1.29"]}))
+        .await;
+    wait_for(
+        Duration::from_secs(30),
+        "the line through attach",
+        || async {
+            attached
+                .printed()
+                .contains("seen by kubectl 1.29")
+                .then_some(())
+        },
+    )
+    .await;
+    drop(attached);
+
+    // Port-forward to the published port.
+    let mut fwd = port_forward_by(&old, &bed.ns, "model", 8080, &[]).await;
+    bed.rp
+        .admin_post("/serve", json!({"httpStatus": 200}))
+        .await;
+    let answer = http_status_through(fwd.local).await;
+    assert!(
+        answer.as_deref().is_ok_and(|l| l.contains(" 200")),
+        "{answer:?}"
+    );
+    fwd.child.kill().await.unwrap();
     bed.finish().await;
 }

@@ -51,20 +51,6 @@ fn insecure_https() -> reqwest::Client {
         .unwrap()
 }
 
-/// A value of the testbed's env file (next to its kubeconfig).
-fn testbed_env(name: &str) -> Option<String> {
-    let kubeconfig = std::env::var("KUBECONFIG").ok()?;
-    let env = std::path::Path::new(&kubeconfig).parent()?.join("env");
-    let text = std::fs::read_to_string(env).ok()?;
-    text.lines().find_map(|l| {
-        let v = l
-            .strip_prefix("export ")?
-            .strip_prefix(name)?
-            .strip_prefix('=')?;
-        Some(v.trim_matches(|c| c == '\'' || c == '"').to_owned())
-    })
-}
-
 /// An HTTPS client presenting the API server's kubelet client certificate (CN
 /// kube-apiserver-kubelet-client, O system:masters), accepting the VK's self-signed cert.
 fn as_apiserver() -> reqwest::Client {

@@ -239,55 +239,6 @@ async fn a_deployment_offloads_to_another_cluster_with_logs_and_survives_a_vk_ki
     rvk.cleanup(&rc).await;
 }
 
-/// The Slurm provider's settings with exec on, as `vk/tests/exec.rs` runs them.
-fn slurm_with_exec(slurm: &RealSlurm, name: &str) -> String {
-    let mut yaml = slurm.provider_yaml(name);
-    yaml.push_str("    exec: srun\n");
-    if let Some(conf) = &slurm.slurm_conf {
-        yaml.push_str(&format!("    slurmConf: {}\n", json!(conf)));
-    }
-    if rustix::process::getuid().is_root() {
-        yaml.push_str(&format!(
-            "    execWrapper: [runuser, -u, {}, --]\n",
-            json!(slurm.user)
-        ));
-    }
-    yaml
-}
-
-/// Runs the local testbed's kubectl; `(exit code, stdout, stderr)`.
-async fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> (Option<i32>, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let bin = std::env::var("TESTBED_KUBECTL")
-        .expect("TESTBED_KUBECTL (run through scripts/testbed/with)");
-    let mut child = tokio::process::Command::new(bin)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            std::process::Stdio::piped()
-        } else {
-            std::process::Stdio::null()
-        })
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kubectl starts");
-    if let Some(input) = stdin {
-        let mut w = child.stdin.take().unwrap();
-        w.write_all(input).await.unwrap();
-        drop(w);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .expect("kubectl finishes in 90 s")
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
     let _turn = SERIAL.lock().await;
@@ -296,7 +247,7 @@ async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
     let remote = tokio::task::block_in_place(RemoteTestbed::up);
     let rc = remote.client().await;
     let mut rvk = Vk::start_with(
-        slurm_with_exec(&slurm, "hpc"),
+        slurm.provider_yaml_with_exec("hpc"),
         VkOptions {
             kubeconfig: Some(remote.kubeconfig.clone()),
             ..VkOptions::default()
@@ -345,7 +296,11 @@ async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
     .await;
 
     // Output, stderr and the exit code, from the remote pod's Slurm job.
-    let (code, out, err) = kubectl(
+    let KubectlRun {
+        code,
+        stdout: out,
+        stderr: err,
+    } = run_kubectl(
         &[
             "exec",
             "-n",
@@ -357,6 +312,7 @@ async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
             "echo job=$SLURM_JOB_ID; echo err >&2; exit 7",
         ],
         None,
+        &[],
     )
     .await;
     assert_eq!(code, Some(7), "{out} {err}");
@@ -387,9 +343,14 @@ async fn kubectl_exec_reaches_a_pod_offloaded_to_another_cluster() {
     );
     // stdin reaches the command.
     let input = b"through two clusters\n";
-    let (code, out, err) = kubectl(
+    let KubectlRun {
+        code,
+        stdout: out,
+        stderr: err,
+    } = run_kubectl(
         &["exec", "-i", "-n", &ns, "shell", "--", "cat"],
         Some(input),
+        &[],
     )
     .await;
     assert_eq!((code, out.as_bytes()), (Some(0), &input[..]), "{err}");

@@ -17,8 +17,8 @@
 //!
 //! Answers before any upgrade, in this order: 400 for malformed options, 404 for an unknown
 //! pod, container or UID, 400 when the pod has no workload, 501 naming the provider when it
-//! cannot exec (and always for `/attach`: the provider contract has no attach), 400 for a SPDY upgrade without a protocol header or an HTTP/1.1 connection to take
-//! over, 403 when no SPDY protocol is in common (as the kubelet's handshake), 400 without a
+//! cannot exec (for `/attach`: serves no logs), 400 for a SPDY upgrade without a protocol
+//! header or an HTTP/1.1 connection to take over, 403 when no SPDY protocol is in common (as the kubelet's handshake), 400 without a
 //! WebSocket or SPDY upgrade.
 //!
 //! Past that point a refusal (the container is not running, or the provider's own answer,
@@ -34,9 +34,13 @@
 //!
 //! What a request asks for (its transport and stream options) is read in `request`.
 //!
+//! `/attach` is served over the same two transports, on every provider with logs: the
+//! container's output from the attach on, until the container ends ([`attach`]).
+//!
 //! `/portForward` is served over SPDY only (`portforward.k8s.io`, [`spdy::portforward`]), to
 //! where the provider publishes the container's ports; 501 where it publishes none.
 
+pub mod attach;
 pub mod bridge;
 pub mod channel;
 mod limits;
@@ -180,6 +184,8 @@ async fn attach3(
     State(s): State<AppState>,
     Path((ns, pod, c)): Path<(String, String, String)>,
     headers: HeaderMap,
+    SpdyUpgrade(spdy): SpdyUpgrade,
+    ws: Ws,
     q: Q,
 ) -> Response {
     let target = Target {
@@ -189,13 +195,15 @@ async fn attach3(
         uid: None,
         container: Some(&c),
     };
-    stream(&s, target, &headers, q, Upgrades::default()).await
+    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
 }
 
 async fn attach4(
     State(s): State<AppState>,
     Path((ns, pod, uid, c)): Path<(String, String, String, String)>,
     headers: HeaderMap,
+    SpdyUpgrade(spdy): SpdyUpgrade,
+    ws: Ws,
     q: Q,
 ) -> Response {
     let target = Target {
@@ -205,7 +213,7 @@ async fn attach4(
         uid: Some(&uid),
         container: Some(&c),
     };
-    stream(&s, target, &headers, q, Upgrades::default()).await
+    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
 }
 
 async fn port_forward2(
@@ -320,36 +328,52 @@ async fn serve(
     if kind == Kind::PortForward {
         return port_forward(s, &p, &name, &observed, headers, up.spdy);
     }
-    if !(kind == Kind::Exec && provider.capabilities().exec) {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!("not supported by provider {name}: {}", kind.what()),
-        ));
+    let caps = provider.capabilities();
+    match kind {
+        Kind::Exec if !caps.exec => {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!("not supported by provider {name}: exec"),
+            ));
+        }
+        Kind::Attach if !caps.logs => {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "not supported by provider {name}: attach (an attach follows the \
+                     container's log, and this provider serves none)"
+                ),
+            ));
+        }
+        _ => {}
     }
     let upgrade = match negotiate(headers) {
         Transport::Spdy => {
             let protocol = spdy::negotiate(headers)?;
             let Some(on) = up.spdy else {
-                return Err(ApiError::bad_request(
-                    "exec over SPDY needs an HTTP/1.1 connection upgrade (Connection: Upgrade, \
+                return Err(ApiError::bad_request(format!(
+                    "{} over SPDY needs an HTTP/1.1 connection upgrade (Connection: Upgrade, \
                      Upgrade: SPDY/3.1)",
-                ));
+                    kind.what()
+                )));
             };
             Upgrade::Spdy(on, protocol)
         }
         Transport::None => {
             return Err(ApiError::bad_request(format!(
-                "exec needs a WebSocket upgrade offering {} or a SPDY/3.1 upgrade offering {}",
+                "{} needs a WebSocket upgrade offering {} or a SPDY/3.1 upgrade offering {}",
+                kind.what(),
                 WEBSOCKET_PROTOCOLS.join(" or "),
                 spdy::PROTOCOLS.join(", ")
             )));
         }
         Transport::WebSocket(p) => {
             let Some(ws) = up.ws else {
-                return Err(ApiError::bad_request(
-                    "exec needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
+                return Err(ApiError::bad_request(format!(
+                    "{} needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
                      Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
-                ));
+                    kind.what()
+                )));
             };
             Upgrade::WebSocket(ws, p)
         }
@@ -364,6 +388,9 @@ async fn serve(
                 state_name(&observed.state)
             )));
         }
+        if kind == Kind::Attach {
+            return start_attach(&p, provider.as_ref(), &observed, container, &opts).await;
+        }
         let req = ExecRequest {
             command: opts.command.clone(),
             stdin: opts.stdin,
@@ -376,11 +403,12 @@ async fn serve(
             .map_err(|e| ApiError::from_provider(&name, &e))
     }
     .await;
+    let what = kind.what();
     let (ws, protocol) = match upgrade {
         Upgrade::WebSocket(ws, p) => (ws, p),
         Upgrade::Spdy(on, protocol) => {
             let started = started.map_err(|e| {
-                debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "exec refused");
+                debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, what, "session refused");
                 channel::Outcome::Refused {
                     code: e.status.as_u16(),
                     message: e.message,
@@ -397,7 +425,8 @@ async fn serve(
                     transport = "SPDY/3.1",
                     stdin = opts.stdin,
                     tty = opts.tty,
-                    "exec session starting"
+                    what,
+                    "session starting"
                 );
             }
             let setup = spdy::Setup {
@@ -435,7 +464,7 @@ async fn serve(
     let session = match started {
         Ok(session) => session,
         Err(e) => {
-            debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "exec refused");
+            debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, what, "session refused");
             let outcome = channel::Outcome::Refused {
                 code: e.status.as_u16(),
                 message: e.message,
@@ -452,7 +481,8 @@ async fn serve(
         protocol = %protocol,
         stdin = opts.stdin,
         tty = opts.tty,
-        "exec session starting"
+        what,
+        "session starting"
     );
     let streams = bridge::Streams {
         stdout: opts.stdout,
@@ -463,6 +493,44 @@ async fn serve(
         limits: s.exec,
     };
     Ok(ws.on_upgrade(move |socket| bridge::run(socket, session, streams)))
+}
+
+/// Opens an attach's session ([`attach`]): the container's log followed from its end (the
+/// container's own log where the provider keeps one per container).
+async fn start_attach(
+    p: &k8s_openapi::api::core::v1::Pod,
+    provider: &dyn crate::provider::DynProvider,
+    observed: &crate::provider::Observed,
+    container: &str,
+    opts: &StreamOptions,
+) -> Result<crate::provider::ExecSession, ApiError> {
+    let name = provider.name();
+    let spec = p.spec.as_ref();
+    let reads_stdin = spec
+        .into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .any(|c| c.name == container && c.stdin == Some(true));
+    if opts.stdin
+        && let Some(e) = attach::stdin_refusal(name, container, reads_stdin)
+    {
+        return Err(ApiError::from_provider(name, &e));
+    }
+    let log = crate::provider::LogOptions {
+        follow: true,
+        tail_lines: Some(0),
+        container: super::logs::own_log(provider, p, container),
+        ..Default::default()
+    };
+    // The provider call layer bounds opening the stream by its timeout.
+    let output = provider
+        .logs(&observed.provider_id, &log)
+        .await
+        .map_err(|e| ApiError::from_provider(name, &e))?;
+    Ok(attach::session(output, opts.stdin))
 }
 
 /// Takes a port-forward request over once the pod and its workload are known: 501 where the

@@ -127,6 +127,17 @@ fn invalid(name: &str, v: &str, why: &str) -> ApiError {
     ApiError::bad_request(format!("invalid query parameter {name}={shown:?}: {why}"))
 }
 
+/// The container whose own log to read: set where the provider keeps a log per container (it
+/// runs each container of a pod of several); `None` for the workload's one log.
+pub(crate) fn own_log(
+    provider: &dyn crate::provider::DynProvider,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    container: &str,
+) -> Option<String> {
+    (provider.capabilities().containers && crate::pods::spec::running_containers(pod).len() > 1)
+        .then(|| container.to_owned())
+}
+
 /// The handler.
 pub(crate) async fn container_logs(
     State(s): State<AppState>,
@@ -151,11 +162,7 @@ async fn serve(
     let mut opts = parse_query(&pairs, Timestamp::now())?;
     let p = find_container(s.host.as_ref(), namespace, pod, container)?;
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
-    // A provider running each container keeps a log per container (pods with one container
-    // keep the workload's one log).
-    if provider.capabilities().containers && crate::pods::spec::running_containers(&p).len() > 1 {
-        opts.container = Some(container.to_owned());
-    }
+    opts.container = own_log(provider.as_ref(), &p, container);
     let name = provider.name().to_owned();
     // The provider call layer bounds opening the stream by its timeout.
     let stream = match provider.logs(&observed.provider_id, &opts).await {

@@ -23,9 +23,13 @@ async fn exec_attach_and_port_forward_answer_501_naming_the_provider() {
         (&json!("Status"), &json!("Failure"), &json!(501))
     );
     assert_eq!(v["message"], "not supported by provider slurm: exec");
+    // An attach follows the container's log: refused where the provider serves none.
     let (status, body) = call(&s.app, get("/attach/ml/quiet/main?stdout=1")).await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
-    assert!(body.contains("provider runpod"), "{body}");
+    assert!(
+        body.contains("not supported by provider runpod: attach"),
+        "{body}"
+    );
     // A workload without published ports (the test providers publish none).
     let (status, body) = call(&s.app, get("/portForward/ml/train")).await;
     assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
@@ -147,6 +151,34 @@ async fn exec_streams_stdout_stderr_and_the_exit_code_over_v5() {
         json!([{"reason": "ExitCode", "message": "7"}])
     );
     assert!(r.normal_close, "{r:?}");
+}
+
+#[tokio::test]
+async fn attach_streams_the_log_followed_from_its_end_then_success() {
+    use futures::SinkExt;
+    let s = setup(false);
+    let addr = serve(s.app.clone()).await;
+    let (mut ws, chosen) = open(
+        addr,
+        "/attach/ml/train/main?output=1&error=1&input=1",
+        "v5.channel.k8s.io",
+    )
+    .await;
+    assert_eq!(chosen, "v5.channel.k8s.io");
+    // Input to a container that does not read stdin is taken and dropped, as its runtime does.
+    ws.send(stdin(b"typed\n")).await.unwrap();
+    let r = receive_all(&mut ws).await;
+    assert_eq!(r.channels[&1], b"hello world\nsecond line\n");
+    let status: serde_json::Value = serde_json::from_slice(&r.channels[&3]).unwrap();
+    assert_eq!(status["status"], "Success", "{status}");
+    assert!(r.normal_close, "{r:?}");
+    let opts = s.logs_provider.last_opts.lock().unwrap().clone().unwrap();
+    assert!(opts.follow, "{opts:?}");
+    assert_eq!(
+        opts.tail_lines,
+        Some(0),
+        "output from the attach on: {opts:?}"
+    );
 }
 
 #[tokio::test]
