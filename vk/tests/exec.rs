@@ -557,15 +557,63 @@ async fn http_status_through(local: u16) -> Result<String, String> {
         .ok_or_else(|| format!("no HTTP answer: {text:?}"))
 }
 
+/// The transport of each port-forward session in the VK's log, in order: `websocket` (the
+/// SPDY-over-WebSocket tunnel) or `spdy`.
+fn port_forward_transports(log: &str) -> Vec<&'static str> {
+    log.lines()
+        .filter(|l| l.contains("port-forward session starting"))
+        .map(|l| {
+            if l.contains("websocket") {
+                "websocket"
+            } else if l.contains("SPDY/3.1") {
+                "spdy"
+            } else {
+                "unknown"
+            }
+        })
+        .collect()
+}
+
 /// `kubectl port-forward` to a RunPod pod reaches the container port where RunPod publishes it,
-/// through the API server, over SPDY to the VK (kubectl's default WebSocket tunnel and plain
-/// SPDY alike); a port the pod does not publish, and a provider that publishes none, say so.
+/// through the API server: kubectl's default WebSocket tunnel reaches the VK as that tunnel
+/// from a 1.36 API server (the Node declares `ExtendWebSocketsToKubelet`) and as SPDY from
+/// older ones, `KUBECTL_PORT_FORWARD_WEBSOCKETS=false` as SPDY; a port the pod does not
+/// publish, and a provider that publishes none, say so.
 #[tokio::test]
 async fn kubectl_port_forward_reaches_the_published_port() {
     let _turn = SERIAL.lock().await;
     let bed = Bed::start().await;
+    let node = Api::<Node>::all(bed.c.clone())
+        .get(&bed.vk.node)
+        .await
+        .unwrap();
+    let declared = node.status.unwrap().declared_features.unwrap_or_default();
+    let minor: u32 = bed
+        .c
+        .apiserver_version()
+        .await
+        .unwrap()
+        .minor
+        .trim_end_matches('+')
+        .parse()
+        .unwrap();
+    let passes_websockets = minor >= 36;
+    assert_eq!(
+        declared.iter().any(|f| f == "ExtendWebSocketsToKubelet"),
+        passes_websockets,
+        "1.{minor}: {declared:?}"
+    );
+    let tunnel = if passes_websockets {
+        "websocket"
+    } else {
+        "spdy"
+    };
     bed.running_pod_with_ports("model", RUNPOD, &[8080]).await;
-    for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
+    for (env, transport) in [
+        (&[][..], tunnel),
+        (&[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..], "spdy"),
+    ] {
+        let before = port_forward_transports(&bed.vk.log()).len();
         let mut fwd = port_forward(&bed.ns, "model", 8080, env).await;
         bed.rp
             .admin_post("/serve", json!({"httpStatus": 200}))
@@ -589,11 +637,15 @@ async fn kubectl_port_forward_reaches_the_published_port() {
             "{env:?}: {second:?}"
         );
         fwd.child.kill().await.unwrap();
+        // kubectl opens one session for its whole run, over the transport expected for 1.{minor}.
+        let log = bed.vk.log();
+        let sessions = port_forward_transports(&log);
+        assert_eq!(
+            sessions.get(before..),
+            Some(&[transport][..]),
+            "1.{minor}, {env:?}: port-forward sessions in the VK log: {sessions:?}"
+        );
     }
-    assert!(
-        bed.vk.log().contains("port-forward session starting"),
-        "no port-forward session in the VK log"
-    );
 
     // A port the container does not publish: the connection fails and kubectl names why.
     let mut fwd = port_forward(&bed.ns, "model", 9999, &[]).await;

@@ -37,8 +37,21 @@
 //! `/attach` is served over the same two transports, on every provider with logs: the
 //! container's output from the attach on, until the container ends ([`attach`]).
 //!
-//! `/portForward` is served over SPDY only (`portforward.k8s.io`, [`spdy::portforward`]), to
-//! where the provider publishes the container's ports; 501 where it publishes none.
+//! `/portForward` runs a SPDY/3.1 port-forward session (`portforward.k8s.io`,
+//! [`spdy::portforward`]) to where the provider publishes the container's ports (501 where it
+//! publishes none), over one of two transports:
+//! - the WebSocket tunnel of the kubelet (`SPDY/3.1+portforward.k8s.io`, [`tunnel`]): a 1.36
+//!   API server passes `kubectl port-forward`'s WebSocket through to a node declaring
+//!   `ExtendWebSocketsToKubelet`, and the SPDY connection's bytes travel in its binary
+//!   messages;
+//! - SPDY/3.1 itself: older API servers, a 1.36 one towards a node without the feature, and
+//!   kubectl with `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`.
+//!
+//! The session limits are those of exec (a WebSocket message or SPDY frame over the size limit,
+//! or the idle timeout, ends it). Every refusal is a plain HTTP answer before the upgrade, in
+//! the kubelet's order (404 unknown pod or UID, 501 no published port, then the transport's
+//! 400/403), so kubectl retries a refused WebSocket over SPDY and shows the SPDY answer. Each
+//! session logs its transport (`transport="websocket"` or `"SPDY/3.1"`) at debug.
 
 pub mod attach;
 pub mod bridge;
@@ -48,6 +61,7 @@ mod request;
 pub mod spdy;
 #[cfg(test)]
 mod tests;
+pub mod tunnel;
 
 use axum::Router;
 use axum::body::Body;
@@ -221,6 +235,7 @@ async fn port_forward2(
     Path((ns, pod)): Path<(String, String)>,
     headers: HeaderMap,
     SpdyUpgrade(spdy): SpdyUpgrade,
+    ws: Ws,
     q: Q,
 ) -> Response {
     let target = Target {
@@ -230,7 +245,7 @@ async fn port_forward2(
         uid: None,
         container: None,
     };
-    let up = Upgrades { ws: None, spdy };
+    let up = Upgrades { ws: ws.ok(), spdy };
     stream(&s, target, &headers, q, up).await
 }
 
@@ -239,6 +254,7 @@ async fn port_forward3(
     Path((ns, pod, uid)): Path<(String, String, String)>,
     headers: HeaderMap,
     SpdyUpgrade(spdy): SpdyUpgrade,
+    ws: Ws,
     q: Q,
 ) -> Response {
     let target = Target {
@@ -248,7 +264,7 @@ async fn port_forward3(
         uid: Some(&uid),
         container: None,
     };
-    let up = Upgrades { ws: None, spdy };
+    let up = Upgrades { ws: ws.ok(), spdy };
     stream(&s, target, &headers, q, up).await
 }
 
@@ -326,7 +342,7 @@ async fn serve(
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
     let name = provider.name().to_owned();
     if kind == Kind::PortForward {
-        return port_forward(s, &p, &name, &observed, headers, up.spdy);
+        return port_forward(s, &p, &name, &observed, headers, up);
     }
     let caps = provider.capabilities();
     match kind {
@@ -534,15 +550,21 @@ async fn start_attach(
 }
 
 /// Takes a port-forward request over once the pod and its workload are known: 501 where the
-/// provider publishes no container port of the pod, 400 without a SPDY upgrade (every API
-/// server sends port forwarding to a kubelet as SPDY), 400/403 from the handshake.
+/// provider publishes no container port of the pod; then, by transport:
+/// - a WebSocket (what a 1.36 API server passes through from kubectl to a node declaring
+///   `ExtendWebSocketsToKubelet`): 400 without a `SPDY/3.1+<protocol>.k8s.io` subprotocol,
+///   403 when `portforward.k8s.io` is not among them, else the SPDY session runs in the
+///   WebSocket's binary messages ([`tunnel`]);
+/// - SPDY/3.1 (older API servers, and kubectl with `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`):
+///   400/403 from the handshake, 400 without an HTTP/1.1 connection to take over;
+/// - 400 for anything else.
 fn port_forward(
     s: &AppState,
     p: &k8s_openapi::api::core::v1::Pod,
     provider: &str,
     observed: &crate::provider::Observed,
     headers: &HeaderMap,
-    on: Option<OnUpgrade>,
+    up: Upgrades,
 ) -> Result<Response, ApiError> {
     use spdy::portforward;
     let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
@@ -557,22 +579,11 @@ fn port_forward(
             ),
         ));
     }
-    if negotiate(headers) != Transport::Spdy {
-        return Err(ApiError::bad_request(
-            "port forwarding needs a SPDY/3.1 upgrade offering portforward.k8s.io",
-        ));
-    }
-    let protocol = portforward::negotiate(headers).map_err(|(code, m)| {
+    let refused = |(code, m): (u16, String)| {
         ApiError::new(
             StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
             m,
         )
-    })?;
-    let Some(on) = on else {
-        return Err(ApiError::bad_request(
-            "port forwarding over SPDY needs an HTTP/1.1 connection upgrade (Connection: \
-             Upgrade, Upgrade: SPDY/3.1)",
-        ));
     };
     let setup = portforward::Setup {
         pod: format!("{namespace}/{pod}"),
@@ -581,7 +592,60 @@ fn port_forward(
         ports: observed.ports.clone(),
         limits: s.exec,
     };
-    debug!(namespace, pod, provider, "port-forward session starting");
+    if let Some(offered) = tunnel::offered(headers) {
+        if offered.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "unable to upgrade: no tunneling spdy protocols provided (port forwarding over \
+                 a WebSocket needs the subprotocol {})",
+                tunnel::PORT_FORWARD
+            )));
+        }
+        portforward::choose(&offered).map_err(refused)?;
+        let Some(ws) = up.ws else {
+            return Err(ApiError::bad_request(
+                "port forwarding over a WebSocket needs a GET with Connection: Upgrade, \
+                 Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
+            ));
+        };
+        debug!(
+            namespace,
+            pod,
+            provider,
+            protocol = tunnel::PORT_FORWARD,
+            transport = "websocket",
+            "port-forward session starting"
+        );
+        let ws = ws
+            .protocols([tunnel::PORT_FORWARD])
+            .max_message_size(s.exec.max_message_bytes)
+            .max_frame_size(s.exec.max_message_bytes);
+        return Ok(
+            ws.on_upgrade(move |socket| portforward::run(tunnel::Tunnel::new(socket), setup))
+        );
+    }
+    if negotiate(headers) != Transport::Spdy {
+        return Err(ApiError::bad_request(format!(
+            "port forwarding needs a SPDY/3.1 upgrade offering {} or a WebSocket upgrade \
+             offering {}",
+            portforward::PROTOCOL,
+            tunnel::PORT_FORWARD
+        )));
+    }
+    let protocol = portforward::negotiate(headers).map_err(refused)?;
+    let Some(on) = up.spdy else {
+        return Err(ApiError::bad_request(
+            "port forwarding over SPDY needs an HTTP/1.1 connection upgrade (Connection: \
+             Upgrade, Upgrade: SPDY/3.1)",
+        ));
+    };
+    debug!(
+        namespace,
+        pod,
+        provider,
+        protocol,
+        transport = "SPDY/3.1",
+        "port-forward session starting"
+    );
     tokio::spawn(async move {
         match on.await {
             Ok(io) => portforward::run(TokioIo::new(io), setup).await,

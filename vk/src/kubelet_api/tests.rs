@@ -1,13 +1,15 @@
 //! Router-level tests of the kubelet API with a fake host, provider and reviewer: routes,
 //! status codes, log streaming (limits, back-pressure, disconnects), exec over a real
-//! WebSocket (v5 channel protocol, stdin close signal, exit status, disconnects) and the auth
-//! filter.
+//! WebSocket (v5 channel protocol, stdin close signal, exit status, disconnects), port
+//! forwarding over the WebSocket tunnel, and the auth filter.
 //!
 //! This module holds the fakes and helpers; the tests are in `routes` (the auth filter, the
-//! pod list, stats), `logs` and `exec` (refusals, and sessions over a real WebSocket).
+//! pod list, stats), `logs`, `exec` (refusals, and sessions over a real WebSocket) and
+//! `port_forward` (refusals, and sessions over the SPDY-over-WebSocket tunnel).
 
 mod exec;
 mod logs;
+mod port_forward;
 mod routes;
 
 use std::collections::HashMap;
@@ -327,13 +329,20 @@ struct Setup {
 }
 
 /// Pods: `ml/train` on a provider with logs (usage reported), `ml/quiet` on one without
-/// (no usage), `ml/pending` without a workload, `ml/shell` on a provider with exec.
+/// (no usage), `ml/pending` without a workload, `ml/shell` on a provider with exec, `ml/model`
+/// publishing port 8080 (to a port nothing listens on).
 fn setup(endless: bool) -> Setup {
     setup_with(endless, SessionLimits::default())
 }
 
 /// [`setup`] with exec sessions bounded by `limits`.
 fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
+    setup_full(endless, limits, 9)
+}
+
+/// [`setup_with`], the published port 8080 of `ml/model` (on `runpod`) forwarding to
+/// `127.0.0.1:<forward_to>`.
+fn setup_full(endless: bool, limits: SessionLimits, forward_to: u16) -> Setup {
     let mut with_logs = FakeProvider::new("slurm", Some(vec!["hello world", "second line"]));
     with_logs.endless = endless;
     let with_logs = Arc::new(with_logs);
@@ -347,6 +356,16 @@ fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
     let uid_train = "0b1c2d3e-0000-4000-8000-000000000001";
     let uid_quiet = "0b1c2d3e-0000-4000-8000-000000000002";
     let uid_shell = "0b1c2d3e-0000-4000-8000-000000000004";
+    let uid_model = "0b1c2d3e-0000-4000-8000-000000000006";
+    let mut model = observed(uid_model, None);
+    model.ports = [(
+        8080,
+        crate::provider::Endpoint {
+            host: "127.0.0.1".into(),
+            port: forward_to,
+        },
+    )]
+    .into();
     let mut with_exec = FakeProvider::new("hpc", None);
     with_exec.exec = true;
     let with_exec = Arc::new(with_exec);
@@ -356,6 +375,7 @@ fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
             pod("ml", "quiet", uid_quiet),
             pod("ml", "pending", "0b1c2d3e-0000-4000-8000-000000000003"),
             pod("ml", "shell", uid_shell),
+            pod("ml", "model", uid_model),
             chart_pod(),
         ],
         workloads: HashMap::from([
@@ -366,7 +386,11 @@ fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
                     observed(uid_train, Some(usage)),
                 ),
             ),
-            (uid_quiet.to_owned(), (without, observed(uid_quiet, None))),
+            (
+                uid_quiet.to_owned(),
+                (without.clone(), observed(uid_quiet, None)),
+            ),
+            (uid_model.to_owned(), (without, model)),
             (
                 uid_shell.to_owned(),
                 (

@@ -52,7 +52,7 @@ async fn exec_attach_and_port_forward_answer_501_naming_the_provider() {
 // ---- exec over a real WebSocket -------------------------------------------------------------
 
 /// Serves the router on a loopback port (plain HTTP: the upgrade is what is under test).
-async fn serve(app: axum::Router) -> std::net::SocketAddr {
+pub(super) async fn serve(app: axum::Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -51,7 +51,10 @@ async fn pods_lists_the_node_pods() {
         .iter()
         .map(|p| p["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["chart", "pending", "quiet", "shell", "train"]);
+    assert_eq!(
+        names,
+        ["chart", "model", "pending", "quiet", "shell", "train"]
+    );
 }
 
 #[tokio::test]

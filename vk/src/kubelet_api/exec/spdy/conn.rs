@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
 use super::super::limits::Activity;
+use super::super::tunnel::TooBig;
 use crate::kubelet_api::spdy::headers::{Deflater, Inflater};
 use crate::kubelet_api::spdy::{
     Decoder, Frame, FrameError, INITIAL_WINDOW, SETTINGS_INITIAL_WINDOW_SIZE, encode, goaway,
@@ -43,7 +44,7 @@ pub(super) enum Event {
     Reset {
         id: u32,
     },
-    /// A frame over the size limit: the connection cannot go on.
+    /// A frame (or tunnel message) over the size limit: the connection cannot go on.
     TooBig {
         size: usize,
         limit: usize,
@@ -247,8 +248,20 @@ pub(super) async fn read<R, W>(
         let frame = match decoder.decode(&mut buf) {
             Ok(Some(f)) => f,
             Ok(None) => match r.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => {
+                Ok(0) => {
                     let _ = events.send(Event::Gone).await;
+                    return;
+                }
+                Err(e) => {
+                    // A tunnel message over the limit (see `exec::tunnel`) is one.
+                    let event = match e.get_ref().and_then(|e| e.downcast_ref::<TooBig>()) {
+                        Some(big) => Event::TooBig {
+                            size: big.size,
+                            limit: big.limit,
+                        },
+                        None => Event::Gone,
+                    };
+                    let _ = events.send(event).await;
                     return;
                 }
                 Ok(_) => continue,

@@ -2,8 +2,10 @@
 //! (`cri-streaming`'s `pkg/streaming/portforward/httpstream.go`), to where the pod's provider
 //! publishes the container port ([`crate::provider::Observed::ports`]).
 //!
-//! Every API server sends port forwarding to the kubelet as SPDY (kubectl's WebSocket of 1.31
-//! and later tunnels SPDY frames, which the API server unwraps). The client opens a pair of
+//! The connection is SPDY/3.1 itself, or the SPDY-over-WebSocket tunnel of kubectl 1.31 and
+//! later ([`crate::kubelet_api::exec::tunnel`]), which an API server before 1.36 unwraps into
+//! SPDY and a 1.36 one passes through to a node declaring `ExtendWebSocketsToKubelet`; the
+//! session is the same over both ([`run`] takes any byte stream). The client opens a pair of
 //! streams per forwarded connection, both carrying the headers `port` and `requestID`, one
 //! with `streamType: error` and one with `streamType: data`; clients older than the
 //! `requestID` header are paired by stream id (the error stream's id, the data stream's id
@@ -70,6 +72,12 @@ pub fn negotiate(headers: &axum::http::HeaderMap) -> Result<&'static str, (u16, 
             ),
         ));
     }
+    choose(&offered)
+}
+
+/// Picks [`PROTOCOL`] among the SPDY protocols a client offers (its SPDY handshake's header,
+/// or those its WebSocket tunnel offers); `Err` is the 403 of the kubelet's handshake.
+pub fn choose(offered: &[String]) -> Result<&'static str, (u16, String)> {
     if offered.iter().any(|o| o == PROTOCOL) {
         Ok(PROTOCOL)
     } else {
