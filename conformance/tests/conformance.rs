@@ -125,6 +125,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "many concurrent workloads",
             "workloads created outside the virtual kubelet",
             "CPU-only pods",
+            "runs one container per workload",
         ],
         _ => &[],
     }

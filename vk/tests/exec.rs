@@ -5,6 +5,9 @@
 //! --overlap` inside the pod's real job (`make slurm-up`). Also: exec on a provider without
 //! exec (a RunPod emulator) names the provider; kubectl with WebSockets off reaches the VK over
 //! SPDY/3.1, and so does the API server for a node that does not declare the feature.
+//! `kubectl attach` shows the output written after it (Slurm and RunPod), `kubectl
+//! port-forward` reaches RunPod's published port, and kubectl 1.29 (SPDY only,
+//! `TESTBED_SPDY_KUBECTL`) does all three.
 //!
 //! The Slurm is found through `SLURM_ENV_FILE` (`make test` sets it); without it these tests
 //! fail, on purpose, saying to run `make slurm-up`: they never pass without having run. The
@@ -725,7 +728,7 @@ impl Attached {
 fn attach_sessions(vk: &Vk) -> usize {
     vk.log()
         .lines()
-        .filter(|l| l.contains("session starting") && l.contains("attach"))
+        .filter(|l| l.contains("attach session starting"))
         .count()
 }
 
@@ -856,7 +859,7 @@ async fn a_spdy_only_kubectl_execs_attaches_and_forwards_ports() {
     exec_works(&bed, &old, "shell", &[]).await;
     let spdy_sessions = |log: &str| {
         log.lines()
-            .filter(|l| l.contains("session starting") && l.contains("SPDY/3.1"))
+            .filter(|l| l.contains("exec session starting") && l.contains("SPDY/3.1"))
             .count()
     };
     // Three exec sessions, each over SPDY (the only transport this kubectl has).

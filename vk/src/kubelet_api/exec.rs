@@ -424,7 +424,7 @@ async fn serve(
         Upgrade::WebSocket(ws, p) => (ws, p),
         Upgrade::Spdy(on, protocol) => {
             let started = started.map_err(|e| {
-                debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, what, "session refused");
+                debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "{what} session refused");
                 channel::Outcome::Refused {
                     code: e.status.as_u16(),
                     message: e.message,
@@ -441,8 +441,7 @@ async fn serve(
                     transport = "SPDY/3.1",
                     stdin = opts.stdin,
                     tty = opts.tty,
-                    what,
-                    "session starting"
+                    "{what} session starting"
                 );
             }
             let setup = spdy::Setup {
@@ -480,7 +479,7 @@ async fn serve(
     let session = match started {
         Ok(session) => session,
         Err(e) => {
-            debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, what, "session refused");
+            debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "{what} session refused");
             let outcome = channel::Outcome::Refused {
                 code: e.status.as_u16(),
                 message: e.message,
@@ -497,8 +496,7 @@ async fn serve(
         protocol = %protocol,
         stdin = opts.stdin,
         tty = opts.tty,
-        what,
-        "session starting"
+        "{what} session starting"
     );
     let streams = bridge::Streams {
         stdout: opts.stdout,
