@@ -30,6 +30,10 @@ pub struct Capabilities {
     /// Largest GPU count a single workload may request.
     pub max_gpus_per_workload: u32,
     pub logs: bool,
+    /// Its logs can be followed (`follow`: new output as it is written, until the workload
+    /// ends), not only read as they are now. `kubectl attach` needs it.
+    #[serde(default)]
+    pub follow_logs: bool,
     pub exec: bool,
     pub metrics: bool,
     /// Refuses workloads that request no GPU: dispatch skips it for CPU-only pods instead of

@@ -159,6 +159,34 @@ impl Bed {
         .await
     }
 
+    /// Whether the API server passes streaming WebSockets through to the VK: from 1.36 on,
+    /// when the Node declares `ExtendWebSocketsToKubelet` (checked here: it must declare it
+    /// exactly there; an API server before 1.36 drops `status.declaredFeatures` and always
+    /// translates kubectl's WebSocket to SPDY towards the node).
+    async fn passes_websockets(&self) -> bool {
+        let node = Api::<Node>::all(self.c.clone())
+            .get(&self.vk.node)
+            .await
+            .unwrap();
+        let declared = node.status.unwrap().declared_features.unwrap_or_default();
+        let minor: u32 = self
+            .c
+            .apiserver_version()
+            .await
+            .unwrap()
+            .minor
+            .trim_end_matches('+')
+            .parse()
+            .unwrap();
+        let passes = minor >= 36;
+        assert_eq!(
+            declared.iter().any(|f| f == "ExtendWebSocketsToKubelet"),
+            passes,
+            "1.{minor}: {declared:?}"
+        );
+        passes
+    }
+
     async fn exec(&self, pod: &str, args: &[&str], stdin: Option<&[u8]>) -> KubectlRun {
         self.exec_with_env(pod, args, stdin, &[]).await
     }
@@ -219,26 +247,7 @@ async fn kubectl_exec_runs_in_the_slurm_job_with_output_exit_code_and_stdin() {
     // The Node tells the API server it can take exec over WebSockets. An API server before
     // 1.36 has no `status.declaredFeatures` (it drops the field) and always translates
     // `kubectl exec`'s WebSocket to SPDY towards the node.
-    let node = Api::<Node>::all(bed.c.clone())
-        .get(&bed.vk.node)
-        .await
-        .unwrap();
-    let declared = node.status.unwrap().declared_features.unwrap_or_default();
-    let minor: u32 = bed
-        .c
-        .apiserver_version()
-        .await
-        .unwrap()
-        .minor
-        .trim_end_matches('+')
-        .parse()
-        .unwrap();
-    let passes_websockets = minor >= 36;
-    assert_eq!(
-        declared.iter().any(|f| f == "ExtendWebSocketsToKubelet"),
-        passes_websockets,
-        "1.{minor}: {declared:?}"
-    );
+    let passes_websockets = bed.passes_websockets().await;
 
     bed.running_pod("shell", SLURM).await;
 
@@ -586,26 +595,7 @@ fn port_forward_transports(log: &str) -> Vec<&'static str> {
 async fn kubectl_port_forward_reaches_the_published_port() {
     let _turn = SERIAL.lock().await;
     let bed = Bed::start().await;
-    let node = Api::<Node>::all(bed.c.clone())
-        .get(&bed.vk.node)
-        .await
-        .unwrap();
-    let declared = node.status.unwrap().declared_features.unwrap_or_default();
-    let minor: u32 = bed
-        .c
-        .apiserver_version()
-        .await
-        .unwrap()
-        .minor
-        .trim_end_matches('+')
-        .parse()
-        .unwrap();
-    let passes_websockets = minor >= 36;
-    assert_eq!(
-        declared.iter().any(|f| f == "ExtendWebSocketsToKubelet"),
-        passes_websockets,
-        "1.{minor}: {declared:?}"
-    );
+    let passes_websockets = bed.passes_websockets().await;
     let tunnel = if passes_websockets {
         "websocket"
     } else {
@@ -646,7 +636,7 @@ async fn kubectl_port_forward_reaches_the_published_port() {
         assert_eq!(
             sessions.get(before..),
             Some(&[transport][..]),
-            "1.{minor}, {env:?}: port-forward sessions in the VK log: {sessions:?}"
+            "WebSockets passed through: {passes_websockets}, {env:?}: port-forward sessions in the VK log: {sessions:?}"
         );
     }
 

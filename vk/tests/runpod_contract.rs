@@ -609,7 +609,7 @@ async fn capabilities_reflect_the_config() {
     let server = MockServer::start().await;
     let caps = adapter(&server).capabilities();
     assert_eq!(caps.gpu_types, ["RTX4090"]);
-    assert!(caps.logs && !caps.exec && caps.metrics);
+    assert!(caps.logs && caps.follow_logs && !caps.exec && caps.metrics);
     // CPU pods are offered (default flavor) and finished pods are deleted, not kept billing.
     assert!(!caps.gpu_only && caps.delete_finished);
     // RunPod keeps one log per pod: there is no previous container's.

@@ -834,7 +834,7 @@ async fn logs_come_from_the_output_file() {
     let mut cfg = config(&server, Dialect::V0038);
     cfg.output_dir = Some(dir.clone());
     let slurm = adapter_with(cfg);
-    assert!(slurm.capabilities().logs);
+    assert!(slurm.capabilities().logs && slurm.capabilities().follow_logs);
 
     let read = |opts: LogOptions| {
         let slurm = &slurm;
@@ -902,7 +902,7 @@ async fn logs_come_from_the_output_file() {
     let mut cfg = config(&server, Dialect::V0038);
     cfg.output_dir = None;
     let no_logs = adapter_with(cfg);
-    assert!(!no_logs.capabilities().logs);
+    assert!(!no_logs.capabilities().logs && !no_logs.capabilities().follow_logs);
     assert!(matches!(
         no_logs.logs("42", &LogOptions::default()).await,
         Err(ProviderError::Unsupported { .. })

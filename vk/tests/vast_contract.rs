@@ -891,7 +891,7 @@ async fn secrets_stay_out_of_debug_and_settings_parse() {
     assert!(!format!("{:?}", adapter(&server)).contains(KEY));
     assert!(!format!("{:?}", config(&server)).contains(KEY));
     let caps = adapter(&server).capabilities();
-    assert!(caps.logs && !caps.exec && caps.metrics);
+    assert!(caps.logs && !caps.follow_logs && !caps.exec && caps.metrics);
     assert_eq!(caps.gpu_types, ["RTX4090"]);
 
     let yaml: serde_yaml::Value = serde_yaml::from_str(

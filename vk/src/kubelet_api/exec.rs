@@ -17,7 +17,7 @@
 //!
 //! Answers before any upgrade, in this order: 400 for malformed options, 404 for an unknown
 //! pod, container or UID, 400 when the pod has no workload, 501 naming the provider when it
-//! cannot exec (for `/attach`: serves no logs), 400 for a SPDY upgrade without a protocol
+//! cannot exec (for `/attach`: serves no logs that follow), 400 for a SPDY upgrade without a protocol
 //! header or an HTTP/1.1 connection to take over, 403 when no SPDY protocol is in common (as the kubelet's handshake), 400 without a
 //! WebSocket or SPDY upgrade.
 //!
@@ -34,7 +34,7 @@
 //!
 //! What a request asks for (its transport and stream options) is read in `request`.
 //!
-//! `/attach` is served over the same two transports, on every provider with logs: the
+//! `/attach` is served over the same two transports, on every provider whose logs follow: the
 //! container's output from the attach on, until the container ends ([`attach`]).
 //!
 //! `/portForward` runs a SPDY/3.1 port-forward session (`portforward.k8s.io`,
@@ -352,12 +352,17 @@ async fn serve(
                 format!("not supported by provider {name}: exec"),
             ));
         }
-        Kind::Attach if !caps.logs => {
+        Kind::Attach if !(caps.logs && caps.follow_logs) => {
+            let why = if caps.logs {
+                "its logs cannot be followed"
+            } else {
+                "it serves no logs"
+            };
             return Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!(
                     "not supported by provider {name}: attach (an attach follows the \
-                     container's log, and this provider serves none)"
+                     container's log, and {why})"
                 ),
             ));
         }

@@ -136,6 +136,7 @@ impl Provider for FakeProvider {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             logs: self.lines.is_some(),
+            follow_logs: self.lines.is_some(),
             exec: self.exec,
             ..Capabilities::default()
         }

@@ -168,6 +168,7 @@ impl Provider for Kubernetes {
             gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
             max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: true,
+            follow_logs: true,
             exec: self.cfg.exec,
             metrics: self.cfg.metrics,
             ..Capabilities::default()
