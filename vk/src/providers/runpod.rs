@@ -59,8 +59,8 @@
 //!   non-follow request has no documented end-of-backlog marker; this adapter keeps the
 //!   trait's default (logs unsupported) until that is settled.
 //! - Usage comes from `runtime`: CPU millicores = `cpu.util`% of the pod's `vcpuCount`, memory
-//!   = `memory.util`% of its `memory` GB. The cumulative CPU time is approximated as the
-//!   current rate times `uptime` (the API reports no counter).
+//!   = `memory.util`% of its `memory` GB. The API reports no cumulative CPU time: the adapter
+//!   integrates the rate over `uptime` (`cpu`).
 //!
 //! Pod options read from the workload (`gpu-vk.io/*` annotations): `cloud`
 //! (SECURE/COMMUNITY), `data_center` / `data_center_ids` / `region` (comma-separated RunPod
@@ -69,6 +69,7 @@
 mod adapter;
 mod catalog;
 mod config;
+mod cpu;
 mod exits;
 mod logs;
 mod state;
@@ -103,6 +104,8 @@ pub struct RunPod {
     api: std::sync::Arc<Client<Bearer>>,
     /// Container exits seen through falling uptimes.
     exits: Mutex<exits::Exits>,
+    /// Cumulative CPU counters integrated from the reported rate.
+    cpu: Mutex<cpu::CpuCounters>,
 }
 
 impl RunPod {
@@ -129,6 +132,7 @@ impl RunPod {
             owner,
             api,
             exits: Mutex::default(),
+            cpu: Mutex::default(),
         })
     }
 

@@ -124,10 +124,26 @@ impl Provider for RunPod {
             })
             .collect();
         drop(exits);
+        let uptimes: Vec<(Option<String>, f64)> = pods
+            .iter()
+            .map(|p| {
+                let uptime = p.runtime.as_ref().and_then(|r| r.uptime).unwrap_or(0.0);
+                (p.id.clone(), uptime)
+            })
+            .collect();
+        let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        cpu.retain(&ids);
         Ok(pods
             .into_iter()
             .zip(exited)
-            .filter_map(|(p, exited)| observe(&self.name, p, exited, self.cfg.unknown_exit_as))
+            .zip(uptimes)
+            .filter_map(|((p, exited), (id, uptime))| {
+                let mut o = observe(&self.name, p, exited, self.cfg.unknown_exit_as)?;
+                if let (Some(u), Some(id)) = (o.usage.as_mut(), id) {
+                    u.cpu_usage_nanos = cpu.advance(&id, u.cpu_millis, uptime);
+                }
+                Some(o)
+            })
             .collect())
     }
 }
