@@ -154,6 +154,19 @@ pub struct Observed {
     /// `dph_total`) or as configured (Slurm); `None` where unknown. Spend and the spend
     /// guardrails are computed from this, so they survive restarts without state of our own.
     pub price: Option<Price>,
+    /// The containers of a workload running several ([`Capabilities::containers`]) that have
+    /// ended, by container name, where the provider observes each one's end (Slurm with an
+    /// `outputDir`: the `.exit` file each step's wrapper writes); empty elsewhere, and then
+    /// every container follows the workload's state.
+    pub container_exits: BTreeMap<String, ContainerExit>,
+}
+
+/// How one container of a workload of several ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ContainerExit {
+    pub exit_code: i32,
+    /// When it ended, where known.
+    pub finished_at: Option<Timestamp>,
 }
 
 /// A host and port where a container port of a workload is reachable from the VK.

@@ -2,6 +2,7 @@
 //! over one HTTP client with pluggable authentication ([`http`]) and the shared pod options
 //! ([`options`]); [`registry`] builds them from the configuration.
 
+pub(crate) mod cpu;
 pub mod http;
 pub mod kubernetes;
 pub mod options;

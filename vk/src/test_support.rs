@@ -244,6 +244,7 @@ pub fn observed(state: WorkloadState) -> Observed {
         ports: Default::default(),
         usage: None,
         price: None,
+        container_exits: Default::default(),
     }
 }
 

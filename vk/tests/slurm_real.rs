@@ -359,11 +359,33 @@ async fn each_container_of_a_pod_is_a_step_with_its_own_log_and_exit_code() {
         shipper.contains("\nstopped\n"),
         "stopped by SIGTERM: {shipper:?}"
     );
-    for (name, code) in [("fetch", "0"), ("main", "4"), ("metrics", "0")] {
+    for (name, code) in [
+        ("fetch", "0"),
+        ("main", "4"),
+        ("metrics", "0"),
+        ("shipper", "0"),
+    ] {
         let path = env.output_dir.join(format!("slurm-{job}.{name}.exit"));
         let got = std::fs::read_to_string(&path).unwrap_or_default();
         assert_eq!(got, format!("{code}\n"), "exit code of {name}");
     }
+    // The adapter reports each container's own end, read from those files.
+    let exits: Vec<(&str, i32)> = o
+        .container_exits
+        .iter()
+        .map(|(n, e)| (n.as_str(), e.exit_code))
+        .collect();
+    assert_eq!(
+        exits,
+        [("fetch", 0), ("main", 4), ("metrics", 0), ("shipper", 0)],
+        "{o:?}"
+    );
+    assert!(
+        o.container_exits
+            .values()
+            .all(|e| e.finished_at >= o.started_at),
+        "{o:?}"
+    );
     let stored = batch_script(&env, &job);
     assert!(
         stored.contains("--overlap") && !stored.contains("s3cret"),

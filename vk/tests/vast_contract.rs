@@ -1257,8 +1257,9 @@ async fn running_instances_carry_usage_for_the_kubelet_stats() {
     running["mem_limit"] = json!(64.0);
     running["gpu_util"] = json!(80.0);
     running["uptime_mins"] = json!(1.0);
-    mount_lookup(&server, json!([running])).await;
-    let observed = adapter(&server).list().await.unwrap();
+    mount_lookup(&server, json!([running.clone()])).await;
+    let vast = adapter(&server);
+    let observed = vast.list().await.unwrap();
     let usage = observed[0]
         .usage
         .clone()
@@ -1266,6 +1267,19 @@ async fn running_instances_carry_usage_for_the_kubelet_stats() {
     assert_eq!(usage.cpu_millis, 1500);
     assert_eq!(usage.memory_bytes, 2_000_000_000);
     assert_eq!(usage.cpu_usage_nanos, 1500 * 60 * 1_000_000);
+    // A minute later at 10 % of a core: the counter goes on at the new rate (rate times
+    // uptime would fall to 100m * 120 s, and metrics-server would drop the sample).
+    running["cpu_util"] = json!(10.0);
+    running["uptime_mins"] = json!(2.0);
+    server.reset().await;
+    mount_lookup(&server, json!([running])).await;
+    let later = vast.list().await.unwrap()[0].usage.clone().unwrap();
+    assert_eq!(later.cpu_millis, 100);
+    assert_eq!(
+        later.cpu_usage_nanos,
+        (1500 * 60 + 100 * 60) * 1_000_000,
+        "integrated, never falling"
+    );
 }
 
 #[tokio::test]

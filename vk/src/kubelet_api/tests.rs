@@ -320,6 +320,7 @@ fn observed(uid: &str, usage: Option<Usage>) -> Observed {
         ports: Default::default(),
         usage,
         price: None,
+        container_exits: Default::default(),
     }
 }
 

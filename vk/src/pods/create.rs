@@ -240,6 +240,7 @@ impl PodController {
             ports: Default::default(),
             usage: None,
             price: c.price,
+            container_exits: Default::default(),
         };
         write(&self.slots[c.provider].cache).insert(uid.clone(), obs.clone());
         let waited = seen.elapsed();

@@ -121,7 +121,7 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
         ..Default::default()
     };
 
-    let (phase, pod_reason, message, ready, ready_reason, pod_ip);
+    let (phase, pod_reason, message, mut ready, mut ready_reason, pod_ip);
     let mut ready_message: Option<String> = None;
     match situation {
         Situation::Waiting { reason, message: m } => {
@@ -303,10 +303,26 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
             .last_state
             .as_ref()
             .is_some_and(|s| s.terminated.is_some());
-    let (statuses, init_statuses) = others(pod, cs, initialized, cx);
+    let (mut statuses, mut init_statuses) = others(pod, cs, initialized, cx);
+    let mut init_failed = false;
+    if let Situation::Observed(obs) = situation
+        && cx.all_containers
+        && !obs.container_exits.is_empty()
+    {
+        let ended = apply_exits(pod, obs, &mut statuses, init_statuses.as_deref_mut(), phase);
+        init_failed = ended.init_failed;
+        if !ended.unready.is_empty() {
+            (ready, ready_reason) = (false, "ContainersNotReady");
+            ready_message = Some(format!(
+                "containers with unready status: [{}]",
+                ended.unready.join(" ")
+            ));
+        }
+    }
     st.container_statuses = Some(statuses);
     st.init_container_statuses = init_statuses;
-    let initialized = initialized || crate::pods::spec::run_init_containers(pod).is_empty();
+    let initialized =
+        !init_failed && (initialized || crate::pods::spec::run_init_containers(pod).is_empty());
     let containers_ready = ready;
     let not_ready_reason = (!ready).then_some(ready_reason);
     let with_message = |mut c: PodCondition| {
@@ -334,6 +350,105 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
         &now,
     ));
     st
+}
+
+/// What [`apply_exits`] found.
+struct Ended {
+    /// An init container failed: the regular containers never ran.
+    init_failed: bool,
+    /// Regular containers that ended while the pod runs (so it is not ready).
+    unready: Vec<String>,
+}
+
+/// Gives each container whose own end the provider observed ([`Observed::container_exits`])
+/// that end (its exit code, Completed or Error), as the kubelet reports each container of a
+/// pod; after a failed init container, the regular containers that never ran wait with
+/// PodInitializing, as on a kubelet.
+fn apply_exits(
+    pod: &Pod,
+    obs: &Observed,
+    statuses: &mut [ContainerStatus],
+    init_statuses: Option<&mut [ContainerStatus]>,
+    phase: &str,
+) -> Ended {
+    let exits = &obs.container_exits;
+    let ended = |s: &mut ContainerStatus, e: &crate::provider::ContainerExit| {
+        s.state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: e.exit_code,
+                reason: Some(
+                    if e.exit_code == 0 {
+                        "Completed"
+                    } else {
+                        "Error"
+                    }
+                    .into(),
+                ),
+                started_at: obs.started_at.map(Time),
+                finished_at: e.finished_at.or(obs.finished_at).map(Time),
+                container_id: s.container_id.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        s.ready = false;
+        s.started = Some(false);
+    };
+    let waits = |s: &mut ContainerStatus| {
+        s.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason::POD_INITIALIZING.into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+        s.ready = false;
+        s.started = Some(false);
+    };
+    // A native sidecar's code (143 after the SIGTERM at the end) fails nothing.
+    let sidecars: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| crate::pods::spec::is_sidecar(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut init_failed = false;
+    for s in init_statuses.into_iter().flatten() {
+        match exits.get(&s.name) {
+            Some(e) => {
+                init_failed |= e.exit_code != 0 && !sidecars.contains(&s.name.as_str());
+                ended(s, e);
+            }
+            // After a failed one, the later init containers never started.
+            None if init_failed => waits(s),
+            None => {}
+        }
+    }
+    let mut unready = Vec::new();
+    for s in statuses.iter_mut() {
+        let left_out = s
+            .state
+            .as_ref()
+            .and_then(|st| st.terminated.as_ref())
+            .and_then(|t| t.reason.as_deref())
+            == Some(reason::NOT_RUN_ON_PROVIDER);
+        if left_out {
+            continue;
+        }
+        if let Some(e) = exits.get(&s.name) {
+            ended(s, e);
+            if phase == "Running" {
+                unready.push(s.name.clone());
+            }
+        } else if init_failed {
+            waits(s);
+        }
+    }
+    Ended {
+        init_failed,
+        unready,
+    }
 }
 
 /// The statuses of every container of the pod, `main` (the one the provider runs) among them in

@@ -61,6 +61,8 @@ pub struct Kubernetes {
     kubeconfig: Kubeconfig,
     client: OnceCell<Client>,
     timeout: Duration,
+    /// Cumulative CPU per remote pod, integrated from the metrics API's rate.
+    cpu: std::sync::Mutex<super::cpu::CpuCounters>,
 }
 
 impl std::fmt::Debug for Kubernetes {
@@ -127,6 +129,7 @@ impl Kubernetes {
             kubeconfig,
             client: OnceCell::new(),
             timeout,
+            cpu: std::sync::Mutex::default(),
         })
     }
 

@@ -69,7 +69,6 @@
 mod adapter;
 mod catalog;
 mod config;
-mod cpu;
 mod exits;
 mod logs;
 mod state;
@@ -105,7 +104,7 @@ pub struct RunPod {
     /// Container exits seen through falling uptimes.
     exits: Mutex<exits::Exits>,
     /// Cumulative CPU counters integrated from the reported rate.
-    cpu: Mutex<cpu::CpuCounters>,
+    cpu: Mutex<super::cpu::CpuCounters>,
 }
 
 impl RunPod {

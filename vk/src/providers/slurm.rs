@@ -88,6 +88,31 @@ use wire::{JobRecord, JobRequest};
 /// slurmrestd's conventional address.
 pub const DEFAULT_BASE_URL: &str = "http://127.0.0.1:6820";
 
+/// In the comment of a job running each container as a step: the containers' names,
+/// comma-separated, after this marker.
+const CONTAINERS_MARKER: &str = "containers=";
+
+/// The containers a job runs as steps, from its comment's marker; empty for a job of one
+/// container (or one submitted before the marker existed). Only DNS labels count: the comment
+/// is the job's to change (`scontrol update comment=`), and a name becomes a file name.
+fn step_containers(job: &JobRecord) -> Vec<String> {
+    let Some(list) = job
+        .comment
+        .as_deref()
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .find_map(|t| t.strip_prefix(CONTAINERS_MARKER))
+    else {
+        return Vec::new();
+    };
+    let label = |n: &&str| {
+        (1..=63).contains(&n.len())
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    list.split(',').filter(label).map(str::to_owned).collect()
+}
+
 /// The Slurm adapter.
 #[derive(Debug)]
 pub struct Slurm {
@@ -207,7 +232,7 @@ impl Slurm {
         // PATH is the batch shell's own (the transport names never collide with it).
         let mut environment = job.environment;
         environment.insert("PATH".to_owned(), self.cfg.path.clone());
-        let comment = format!(
+        let mut comment = format!(
             "gpu-vk owner={} cluster={} node={} pod={}/{} workload={}",
             self.owner.tag(),
             self.owner.cluster_id(),
@@ -216,6 +241,12 @@ impl Slurm {
             w.pod_name,
             w.id
         );
+        if w.containers.len() > 1 {
+            // Names the steps' `.exit` files `list()` reads (names are DNS labels: checked
+            // by `steps_job` above).
+            let names: Vec<&str> = w.containers.iter().map(|c| c.name.as_str()).collect();
+            comment.push_str(&format!(" {CONTAINERS_MARKER}{}", names.join(",")));
+        }
         const MIB: u64 = 1024 * 1024;
         Ok(JobRequestView(JobRequest {
             name: w.id.as_str().to_owned(),
@@ -438,5 +469,6 @@ fn observe(owner: &Owner, job: &JobRecord, price_per_gpu: Option<Price>) -> Opti
         ports: Default::default(),
         usage: None,
         price: price_per_gpu.map(|p| p.times(job.gpus())),
+        container_exits: Default::default(),
     })
 }

@@ -131,6 +131,8 @@ pub struct Vast {
     /// and when: only their creates look the label up first (see the module docs).
     rented:
         std::sync::Mutex<std::collections::HashMap<crate::naming::WorkloadId, std::time::Instant>>,
+    /// Cumulative CPU per instance, integrated from `cpu_util` (Vast reports no counter).
+    cpu: std::sync::Mutex<super::cpu::CpuCounters>,
 }
 
 impl Vast {
@@ -166,6 +168,7 @@ impl Vast {
             claims: Claims::default(),
             pacer: Pacer::default(),
             rented: std::sync::Mutex::default(),
+            cpu: std::sync::Mutex::default(),
         })
     }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use futures::SinkExt as _;
 use futures::future::BoxFuture;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{AttachParams, DeleteParams, ListParams, LogParams, PostParams, Preconditions};
@@ -261,6 +262,8 @@ impl Provider for Kubernetes {
             }
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        state::count_cpu(&mut cpu, &mut out, Timestamp::now());
         Ok(out)
     }
 

@@ -119,6 +119,7 @@ pub fn observe(
         ports: Default::default(),
         usage,
         price: price_per_gpu.map(|p| p.times(gpus.max(1))),
+        container_exits: Default::default(),
     })
 }
 
@@ -260,4 +261,24 @@ fn terminated_state(
         },
     };
     (state, t.message.clone().filter(|m| !m.is_empty()))
+}
+
+/// The metrics API gives a rate, the kubelet summary wants a counter that never falls: each
+/// remote pod's counter integrates the rate over the time since its container started
+/// ([`crate::providers::cpu`]); pods gone from `out` are forgotten.
+pub(super) fn count_cpu(
+    cpu: &mut crate::providers::cpu::CpuCounters,
+    out: &mut [Observed],
+    now: Timestamp,
+) {
+    for obs in out.iter_mut() {
+        let uptime = obs
+            .started_at
+            .map(|s| now.duration_since(s).as_secs_f64())
+            .unwrap_or(0.0);
+        if let Some(u) = obs.usage.as_mut() {
+            u.cpu_usage_nanos = cpu.advance(&obs.provider_id, u.cpu_millis, uptime);
+        }
+    }
+    cpu.retain(out.iter().map(|o| o.provider_id.as_str()));
 }

@@ -383,3 +383,42 @@ fn metrics_and_exec_status_are_read() {
     assert_eq!(exit_code(Some(&failed)), Ok(3));
     assert!(exit_code(None).is_err());
 }
+
+#[test]
+fn the_cpu_counter_integrates_the_metrics_rate_and_never_falls() {
+    use crate::provider::Usage;
+    use crate::test_support::ts;
+    let started = ts("2026-11-29T10:00:00Z");
+    let at = |millis: u64| {
+        let mut o = crate::test_support::observed(WorkloadState::Running);
+        o.started_at = Some(started);
+        o.usage = Some(Usage {
+            cpu_usage_nanos: 0,
+            cpu_millis: millis,
+            memory_bytes: 1,
+            timestamp: started,
+        });
+        vec![o]
+    };
+    let nanos = |out: &[crate::provider::Observed]| out[0].usage.as_ref().unwrap().cpu_usage_nanos;
+    let mut cpu = crate::providers::cpu::CpuCounters::default();
+    let mut first = at(900);
+    super::state::count_cpu(&mut cpu, &mut first, ts("2026-11-29T10:01:40Z"));
+    assert_eq!(
+        nanos(&first),
+        900 * 100 * 1_000_000,
+        "rate times uptime at first"
+    );
+    let mut later = at(50);
+    super::state::count_cpu(&mut cpu, &mut later, ts("2026-11-29T10:01:55Z"));
+    assert_eq!(
+        nanos(&later),
+        (900 * 100 + 50 * 15) * 1_000_000,
+        "50m for the 15 s since, not 50m times the uptime"
+    );
+    // A pod gone from the list is forgotten; seen again, it starts over.
+    super::state::count_cpu(&mut cpu, &mut [], ts("2026-11-29T10:02:00Z"));
+    let mut back = at(50);
+    super::state::count_cpu(&mut cpu, &mut back, ts("2026-11-29T10:02:10Z"));
+    assert_eq!(nanos(&back), 50 * 130 * 1_000_000);
+}

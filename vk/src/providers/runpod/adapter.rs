@@ -132,7 +132,7 @@ impl Provider for RunPod {
             })
             .collect();
         let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
-        cpu.retain(&ids);
+        cpu.retain(ids.iter().copied());
         Ok(pods
             .into_iter()
             .zip(exited)

@@ -105,6 +105,7 @@ pub(super) fn observe(
         ports,
         usage,
         price: pod.cost.and_then(Price::from_dollars),
+        container_exits: Default::default(),
     })
 }
 

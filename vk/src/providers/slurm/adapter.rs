@@ -5,10 +5,10 @@ use bytes::Bytes;
 use tracing::{info, warn};
 
 use super::wire::{self, SubmitAnswer};
-use super::{ExecMode, Slurm, exec, logs, observe};
+use super::{ExecMode, Slurm, exec, logs, observe, step_containers};
 use crate::provider::{
-    Capabilities, ExecRequest, ExecSession, Inventory, LogOptions, LogStream, Observed, Price,
-    Provider, ProviderError, Quote, Workload, WorkloadState,
+    Capabilities, ContainerExit, ExecRequest, ExecSession, Inventory, LogOptions, LogStream,
+    Observed, Price, Provider, ProviderError, Quote, Workload, WorkloadState,
 };
 use crate::providers::http;
 
@@ -87,6 +87,7 @@ impl Provider for Slurm {
         // restart, or a create that was lost and retried): the pipeline picks one and deletes
         // live extras (`pods::duplicates`).
         let mut out: Vec<Observed> = Vec::with_capacity(jobs.len());
+        let mut steps = Vec::new();
         for job in &jobs {
             let price = self.cfg.price_per_gpu_hour.and_then(Price::from_dollars);
             let Some(obs) = observe(&self.owner, job, price) else {
@@ -95,7 +96,14 @@ impl Provider for Slurm {
             if let WorkloadState::Unknown { raw } = &obs.state {
                 warn!(provider = %self.name, workload = %obs.id, job_state = %raw, "unknown Slurm job state");
             }
+            steps.push(step_containers(job));
             out.push(obs);
+        }
+        if let Some(dir) = &self.cfg.output_dir {
+            let reads = out.iter_mut().zip(steps).filter(|(o, names)| {
+                !names.is_empty() && o.started_at.is_some() && o.provider_id.parse::<u64>().is_ok()
+            });
+            futures::future::join_all(reads.map(|(o, names)| container_exits(dir, o, names))).await;
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
@@ -163,5 +171,90 @@ impl Provider for Slurm {
             path: self.cfg.path.clone(),
         };
         exec::start(&self.name, &settings, job_id, req)
+    }
+}
+
+/// Fills `o.container_exits` from the `.exit` files of the containers `names` of its job.
+/// A file older than the job's current run (written before a requeue: Slurm keeps the job id
+/// and sets a new start time) is the run before's, and is left out; the slack covers
+/// `start_time`'s whole seconds.
+async fn container_exits(dir: &std::path::Path, o: &mut Observed, names: Vec<String>) {
+    let (Ok(job_id), Some(started)) = (o.provider_id.parse::<u64>(), o.started_at) else {
+        return;
+    };
+    let since = started - jiff::SignedDuration::from_secs(1);
+    for name in names {
+        let path = logs::container_exit_path(dir, job_id, &name);
+        let Some((exit_code, written)) = logs::read_exit(&path).await else {
+            continue;
+        };
+        let written = jiff::Timestamp::try_from(written).ok();
+        if written.is_some_and(|t| t < since) {
+            continue;
+        }
+        o.container_exits.insert(
+            name,
+            ContainerExit {
+                exit_code,
+                finished_at: written,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn job_with_comment(comment: &str) -> super::super::wire::JobRecord {
+        serde_json::from_value(serde_json::json!({"job_id": 7, "comment": comment})).unwrap()
+    }
+
+    #[test]
+    fn the_comment_names_the_steps_and_only_dns_labels_count() {
+        let job = job_with_comment("gpu-vk owner=x pod=ml/a containers=fetch,main,Bad,../x,m-2");
+        assert_eq!(step_containers(&job), ["fetch", "main", "m-2"]);
+        assert!(step_containers(&job_with_comment("gpu-vk owner=x pod=ml/a")).is_empty());
+    }
+
+    #[tokio::test]
+    async fn exit_files_of_this_run_are_read_and_others_are_not() {
+        let dir = std::env::temp_dir().join(format!("vk-exits-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            std::fs::write(logs::container_exit_path(&dir, 7, name), text).unwrap();
+        };
+        write("main", "4\n");
+        write("metrics", "0\n");
+        write("junk", "not a number\n");
+        // Written before the job's current run (a requeue keeps the job id).
+        write("old", "9\n");
+        let old = std::fs::File::options()
+            .write(true)
+            .open(logs::container_exit_path(&dir, 7, "old"))
+            .unwrap();
+        old.set_modified(SystemTime::now() - Duration::from_secs(600))
+            .unwrap();
+        // A link the job planted is not followed.
+        std::os::unix::fs::symlink(
+            logs::container_exit_path(&dir, 7, "main"),
+            logs::container_exit_path(&dir, 7, "link"),
+        )
+        .unwrap();
+        let mut o = crate::test_support::observed(WorkloadState::Running);
+        o.provider_id = "7".into();
+        o.started_at = Some(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60));
+        let names = ["main", "metrics", "junk", "old", "link", "sidecar"];
+        container_exits(&dir, &mut o, names.map(String::from).to_vec()).await;
+        let got: Vec<(&str, i32)> = o
+            .container_exits
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.exit_code))
+            .collect();
+        assert_eq!(got, [("main", 4), ("metrics", 0)]);
+        assert!(o.container_exits["main"].finished_at > o.started_at);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -35,6 +35,22 @@ pub(crate) fn container_log_path(dir: &Path, job_id: u64, name: &str) -> PathBuf
     dir.join(format!("slurm-{job_id}.{name}.log"))
 }
 
+/// The exit-code file of container `name` of job `job_id` (`super::steps`).
+pub(crate) fn container_exit_path(dir: &Path, job_id: u64, name: &str) -> PathBuf {
+    dir.join(format!("slurm-{job_id}.{name}.exit"))
+}
+
+/// The exit code in a container's `.exit` file and when it was written; `None` while there
+/// is none (the container runs), or when the file is not a regular file holding a number
+/// (the job writes it, so it is read like an output file: no links followed, a few bytes).
+pub(crate) async fn read_exit(path: &Path) -> Option<(i32, std::time::SystemTime)> {
+    let (file, meta) = open(path).await.ok()??;
+    let mut buf = Vec::new();
+    file.take(16).read_to_end(&mut buf).await.ok()?;
+    let code = std::str::from_utf8(&buf).ok()?.trim().parse().ok()?;
+    Some((code, meta.modified().ok()?))
+}
+
 /// The output file pattern sent with the job.
 pub(crate) fn output_pattern(dir: &Path) -> String {
     dir.join("slurm-%j.log").to_string_lossy().into_owned()
@@ -69,9 +85,9 @@ fn unreadable(path: &Path, e: std::io::Error) -> ProviderError {
     ))
 }
 
-/// Opens a job's output file safely (see the module docs) with its length; `None` when it does
-/// not exist yet (the job has not started).
-async fn open(path: &Path) -> Result<Option<(tokio::fs::File, u64)>, ProviderError> {
+/// Opens a job's output file safely (see the module docs) with its metadata; `None` when it
+/// does not exist yet (the job has not started).
+async fn open(path: &Path) -> Result<Option<(tokio::fs::File, std::fs::Metadata)>, ProviderError> {
     use rustix::fs::OFlags;
     let refused = |what: &str| ProviderError::Invalid {
         message: format!(
@@ -95,14 +111,15 @@ async fn open(path: &Path) -> Result<Option<(tokio::fs::File, u64)>, ProviderErr
     if !meta.file_type().is_file() {
         return Err(refused("not a regular file"));
     }
-    Ok(Some((file, meta.len())))
+    Ok(Some((file, meta)))
 }
 
 /// The last `max` bytes of the file (all of a shorter one); a missing file is empty.
 pub(crate) async fn read_tail(path: &Path, max: u64) -> Result<Vec<u8>, ProviderError> {
-    let Some((mut file, len)) = open(path).await? else {
+    let Some((mut file, meta)) = open(path).await? else {
         return Ok(Vec::new());
     };
+    let len = meta.len();
     let start = len.saturating_sub(max);
     file.seek(SeekFrom::Start(start))
         .await
@@ -117,9 +134,10 @@ pub(crate) async fn read_tail(path: &Path, max: u64) -> Result<Vec<u8>, Provider
 
 /// Bytes appended to `path` after `offset` (at most one chunk); empty when there are none.
 pub(crate) async fn read_from(path: &Path, offset: u64) -> Result<Bytes, ProviderError> {
-    let Some((mut file, len)) = open(path).await? else {
+    let Some((mut file, meta)) = open(path).await? else {
         return Ok(Bytes::new());
     };
+    let len = meta.len();
     if len <= offset {
         return Ok(Bytes::new());
     }

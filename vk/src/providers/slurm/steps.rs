@@ -182,12 +182,18 @@ pub fn steps_job(
     // `scancel --signal=TERM <job>.<step>` delivers SIGTERM to its tasks, as the kubelet stops
     // a sidecar. The step is found by its name with the squeue and scancel beside that srun;
     // without them (the emulator's srun runs the command in place) the pid gets SIGTERM.
-    // After 30 s (the default terminationGracePeriodSeconds) what is left is killed.
+    // After 30 s (the default terminationGracePeriodSeconds) what is left is killed. A
+    // sidecar's exit code is recorded like the others' (143 or 137 when the signal ended it).
+    let record_sidecar = if output_dir.is_some() {
+        "    echo \"$code\" >\"$(log \"${sidecar_names[$i]}\" exit)\"\n"
+    } else {
+        ""
+    };
     out.push_str(
         "sidecars=()\n\
          sidecar_names=()\n\
          stop_sidecars() {\n  \
-           local i step\n  \
+           local i step code\n  \
            for i in \"${!sidecars[@]}\"; do\n    \
              step=\n    \
              if [ -x \"${srun%/*}/squeue\" ] && [ -x \"${srun%/*}/scancel\" ]; then\n      \
@@ -205,9 +211,11 @@ pub fn steps_job(
              sleep 0.1\n  \
            done\n  \
            for i in \"${!sidecars[@]}\"; do kill -KILL \"${sidecars[$i]}\" 2>/dev/null || true; done\n  \
-           for i in \"${!sidecars[@]}\"; do wait \"${sidecars[$i]}\" || true; done\n\
-         }\n",
+           for i in \"${!sidecars[@]}\"; do\n    \
+             code=0; wait \"${sidecars[$i]}\" || code=$?\n",
     );
+    out.push_str(record_sidecar);
+    out.push_str("  done\n}\n");
     let mut regular = Vec::new();
     for (i, c) in w.containers.iter().enumerate() {
         let name = quote(&c.name);
@@ -420,7 +428,13 @@ mod tests {
             file(&dir, "logs", "log").as_deref(),
             Some("shipping\nstopped\n")
         );
-        for (name, code) in [("fetch", "0"), ("main", "3"), ("metrics", "0")] {
+        // The sidecar's trap exits 0 on SIGTERM: its own code, not the job's.
+        for (name, code) in [
+            ("fetch", "0"),
+            ("main", "3"),
+            ("metrics", "0"),
+            ("logs", "0"),
+        ] {
             assert_eq!(
                 file(&dir, name, "exit").as_deref(),
                 Some(format!("{code}\n").as_str()),
@@ -448,6 +462,8 @@ mod tests {
         .unwrap();
         assert_eq!(run(&job, &dir), 5);
         assert_eq!(file(&dir, "fetch", "exit").as_deref(), Some("5\n"));
+        assert_eq!(file(&dir, "logs", "exit").as_deref(), Some("0\n"));
+        assert_eq!(file(&dir, "main", "exit"), None, "never ran");
         assert_eq!(
             file(&dir, "main", "log"),
             None,

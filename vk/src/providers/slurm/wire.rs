@@ -340,6 +340,8 @@ pub(crate) struct JobRecord {
     /// GPUs the job asked for per node, `gres:gpu:2` / `gres/gpu:a100:2` (both dialects).
     #[serde(default, deserialize_with = "crate::providers::rest::lenient")]
     pub tres_per_node: Option<String>,
+    #[serde(default, deserialize_with = "crate::providers::rest::lenient")]
+    pub comment: Option<String>,
 }
 
 /// `{jobs: [...]}`; a body without `jobs` is malformed, not "no jobs".

@@ -94,10 +94,20 @@ impl Provider for Vast {
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let instances = self.instances(None).await?;
-        Ok(instances
+        let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        let observed: Vec<Observed> = instances
             .into_iter()
-            .filter_map(|i| observe(&self.name, i))
-            .collect())
+            .filter_map(|i| {
+                let uptime = i.uptime_mins.unwrap_or(0.0) * 60.0;
+                let mut o = observe(&self.name, i)?;
+                if let Some(u) = o.usage.as_mut() {
+                    u.cpu_usage_nanos = cpu.advance(&o.provider_id, u.cpu_millis, uptime);
+                }
+                Some(o)
+            })
+            .collect();
+        cpu.retain(observed.iter().map(|o| o.provider_id.as_str()));
+        Ok(observed)
     }
 
     async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {

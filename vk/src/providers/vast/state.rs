@@ -51,6 +51,7 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
         usage,
         // `dph_total`: what the instance costs per hour, GPU and storage (show-instances).
         price: inst.dph_total.and_then(Price::from_dollars),
+        container_exits: Default::default(),
     })
 }
 

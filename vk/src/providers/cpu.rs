@@ -1,43 +1,49 @@
-//! A cumulative CPU counter for RunPod pods, which report only a rate: `runtime.cpu.util` (a
-//! percentage of the pod's vCPUs) and `runtime.uptime`, no counter.
+//! A cumulative CPU counter for providers that report only a rate: RunPod (`runtime.cpu.util`
+//! and `runtime.uptime`), Vast (`cpu_util` and `uptime_mins`), and the remote cluster's metrics
+//! API (a rate over a window, beside the container's `startedAt`).
 //!
 //! Rate times uptime is a counter only while the rate stays put: when a pod's CPU use falls,
 //! that product falls too, and metrics-server drops every sample lower than the one before it
 //! ("unexpected decrease in cumulative CPU usage value", its `pkg/storage/pod.go`), so the
 //! pod has no metrics until the product climbs past its old high, which can take many times
 //! its uptime. Here the counter is the integral instead: each answer adds the current rate
-//! times the uptime that passed since the previous answer. A pod seen for the first time (or
-//! after its container restarted in place: the uptime fell) starts at rate times uptime. In
-//! memory only: after a VK restart counters start again from rate times uptime, which a
+//! times the uptime that passed since the previous answer. A workload seen for the first time
+//! (or after its container restarted in place: the uptime fell) starts at rate times uptime.
+//! In memory only: after a VK restart counters start again from rate times uptime, which a
 //! consumer takes as a counter reset.
 
 use std::collections::HashMap;
 
-/// Per RunPod pod id: the counter (ns of CPU time) and the uptime it was computed at.
+/// Per provider id of a workload: the counter (ns of CPU time) and the uptime it was computed at.
 #[derive(Debug, Default)]
-pub(super) struct CpuCounters {
+pub(crate) struct CpuCounters {
     seen: HashMap<String, (u64, f64)>,
 }
 
 impl CpuCounters {
-    /// The counter of `pod_id` at `uptime` seconds, using `cpu_millis` as the rate since the
+    /// The counter of `id` at `uptime` seconds, using `cpu_millis` as the rate since the
     /// previous answer.
-    pub(super) fn advance(&mut self, pod_id: &str, cpu_millis: u64, uptime: f64) -> u64 {
-        let uptime = uptime.max(0.0);
+    pub(crate) fn advance(&mut self, id: &str, cpu_millis: u64, uptime: f64) -> u64 {
+        let uptime = if uptime.is_finite() {
+            uptime.max(0.0)
+        } else {
+            0.0
+        };
         let rate = cpu_millis as f64 * 1_000_000.0; // ns of CPU per second
-        let nanos = match self.seen.get(pod_id) {
+        let nanos = match self.seen.get(id) {
             Some(&(last, at)) if uptime >= at => {
                 last.saturating_add(((uptime - at) * rate).round() as u64)
             }
             _ => (uptime * rate).round() as u64,
         };
-        self.seen.insert(pod_id.to_owned(), (nanos, uptime));
+        self.seen.insert(id.to_owned(), (nanos, uptime));
         nanos
     }
 
-    /// Forgets the pods not in `ids` (gone from the list).
-    pub(super) fn retain(&mut self, ids: &[&str]) {
-        self.seen.retain(|id, _| ids.contains(&id.as_str()));
+    /// Forgets the workloads not in `ids` (gone from the list).
+    pub(crate) fn retain<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        let keep: std::collections::HashSet<&str> = ids.into_iter().collect();
+        self.seen.retain(|id, _| keep.contains(id.as_str()));
     }
 }
 
@@ -68,7 +74,7 @@ mod tests {
             1_500 * MS,
             "uptime fell: restarted"
         );
-        c.retain(&[]);
+        c.retain([]);
         assert_eq!(c.advance("p", 100, 70.0), 7_000 * MS, "forgotten, then new");
     }
 }
