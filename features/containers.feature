@@ -49,3 +49,12 @@ Feature: Pods with sidecars and init containers
     And the log of container "main" of pod "steps" is "main: main after fetch"
     And the log of container "metrics" of pod "steps" is "metrics: second"
     And no workload was created twice
+
+  Scenario: Each container of a pod on Slurm shows its own exit code
+    Given the provider supports containers as job steps
+    And the provider runs the batch scripts
+    When I create a GPU pod "codes" with an init container "fetch" and a second container "worker" that exits 3
+    Then pod "codes" becomes Failed
+    And container "worker" of pod "codes" ended with exit code 3
+    And container "main" of pod "codes" ended with exit code 0
+    And init container "fetch" of pod "codes" ended with exit code 0

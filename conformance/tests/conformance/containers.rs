@@ -253,6 +253,51 @@ async fn create_with_steps(
     w.create_pod(p).await;
 }
 
+#[when(
+    expr = "I create a GPU pod {string} with an init container {string} and a second container {string} that exits {int}"
+)]
+async fn create_with_exit_codes(
+    w: &mut Vkw,
+    name: String,
+    init: String,
+    second: String,
+    code: i32,
+) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let spec = p.spec.as_mut().unwrap();
+    spec.restart_policy = Some("Never".into());
+    spec.init_containers = Some(vec![
+        serde_json::from_value(step(&init, "init", "echo fetched")).unwrap(),
+    ]);
+    let main = spec.containers[0].name.clone();
+    // The main container outlives the failing one and succeeds: the job's code is the other's.
+    let mut main_c: Container = serde_json::from_value(step(&main, "main", "sleep 3")).unwrap();
+    main_c.resources = spec.containers[0].resources.clone();
+    spec.containers[0] = main_c;
+    spec.containers.push(
+        serde_json::from_value(step(&second, "second", &format!("sleep 1; exit {code}"))).unwrap(),
+    );
+    w.create_pod(p).await;
+}
+
+#[then(
+    regex = r#"^(init container|container) "([^"]+)" of pod "([^"]+)" ended with exit code (\d+)$"#
+)]
+async fn container_exit_code(w: &mut Vkw, kind: String, container: String, pod: String, code: i32) {
+    // The pod's end first: before it, a container may show the end the provider saw so far.
+    w.wait_phase(&pod, "Failed").await;
+    let cs = terminated(w, &pod, &container, kind == "init container").await;
+    let t = cs.state.clone().unwrap().terminated.unwrap();
+    let reason = if code == 0 { "Completed" } else { "Error" };
+    assert_eq!(
+        (t.exit_code, t.reason.as_deref()),
+        (code, Some(reason)),
+        "{t:?}"
+    );
+    assert!(!cs.ready, "{cs:?}");
+}
+
 /// "begins with": the first line (a real Slurm adds its own line when it stops a sidecar's
 /// step, "*** STEP ... CANCELLED ***").
 #[then(regex = r#"^the log of container "([^"]+)" of pod "([^"]+)" (is|begins with) "([^"]*)"$"#)]

@@ -69,8 +69,11 @@ async fn run(emulator: Weak<Emulator>, launch: Launch) {
             e.proc_exited(job_id, generation, raw);
         }
     };
+    // Unique per launch: emulators in one process (a test binary) number their jobs alike.
+    static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let launch_no = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let script_path = std::env::temp_dir().join(format!(
-        "mock-slurm-{}-{job_id}-{generation}.sh",
+        "mock-slurm-{}-{launch_no}-{job_id}-{generation}.sh",
         std::process::id()
     ));
     if std::fs::write(&script_path, &script).is_err() {

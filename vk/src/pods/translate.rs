@@ -309,7 +309,14 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
         && cx.all_containers
         && !obs.container_exits.is_empty()
     {
-        let ended = apply_exits(pod, obs, &mut statuses, init_statuses.as_deref_mut(), phase);
+        let ended = apply_exits(
+            pod,
+            obs,
+            cx,
+            &mut statuses,
+            init_statuses.as_deref_mut(),
+            phase,
+        );
         init_failed = ended.init_failed;
         if !ended.unready.is_empty() {
             (ready, ready_reason) = (false, "ContainersNotReady");
@@ -367,6 +374,7 @@ struct Ended {
 fn apply_exits(
     pod: &Pod,
     obs: &Observed,
+    cx: &Context<'_>,
     statuses: &mut [ContainerStatus],
     init_statuses: Option<&mut [ContainerStatus]>,
     phase: &str,
@@ -384,6 +392,7 @@ fn apply_exits(
                     }
                     .into(),
                 ),
+                message: Some(format!("run by provider {} as a job step", cx.provider)),
                 started_at: obs.started_at.map(Time),
                 finished_at: e.finished_at.or(obs.finished_at).map(Time),
                 container_id: s.container_id.clone(),
