@@ -65,6 +65,29 @@ struct Bed {
 }
 
 impl Bed {
+    /// The RunPod emulator's admin path that adds lines to the log of `pod`'s workload.
+    async fn runpod_log_of(&self, pod: &Pod) -> String {
+        let uid = pod.metadata.uid.clone().unwrap();
+        let id = self.rp.workloads_of(&uid).await[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        format!("/workloads/{id}/logs")
+    }
+
+    /// Waits until `kubectl logs` of `pod` shows `text`.
+    async fn wait_for_log(&self, pod: &str, text: &str) {
+        wait_for(
+            Duration::from_secs(60),
+            &format!("{text:?} in the log of {pod}"),
+            || async {
+                let r = run_kubectl(&["logs", "-n", &self.ns, pod], None, &[]).await;
+                r.stdout.contains(text).then_some(())
+            },
+        )
+        .await;
+    }
+
     async fn start() -> Self {
         Self::start_opts(VkOptions::default()).await
     }
@@ -739,15 +762,7 @@ async fn kubectl_attach_shows_the_output_written_after_it() {
     );
     bed.running_pod_spec("talker", SLURM, &["sh", "-c", &script], &[])
         .await;
-    wait_for(
-        Duration::from_secs(60),
-        "the first line in the log",
-        || async {
-            let r = run_kubectl(&["logs", "-n", &bed.ns, "talker"], None, &[]).await;
-            r.stdout.contains("before-attach").then_some(())
-        },
-    )
-    .await;
+    bed.wait_for_log("talker", "before-attach").await;
     let mut attached = Attached::start(&bed.ns, "talker", &[]).await;
     wait_for(Duration::from_secs(30), "the attach session", || async {
         (attach_sessions(&bed.vk) >= 1).then_some(())
@@ -773,24 +788,11 @@ async fn kubectl_attach_shows_the_output_written_after_it() {
 
     // RunPod: lines added to the emulator's log before and after the attach (SPDY).
     let pod = bed.running_pod("cloud", RUNPOD).await;
-    let uid = pod.metadata.uid.clone().unwrap();
-    let id = bed.rp.workloads_of(&uid).await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let logs = format!("/workloads/{id}/logs");
+    let logs = bed.runpod_log_of(&pod).await;
     bed.rp
         .admin_post(&logs, json!({"lines": ["earlier line"]}))
         .await;
-    wait_for(
-        Duration::from_secs(30),
-        "the earlier line in the log",
-        || async {
-            let r = run_kubectl(&["logs", "-n", &bed.ns, "cloud"], None, &[]).await;
-            r.stdout.contains("earlier line").then_some(())
-        },
-    )
-    .await;
+    bed.wait_for_log("cloud", "earlier line").await;
     let spdy = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
     let mut attached = Attached::start(&bed.ns, "cloud", &spdy).await;
     wait_for(
@@ -860,12 +862,7 @@ async fn a_spdy_only_kubectl_execs_attaches_and_forwards_ports() {
 
     // Attach: the lines added after it, through SPDY.
     let pod = bed.running_pod_with_ports("model", RUNPOD, &[8080]).await;
-    let uid = pod.metadata.uid.clone().unwrap();
-    let id = bed.rp.workloads_of(&uid).await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let logs = format!("/workloads/{id}/logs");
+    let logs = bed.runpod_log_of(&pod).await;
     let attached = Attached::start_by(&old, &bed.ns, "model", &[]).await;
     wait_for(Duration::from_secs(30), "the attach session", || async {
         (attach_sessions(&bed.vk) >= 1).then_some(())
