@@ -195,21 +195,40 @@ async fn set_usage(w: &Vkw, app: &str, millis: u64) {
 async fn metrics_api(w: &mut Vkw, millis: u64, app: String) {
     let c = w.c();
     let ns = w.ns.clone();
+    let w: &Vkw = w;
     // metrics-server derives CPU from two scrapes 15 s apart after the change (it computes a rate
     // from the cumulative usageCoreNanoSeconds of consecutive scrapes: metrics-server's
     // pkg/storage/pod.go; --metric-resolution=15s on both testbeds); with the whole
     // suite running side by side a scrape can be late or time out, so allow several cycles
     // (the same bound as the scaling step below). How fast is for `make bench`, not for here.
+    let seen = std::sync::Mutex::new(String::new());
     wait_for(
         Duration::from_secs(180),
         "pod metrics from metrics-server",
         || async {
+            // As in the scaling step: every replica reports it, also one made meanwhile.
+            set_usage(w, &app, millis).await;
             let req =
                 http::Request::get(format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods"))
                     .body(Vec::new())
                     .ok()?;
             let v: serde_json::Value = c.request(req).await.ok()?;
             let items = v["items"].as_array()?;
+            // What the metrics API showed, each time it changes (read after a timeout).
+            let now: Vec<String> = items
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {}",
+                        i["metadata"]["name"], i["containers"][0]["usage"]["cpu"]
+                    )
+                })
+                .collect();
+            let now = now.join(", ");
+            if *seen.lock().unwrap() != now {
+                eprintln!("metrics API, pods of {app}: [{now}]");
+                *seen.lock().unwrap() = now;
+            }
             let found = items
                 .iter()
                 .filter(|i| {
