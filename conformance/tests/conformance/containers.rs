@@ -202,6 +202,21 @@ fn step(name: &str, role: &str, script: &str) -> serde_json::Value {
     })
 }
 
+/// A GPU pod for the job-step scenarios: `restartPolicy: Never`, so the job's end is the pod's.
+fn steps_pod(w: &Vkw, name: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut p = gpu_pod(name, &w.node(), 1, &[]);
+    p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    p
+}
+
+/// Makes the main container run `script` ([`step`], role "main"), keeping its GPU request.
+fn set_main(spec: &mut k8s_openapi::api::core::v1::PodSpec, script: &str) {
+    let main = spec.containers[0].name.clone();
+    let mut main_c: Container = serde_json::from_value(step(&main, "main", script)).unwrap();
+    main_c.resources = spec.containers[0].resources.clone();
+    spec.containers[0] = main_c;
+}
+
 #[when(
     expr = "I create a GPU pod {string} with an init container {string}, a native sidecar {string} and a second container {string}"
 )]
@@ -212,10 +227,8 @@ async fn create_with_steps(
     sidecar: String,
     second: String,
 ) {
-    let node = w.node();
-    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let mut p = steps_pod(w, &name);
     let spec = p.spec.as_mut().unwrap();
-    spec.restart_policy = Some("Never".into());
     // The init container leaves a file the main container reads: it ran to its end first.
     let marker = "/tmp/gpu-vk-conformance-steps-$SLURM_JOB_ID";
     let mut sidecar_c = step(
@@ -234,14 +247,10 @@ async fn create_with_steps(
         .unwrap(),
     ]);
     let main = spec.containers[0].name.clone();
-    let mut main_c: Container = serde_json::from_value(step(
-        &main,
-        "main",
+    set_main(
+        spec,
         &format!("echo \"{main}: $ROLE after $(cat {marker})\"; rm -f {marker}; sleep 2"),
-    ))
-    .unwrap();
-    main_c.resources = spec.containers[0].resources.clone();
-    spec.containers[0] = main_c;
+    );
     spec.containers.push(
         serde_json::from_value(step(
             &second,
@@ -263,18 +272,13 @@ async fn create_with_exit_codes(
     second: String,
     code: i32,
 ) {
-    let node = w.node();
-    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let mut p = steps_pod(w, &name);
     let spec = p.spec.as_mut().unwrap();
-    spec.restart_policy = Some("Never".into());
     spec.init_containers = Some(vec![
         serde_json::from_value(step(&init, "init", "echo fetched")).unwrap(),
     ]);
-    let main = spec.containers[0].name.clone();
     // The main container outlives the failing one and succeeds: the job's code is the other's.
-    let mut main_c: Container = serde_json::from_value(step(&main, "main", "sleep 3")).unwrap();
-    main_c.resources = spec.containers[0].resources.clone();
-    spec.containers[0] = main_c;
+    set_main(spec, "sleep 3");
     spec.containers.push(
         serde_json::from_value(step(&second, "second", &format!("sleep 1; exit {code}"))).unwrap(),
     );
