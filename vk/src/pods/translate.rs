@@ -369,8 +369,10 @@ struct Ended {
 
 /// Gives each container whose own end the provider observed ([`Observed::container_exits`])
 /// that end (its exit code, Completed or Error), as the kubelet reports each container of a
-/// pod; after a failed init container, the regular containers that never ran wait with
-/// PodInitializing, as on a kubelet.
+/// pod; after a failed init container, the containers that never ran wait with
+/// PodInitializing, as on a kubelet (`pkg/kubelet/kubelet_pods.go`, the init containers'
+/// waiting reason), and a container that ended makes the pod not Ready with the kubelet's
+/// message (`pkg/kubelet/status/generate.go`: "containers with unready status: [...]").
 fn apply_exits(
     pod: &Pod,
     obs: &Observed,

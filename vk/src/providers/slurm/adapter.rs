@@ -175,9 +175,9 @@ impl Provider for Slurm {
 }
 
 /// Fills `o.container_exits` from the `.exit` files of the containers `names` of its job.
-/// A file older than the job's current run (written before a requeue: Slurm keeps the job id
-/// and sets a new start time) is the run before's, and is left out; the slack covers
-/// `start_time`'s whole seconds.
+/// A file older than the job's current run (written before a requeue: scontrol(1) `requeue`
+/// puts the same job id back to PENDING, and its next run gets a new `start_time`) is the run
+/// before's, and is left out; the slack covers `start_time`'s whole seconds.
 async fn container_exits(dir: &std::path::Path, o: &mut Observed, names: Vec<String>) {
     let (Ok(job_id), Some(started)) = (o.provider_id.parse::<u64>(), o.started_at) else {
         return;
