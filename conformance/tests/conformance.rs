@@ -1111,6 +1111,19 @@ fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
     (re, |_w, _ctx| async {}.boxed_local())
 }
 
+/// One line per failed scenario of the whole run, printed after the last target's summary.
+static FAILURES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn record_failure(target: &str, feature: &str, scenario: &str, error: &str) {
+    // The panic's first lines say what was expected; a whole captured log would drown the recap.
+    let error: String = error.lines().take(3).collect::<Vec<_>>().join(" / ");
+    let error: String = error.chars().take(600).collect();
+    FAILURES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(format!("{target}: {feature}: {scenario}: {error}"));
+}
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let providers = std::env::var("CONFORMANCE_PROVIDERS")
@@ -1180,6 +1193,7 @@ fn main() {
         let junit =
             std::fs::File::create(report_dir.join(format!("junit-{mode}{p}{release}{k8s}.xml")))
                 .unwrap();
+        let target = format!("{p}{release}{}", if pods { " (kind)" } else { "" });
         let mut cucumber = Vkw::cucumber()
             // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every
             // scenario's VK is a pod behind a Service on the same 2 cores: three at a time, so
@@ -1189,7 +1203,12 @@ fn main() {
                 (_, true) => 3,
                 _ => 4,
             })
-            .after(|_f, _r, _s, _ev, w| {
+            .after(move |f, _r, s, ev, w| {
+                let target = &target;
+                // Kept for the recap at the very end: a CI log's tail then names what failed.
+                if let cucumber::event::ScenarioFinished::StepFailed(_, _, e) = ev {
+                    record_failure(target, &f.name, &s.name, &e.to_string());
+                }
                 async move {
                     if let Some(w) = w {
                         w.cleanup().await;
@@ -1253,6 +1272,9 @@ fn main() {
         }
     }
     if !failed.is_empty() {
+        for line in FAILURES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            eprintln!("failed: {line}");
+        }
         eprintln!("conformance failed for: {}", failed.join(", "));
         std::process::exit(1);
     }
