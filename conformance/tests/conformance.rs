@@ -1204,10 +1204,9 @@ fn main() {
                 _ => 4,
             })
             .after(move |f, _r, s, ev, w| {
-                let target = &target;
                 // Kept for the recap at the very end: a CI log's tail then names what failed.
                 if let cucumber::event::ScenarioFinished::StepFailed(_, _, e) = ev {
-                    record_failure(target, &f.name, &s.name, &e.to_string());
+                    record_failure(&target, &f.name, &s.name, &e.to_string());
                 }
                 async move {
                     if let Some(w) = w {
