@@ -1124,17 +1124,32 @@ fn record_failure(target: &str, feature: &str, scenario: &str, error: &str) {
         .push(format!("{target}: {feature}: {scenario}: {error}"));
 }
 
+/// The feature files of `CONFORMANCE_FEATURES_<TARGET>` (the target upper-cased, `-` and `.` as
+/// `_`), which narrows that target alone: `make test` runs on each target what it proves there
+/// (docs/testbed.md, "Which feature runs where").
+fn features_of(target: &str) -> Option<Vec<String>> {
+    let var = format!(
+        "CONFORMANCE_FEATURES_{}",
+        target.to_uppercase().replace(['-', '.'], "_")
+    );
+    std::env::var(var).ok().map(|l| feature_list(&l))
+}
+
+fn feature_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|f| f.trim().to_owned())
+        .filter(|f| !f.is_empty())
+        .collect()
+}
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let providers = std::env::var("CONFORMANCE_PROVIDERS")
         .unwrap_or_else(|_| "runpod,vast,slurm,slurm-real,kubernetes".into());
     // CONFORMANCE_FEATURES=deletion,status runs only those feature files.
-    let only: Option<Vec<String>> = std::env::var("CONFORMANCE_FEATURES").ok().map(|l| {
-        l.split(',')
-            .map(|f| f.trim().to_owned())
-            .filter(|f| !f.is_empty())
-            .collect()
-    });
+    let only: Option<Vec<String>> = std::env::var("CONFORMANCE_FEATURES")
+        .ok()
+        .map(|l| feature_list(&l));
     let report_dir = repo_root().join("target/conformance");
     std::fs::create_dir_all(&report_dir).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -1240,7 +1255,14 @@ fn main() {
         first = false;
         let cucumber =
             cucumber.with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default());
-        let only = only.clone();
+        // CONFORMANCE_FEATURES_<TARGET> (e.g. CONFORMANCE_FEATURES_VAST) narrows one target.
+        let only = features_of(p).or_else(|| only.clone());
+        if let Some(o) = &only {
+            println!(
+                "=== conformance: {p} runs the features {} ===",
+                o.join(", ")
+            );
+        }
         let result = rt.block_on(cucumber.filter_run(
             repo_root().join("features"),
             move |feature, _rule, _scenario| {
