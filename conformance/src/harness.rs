@@ -1167,7 +1167,11 @@ impl Vk {
                 vk.log().contains("virtual kubelet started").then_some(())
             })
             .await;
-            tokio::task::block_in_place(|| vk.pod.as_ref().unwrap().wait_ready());
+            tokio::task::block_in_place(|| {
+                let pod = vk.pod.as_ref().unwrap();
+                pod.wait_ready();
+                pod.wait_reachable(&vk.node);
+            });
             return vk;
         }
         let local = |port: u16| format!("127.0.0.1:{port}");

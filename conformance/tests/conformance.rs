@@ -1125,14 +1125,18 @@ fn record_failure(target: &str, feature: &str, scenario: &str, error: &str) {
 }
 
 /// The feature files of `CONFORMANCE_FEATURES_<TARGET>` (the target upper-cased, `-` and `.` as
-/// `_`), which narrows that target alone: `make test` runs on each target what it proves there
-/// (docs/testbed.md, "Which feature runs where").
+/// `_`), which narrows that target alone (set but empty: the target runs whole): `make test` runs
+/// on each target what it proves there (docs/testbed.md, "Which feature runs where").
 fn features_of(target: &str) -> Option<Vec<String>> {
     let var = format!(
         "CONFORMANCE_FEATURES_{}",
         target.to_uppercase().replace(['-', '.'], "_")
     );
-    std::env::var(var).ok().map(|l| feature_list(&l))
+    // Set but empty: the target runs whole.
+    std::env::var(var)
+        .ok()
+        .map(|l| feature_list(&l))
+        .filter(|l| !l.is_empty())
 }
 
 fn feature_list(list: &str) -> Vec<String> {

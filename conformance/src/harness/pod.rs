@@ -257,6 +257,42 @@ impl PodVk {
         run(c, "waiting for the VK pod to be Ready");
     }
 
+    /// Waits until the API server reaches `node`'s kubelet API (`/healthz` through the node
+    /// proxy), the path of `kubectl logs`, `exec` and `top`. A Ready VK pod is not enough: the
+    /// node's address is its Service, and kube-proxy on the API server's node programs the new
+    /// endpoint a moment later; until then the API server's dial is refused (a kind run's
+    /// `kubectl logs --follow` failed so: "dial tcp <service ip>:10250: connect: connection
+    /// refused").
+    pub fn wait_reachable(&self, node: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut last;
+        loop {
+            let out = kubectl()
+                .args(["get", "--raw"])
+                .arg(format!("/api/v1/nodes/{node}/proxy/healthz"))
+                .output();
+            last = match out {
+                Ok(o)
+                    if o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok" =>
+                {
+                    return;
+                }
+                Ok(o) => format!(
+                    "{}: {}{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Err(e) => format!("cannot run kubectl: {e}"),
+            };
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the API server did not reach node {node}'s kubelet API within 60 s; last answer: {last}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Waits until the release's overflow companion (`overflow.enabled`) is Available: its
     /// webhook has published its certificate and serves.
     pub fn wait_overflow(&self) {
