@@ -1161,7 +1161,9 @@ fn main() {
         .build()
         .unwrap();
     let mut failed = Vec::new();
-    let mut first = true;
+    // CONFORMANCE_ONCE_PER_RUN=0: a run beside another one that runs them (scripts/test-local
+    // runs two at once), so no target of this run is "the first".
+    let mut first = std::env::var("CONFORMANCE_ONCE_PER_RUN").map_or(true, |v| v != "0");
     let in_cluster_gpus = regex::Regex::new(overflow::IN_CLUSTER_GPUS).unwrap();
     // Scenarios that test the virtual kubelet rather than the provider run once per run.
     let first_provider = regex::Regex::new("^the provider is the first of this run$").unwrap();
@@ -1284,13 +1286,18 @@ fn main() {
             rt.block_on(remote.down());
         }
         // Printed before the next target's run, so the output still ends with Cucumber's own
-        // summary; every target's time is also in `target/conformance/times.txt`.
+        // summary; every target's time is also in `target/conformance/times-<first target>.txt`.
         let took = format!(
             "=== conformance: provider {p}{release} took {:.0} s ===",
             started.elapsed().as_secs_f64()
         );
         times.push(took.clone());
-        let _ = std::fs::write(report_dir.join("times.txt"), times.join("\n") + "\n");
+        // Named after the run's first target: two runs at once keep a file each.
+        let first_target = providers.split(',').next().unwrap_or_default().trim();
+        let _ = std::fs::write(
+            report_dir.join(format!("times-{first_target}.txt")),
+            times.join("\n") + "\n",
+        );
         pending_took = Some(took);
         if result.execution_has_failed() {
             failed.push(p.to_owned());
