@@ -260,7 +260,10 @@ impl PodVk {
     /// Waits until the API server reaches `node`'s kubelet API (`/healthz` through the node
     /// proxy), the path of `kubectl logs`, `exec` and `top`. A Ready VK pod is not enough: the
     /// node's address is its Service, and kube-proxy on the API server's node programs the new
-    /// endpoint a moment later; until then the API server's dial is refused (a kind run's
+    /// endpoint a moment later (kube-proxy rejects connections to a Service with no ready
+    /// endpoint: the Kubernetes docs, "Virtual IPs and Service Proxies", and kube-proxy's
+    /// iptables REJECT rule for services without endpoints); until then the API server's dial is
+    /// refused (a kind run's
     /// `kubectl logs --follow` failed so: "dial tcp <service ip>:10250: connect: connection
     /// refused").
     pub fn wait_reachable(&self, node: &str) {
