@@ -1092,8 +1092,11 @@ async fn foreign_kept(w: &mut Vkw, n: usize) {
 // ----------------------------------------------------------------------------------------------
 // Runner
 
+/// The checkout the suite runs from: cargo sets `CARGO_MANIFEST_DIR` when it runs a test, and
+/// the compile-time value may name another checkout that shares the cargo target directory.
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
         .parent()
         .unwrap()
         .to_path_buf()

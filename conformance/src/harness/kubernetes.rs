@@ -47,7 +47,8 @@ const STOP_LATENCY_MS: u64 = 1500;
 /// `scripts/testbed/<name>` for testbed `testbed`, with none of the local testbed's env (its
 /// `TESTBED_*_PORT` would be taken as fixed ports for the second one).
 fn testbed_command(script: &str, testbed: &str) -> std::process::Command {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let path = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
         .join("../scripts/testbed")
         .join(script);
     let mut cmd = std::process::Command::new(path);
