@@ -25,6 +25,8 @@ mod overflow;
 mod replacement;
 #[path = "conformance/resilience.rs"]
 mod resilience;
+#[path = "conformance/storms.rs"]
+mod storms;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod refusals;
+pub use refusals::Refusals;
+
 /// Errors while loading or validating configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -104,6 +107,9 @@ pub struct Config {
     /// own too: `providers[].limits`).
     #[serde(default)]
     pub limits: Limits,
+    /// Refused pods that a controller would replace are held; a storm of refusals is stopped.
+    #[serde(default)]
+    pub refusals: Refusals,
 }
 
 /// Which order providers are tried in (`dispatch.policy`, or a pod's
@@ -622,6 +628,7 @@ impl Config {
                 "at least one provider must be configured".into(),
             ));
         }
+        self.refusals.validate().map_err(Error::Invalid)?;
         let mut seen = std::collections::BTreeSet::new();
         for p in &self.providers {
             if !seen.insert(&p.name) {

@@ -9,7 +9,10 @@
 //!                        (readiness from the probe tasks of prober: probe, prober)
 //!        Restart      -> restart: record the termination, delete the workload, back off
 //!        FinishDeletion / DeleteOrphanedWorkloads / StopWorkload -> delete
-//!        Lost / Fail  -> status (Failed, with a reason and an Event)
+//!        Lost / Fail  -> status (Failed, with a reason and an Event; storm: a storm of
+//!                        failures of one owner is held instead)
+//!        Hold         -> status (Pending, with a reason and an Event; refusals of pods a
+//!                        controller owns are held, not failed: decide::refuse)
 //! provider lists (observe: one list per provider per interval) -> cache -> enqueue changed pods
 //!   (a workload missing from a list is lost only on repeated evidence: evidence)
 //! gc: workloads owned by this node with no live pod -> delete (after a grace window)
@@ -45,6 +48,7 @@ pub mod spec;
 pub mod startup;
 pub mod status;
 pub mod store;
+pub mod storm;
 pub mod translate;
 pub mod watch;
 
@@ -138,6 +142,8 @@ pub struct PodController {
     guard: guard::Guard,
     /// Readiness probes of running pods (see [`prober`]).
     prober: prober::Prober,
+    /// Failures per owner, to stop a pod storm (see [`storm`]).
+    storms: storm::Storms,
     pub metrics: Metrics,
 }
 
@@ -238,6 +244,7 @@ impl PodController {
                     .unwrap_or_default()
             })
             .collect();
+        let storms = storm::Storms::new(&cfg.refusals);
         Arc::new(Self {
             client,
             cfg,
@@ -255,6 +262,7 @@ impl PodController {
             events,
             guard,
             prober: prober::Prober::default(),
+            storms,
             metrics,
         })
     }

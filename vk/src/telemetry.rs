@@ -62,6 +62,9 @@ pub struct Metrics {
     pub gc_deletes: Counter,
     /// Events dropped because the API server fell behind (see `crate::pods::events`).
     pub events_dropped: Counter,
+    /// Pods held instead of failed because their owner's pods were failing in a storm (see
+    /// `crate::pods::storm`).
+    pub refusal_storm_held: Counter,
     pub queue_depth: Gauge,
     /// Seconds from start until everything known at start-up was reconciled once; 0 before.
     pub startup_reconcile_seconds: Gauge<f64, AtomicU64>,
@@ -139,6 +142,12 @@ impl Metrics {
             "events_dropped",
             "Events dropped because the API server fell too far behind",
             events_dropped.clone(),
+        );
+        let refusal_storm_held = Counter::default();
+        r.register(
+            "refusal_storm_held",
+            "Pods held instead of failed because more pods of their owner failed in a window than refusals.stormThreshold",
+            refusal_storm_held.clone(),
         );
         let queue_depth = Gauge::default();
         r.register(
@@ -238,6 +247,7 @@ impl Metrics {
             pod_deletes,
             gc_deletes,
             events_dropped,
+            refusal_storm_held,
             queue_depth,
             startup_reconcile_seconds,
             pods,

@@ -71,6 +71,27 @@ where
     }
 }
 
+/// As [`wait_for`], for a check that says what it saw when it is not there yet (`Err`): a
+/// timeout then reports the last thing seen, not only what was awaited.
+pub async fn wait_seeing<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        let seen = match f().await {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}; last seen: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Waits (20 s) until Node `node` reports Ready.
 pub async fn wait_node_ready(c: &Client, node: &str) {
     wait_for(Duration::from_secs(20), "node Ready", || async {

@@ -242,6 +242,55 @@ impl PodVk {
         }
     }
 
+    /// Replaces the release's VK config with `config` (`helm upgrade`; the chart's config
+    /// checksum rolls the pod, the old one going first) and returns once the new pod is Ready.
+    pub fn reconfigure(&mut self, config: &str, dir: &std::path::Path) {
+        let old = self.pod();
+        self.past_logs = self.logs();
+        let file = dir.join("values.yaml");
+        let values = std::fs::read_to_string(&file).unwrap();
+        let mut out = String::new();
+        let mut in_config = false;
+        for line in values.lines() {
+            if line == "config:" {
+                in_config = true;
+                out.push_str("config:\n");
+                for c in config.lines() {
+                    out.push_str("  ");
+                    out.push_str(c);
+                    out.push('\n');
+                }
+                continue;
+            }
+            if in_config && line.starts_with("  ") {
+                continue;
+            }
+            in_config = false;
+            out.push_str(line);
+            out.push('\n');
+        }
+        std::fs::write(&file, out).unwrap();
+        let mut helm = Command::new(tool("HELM", "helm"));
+        helm.args([
+            "upgrade",
+            &self.release,
+            &tool("VK_CHART", "deploy/helm/gpu-vk"),
+        ])
+        .args(["--namespace", NAMESPACE, "--values"])
+        .arg(&file);
+        run(helm, &format!("helm upgrade {}", self.release));
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while self.pod().is_none() || self.pod() == old {
+            assert!(
+                Instant::now() < deadline,
+                "the VK pod of {} was not replaced after its config changed",
+                self.release
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.wait_ready();
+    }
+
     /// Waits until the release's pod is Ready: its readiness probe passed, so the kubelet
     /// Service routes to it (the API server reaches the VK's kubelet API through that Service).
     pub fn wait_ready(&self) {
@@ -266,8 +315,16 @@ impl PodVk {
     /// refused (a kind run's
     /// `kubectl logs --follow` failed so: "dial tcp <service ip>:10250: connect: connection
     /// refused").
+    ///
+    /// The first dial must wait for kube-proxy on the API server's node: before it programs the
+    /// Service, a dial to its ClusterIP leaves the cluster by the default route, and where an
+    /// egress proxy answers it (this testbed's sandbox does, with a 403 "denied destination")
+    /// the API server keeps that connection alive and reuses it for every later request to the
+    /// node (a kind run waited 60 s on it). So this first waits for the Service's NAT rule on
+    /// the control-plane node, then dials.
     pub fn wait_reachable(&self, node: &str) {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        wait_service_programmed(node, deadline);
         let mut last;
         loop {
             let out = kubectl()
@@ -350,5 +407,51 @@ impl Drop for PodVk {
         if !self.uninstalled {
             self.helm_uninstall(false);
         }
+    }
+}
+
+/// Waits (until `deadline`) for kube-proxy on the kind cluster's control-plane node to route
+/// `node`'s InternalIP (the VK's Service ClusterIP) on the kubelet port. Skipped where the
+/// rules cannot be read (no `KIND_CLUSTER`, no docker, no iptables in the node image).
+fn wait_service_programmed(node: &str, deadline: Instant) {
+    let Ok(cluster) = std::env::var("KIND_CLUSTER") else {
+        return;
+    };
+    let mut c = kubectl();
+    c.args(["get", "node", node, "-o"])
+        .arg(r#"jsonpath={.status.addresses[?(@.type=="InternalIP")].address}"#);
+    let ip = run(c, "reading the VK node's address");
+    let ip = ip.trim();
+    if ip.is_empty() {
+        return;
+    }
+    let rule = format!("-d {ip}/32 -p tcp");
+    loop {
+        let out = Command::new("docker")
+            .args([
+                "exec",
+                &format!("{cluster}-control-plane"),
+                "iptables-save",
+                "-t",
+                "nat",
+            ])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                let text = String::from_utf8_lossy(&o.stdout);
+                if text
+                    .lines()
+                    .any(|l| l.contains(&rule) && l.contains("--dport 10250"))
+                {
+                    return;
+                }
+            }
+            _ => return,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kube-proxy on {cluster}-control-plane did not route node {node}'s address {ip}:10250 within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
 }

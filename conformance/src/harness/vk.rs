@@ -314,6 +314,34 @@ impl Vk {
         self.spawn();
     }
 
+    /// The VK's config file as written.
+    pub fn config(&self) -> &str {
+        &self.config
+    }
+
+    /// Restarts the VK for the same node with its config file rewritten by `edit`, the way an
+    /// operator changes it (a VK pod: `helm upgrade`); returns once the new VK has started.
+    pub async fn reconfigure(&mut self, edit: impl FnOnce(&str) -> String) {
+        let started = self.log().matches("virtual kubelet started").count();
+        self.config = edit(&self.config);
+        if let Some(p) = self.pod.as_mut() {
+            let (config, dir) = (self.config.clone(), self.dir.clone());
+            tokio::task::block_in_place(|| p.reconfigure(&config, &dir));
+        } else {
+            self.stop().await;
+            std::fs::write(self.dir.join("config.yaml"), &self.config).unwrap();
+            self.spawn();
+        }
+        wait_for(
+            Duration::from_secs(120),
+            "the reconfigured VK to start",
+            || async {
+                (self.log().matches("virtual kubelet started").count() > started).then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Replaces the VK as its supervisor would after a crash: a VK pod is deleted with no grace
     /// period and its Deployment starts a new one; a VK process is killed and started again.
     pub async fn replace(&mut self) {

@@ -163,6 +163,13 @@ impl PodController {
                     capacity_msgs.push(format!("{name}: {message}"));
                 }
                 AfterCreateError::Fail { reason, message } => {
+                    // The provider refuses what the template asks for: a replacement would be
+                    // refused too, so a pod its controller owns is held (see decide::refuse).
+                    if super::decide::controller_of(pod).is_some() {
+                        let why = format!("{message} (held: a replacement would be refused too)");
+                        self.hold(pod, reason, &why).await?;
+                        return Ok(Action::requeue(self.cfg.refusals.hold_retry()));
+                    }
                     self.fail(pod, reason, &message).await?;
                     return Ok(Action::await_change());
                 }

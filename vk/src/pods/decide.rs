@@ -87,6 +87,8 @@ pub struct Rules<'a> {
     pub dispatch: &'a DispatchConfig,
     /// Each provider's start deadline (parallel to `offers`; missing: none).
     pub start_deadlines: &'a [StartDeadline],
+    /// How long a refused pod that a controller owns is held before it is judged again.
+    pub hold_retry: Duration,
 }
 
 /// Who may have workloads created at the providers: checked before every create, because a
@@ -182,7 +184,7 @@ pub fn decide(
     }
     let request = match spec::request(pod) {
         Ok(r) => r,
-        Err(e) => return fail(reason::INVALID_SPEC, e.0),
+        Err(e) => return refuse(rules, pod, reason::INVALID_SPEC, e.0),
     };
     if let Some(f) = found {
         return observed(rules, pod, f, now);
@@ -206,7 +208,7 @@ pub fn decide(
         return Step::Wait(wait);
     }
     if let Err(why) = rules.admission.check(pod) {
-        return fail(reason::NOT_ALLOWED, why);
+        return refuse(rules, pod, reason::NOT_ALLOWED, why);
     }
     // A pod only a provider running every container can take, and none of those may.
     if let Some(why) = &request.steps_only {
@@ -218,7 +220,7 @@ pub fn decide(
                     .is_none_or(|pin| *pin == o.name)
         });
         if !can {
-            return fail(reason::INVALID_SPEC, why.clone());
+            return refuse(rules, pod, reason::INVALID_SPEC, why.clone());
         }
     }
     let policy = request
@@ -238,7 +240,7 @@ pub fn decide(
                 dispatch::Error::UnknownProvider(_) => reason::UNKNOWN_PROVIDER,
                 dispatch::Error::NoMatch(_) => reason::INVALID_SPEC,
             };
-            return fail(r, e.to_string());
+            return refuse(rules, pod, r, e.to_string());
         }
     };
     let secrets = secrets::referenced(pod);
@@ -256,7 +258,7 @@ pub fn decide(
                 plan.candidates.retain(|c| allowed.contains(&c.provider));
                 plan.passed_over.retain(|p| allowed.contains(&p.provider));
             }
-            Err(why) => return fail(reason::SECRETS_NOT_ALLOWED, why),
+            Err(why) => return refuse(rules, pod, reason::SECRETS_NOT_ALLOWED, why),
         }
     }
     if plan.candidates.is_empty() {
@@ -452,6 +454,31 @@ fn deletes_finished(rules: &Rules<'_>, provider: usize) -> bool {
 
 fn fail(reason: &'static str, message: String) -> Step {
     Step::Fail { reason, message }
+}
+
+/// A refusal of what the pod asks for. A pod its controller would replace is held rather than
+/// failed: the replacement, made from the same template, would meet the same refusal at once,
+/// and then the next (a pod storm). A bare pod fails, as the kubelet fails a pod it rejects.
+fn refuse(rules: &Rules<'_>, pod: &Pod, reason: &'static str, message: String) -> Step {
+    if controller_of(pod).is_none() {
+        return fail(reason, message);
+    }
+    Step::Hold {
+        reason,
+        message: format!("{message} (held: a replacement would be refused too)"),
+        retry: rules.hold_retry,
+    }
+}
+
+/// The owner that would replace the pod if it failed (its controller reference).
+pub fn controller_of(
+    pod: &Pod,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
 }
 
 /// The provider the VK recorded on the pod.
@@ -651,6 +678,7 @@ mod admission_tests {
             standing: &[],
             dispatch: &crate::config::DispatchConfig::default(),
             start_deadlines: &[],
+            hold_retry: Duration::from_secs(60),
         };
         let memory = Memory::fresh();
         let pod = PodBuilder::new().gpus("1").build();

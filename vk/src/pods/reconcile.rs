@@ -10,7 +10,7 @@ use tracing::warn;
 use super::decide::{self, Found, Rules, Step};
 use super::events::EventType;
 use super::memory::Memory;
-use super::translate::{Situation, reason};
+use super::translate::reason;
 use super::{Error, PodController, read, write};
 use crate::telemetry::{ErrorChain, ResultLabels};
 
@@ -95,6 +95,7 @@ impl PodController {
             standing: &standing,
             dispatch: &self.cfg.dispatch,
             start_deadlines: &self.start_deadlines,
+            hold_retry: self.cfg.refusals.hold_retry(),
         };
         let step = decide::decide(
             &rules,
@@ -143,17 +144,18 @@ impl PodController {
                 Ok(Action::await_change())
             }
             Step::Fail { reason, message } => {
-                self.fail(&pod, reason, &message).await?;
+                let live = found.as_ref().is_some_and(|(_, o)| !o.state.is_terminal());
+                let action = self.fail_unless_storm(&pod, reason, &message, live).await?;
                 // A failed pod keeps no live workload (a start past its deadline is still
                 // billing): stop it now rather than wait for a change to bring the pod back,
                 // which a workload stuck starting never makes.
                 if let Some((i, obs)) = &found
-                    && !obs.state.is_terminal()
+                    && live
                 {
                     self.delete_one(*i, uid, &obs.provider_id, Some(&pod))
                         .await?;
                 }
-                Ok(Action::await_change())
+                Ok(action)
             }
             Step::Report { provider } => {
                 let Some((_, obs)) = &found else {
@@ -222,20 +224,11 @@ impl PodController {
                 Ok(Action::requeue(delay))
             }
             Step::Lost { provider } => {
+                // A provider that loses every workload as it starts would make a storm of
+                // replacements: the backstop holds them.
                 let msg = format!("workload vanished at provider {provider}");
-                self.event(
-                    &pod,
-                    EventType::Warning,
-                    reason::PROVIDER_LOST,
-                    "Observe",
-                    &msg,
-                );
-                let lost = Situation::Failed {
-                    reason: reason::PROVIDER_LOST,
-                    message: msg,
-                };
-                self.write_status(&pod, &lost, &provider).await?;
-                Ok(Action::await_change())
+                self.fail_unless_storm(&pod, reason::PROVIDER_LOST, &msg, false)
+                    .await
             }
             Step::Wait(d) => Ok(Action::requeue(d)),
             Step::Hold {

@@ -32,6 +32,8 @@ pub mod reason {
     pub const UNKNOWN_PROVIDER: &str = "UnknownProvider";
     pub const NOT_ALLOWED: &str = "NotAllowed";
     pub const SECRETS_NOT_ALLOWED: &str = "SecretsNotAllowed";
+    /// Held instead of failed: too many pods of its owner failed in a short time.
+    pub const REFUSAL_STORM: &str = "RefusalStorm";
     pub const CONFIG_ERROR: &str = "CreateContainerConfigError";
     pub const CREATING: &str = "ContainerCreating";
     pub const CRASH_LOOP: &str = "CrashLoopBackOff";

@@ -30,6 +30,7 @@ fn decide_with(pod: &Pod, policies: &[(&str, SecretEnv)], secret_failover: bool)
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
         start_deadlines: &[],
+        hold_retry: Duration::from_secs(60),
     };
     decide(
         &rules,

@@ -63,6 +63,7 @@ fn with_rules<T>(deadlines: &[crate::config::StartDeadline], f: impl FnOnce(&Rul
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
         start_deadlines: deadlines,
+        hold_retry: Duration::from_secs(60),
     })
 }
 
@@ -145,6 +146,7 @@ fn a_finished_pod_deletes_its_ended_workload_where_the_provider_keeps_billing_it
         standing: &[],
         dispatch: &crate::config::DispatchConfig::default(),
         start_deadlines: &[],
+        hold_retry: Duration::from_secs(60),
     };
     let done = PodBuilder::new()
         .assigned("runpod")
