@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod admission;
 mod refusals;
+pub use admission::Admission;
 pub use refusals::Refusals;
 
 /// Errors while loading or validating configuration.
@@ -110,6 +112,9 @@ pub struct Config {
     /// Refused pods that a controller would replace are held; a storm of refusals is stopped.
     #[serde(default)]
     pub refusals: Refusals,
+    /// The validating admission webhook that refuses such pods before they exist.
+    #[serde(default)]
+    pub admission: Admission,
 }
 
 /// Which order providers are tried in (`dispatch.policy`, or a pod's
@@ -629,6 +634,7 @@ impl Config {
             ));
         }
         self.refusals.validate().map_err(Error::Invalid)?;
+        self.admission.validate().map_err(Error::Invalid)?;
         let mut seen = std::collections::BTreeSet::new();
         for p in &self.providers {
             if !seen.insert(&p.name) {

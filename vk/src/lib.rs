@@ -6,9 +6,11 @@
 //! sits behind) and [`providers`] the adapters, which [`providers::registry`] builds from
 //! [`config`]; [`kubelet_api`] serves logs, exec and stats; [`telemetry`] is metrics and logs;
 //! [`leader`] lets several replicas serve one node, one at a time; [`overflow`] is the offload
-//! policy (admission webhook and reclaim) of `vk overflow`.
+//! policy (admission webhook and reclaim) of `vk overflow`; [`admission`] refuses at create time
+//! the pods this node would refuse.
 //! `docs/architecture.md` draws the data flow and what may import what.
 
+pub mod admission;
 pub mod config;
 pub mod kubelet_api;
 pub mod leader;

@@ -184,3 +184,77 @@ async fn never_failed(w: &mut Vkw, app: String) {
         .collect();
     assert!(failed.is_empty(), "failed pods of {app}: {failed:?}");
 }
+
+#[given("the virtual kubelet checks pods at admission")]
+async fn admission_on(w: &mut Vkw) {
+    assert!(
+        !conformance::harness::pod::pod_mode(),
+        "the admission scenario runs with the VK as a process"
+    );
+    let port = conformance::harness::free_port();
+    w.vk()
+        .reconfigure(|c| {
+            format!(
+                "{c}admission: {{enabled: true, addr: \"127.0.0.1:{port}\", url: \"https://127.0.0.1:{port}/validate\"}}\n"
+            )
+        })
+        .await;
+    // Registered once the node exists; the API server then calls it within moments. A dry-run
+    // create of a pod the VK refuses shows when it does.
+    let node = w.node();
+    let mut probe = super::gpu_pod("admission-probe", &node, 1, &[]);
+    probe.spec.as_mut().unwrap().host_network = Some(true);
+    let pods: Api<Pod> = Api::namespaced(w.c(), &w.ns);
+    wait_seeing(
+        Duration::from_secs(30),
+        "the admission webhook to refuse a hostNetwork pod",
+        || async {
+            let dry = PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            match pods.create(&dry, &probe).await {
+                Err(kube::Error::Api(e)) if e.message.contains("admission check") => Ok(()),
+                Err(e) => Err(format!("error {e}")),
+                Ok(_) => Err("admitted".into()),
+            }
+        },
+    )
+    .await;
+}
+
+#[then(expr = "deployment {string} has no pod, and its ReplicaSet cannot create one: {string}")]
+async fn refused_at_admission(w: &mut Vkw, app: String, reason: String) {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.c(), &w.ns);
+    let want = format!("{reason}: ");
+    wait_seeing(
+        Duration::from_secs(60),
+        &format!("a FailedCreate event of deployment {app}'s ReplicaSet naming {reason}"),
+        || async {
+            let list = events.list(&Default::default()).await.unwrap().items;
+            let seen: Vec<String> = list
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{}: {}",
+                        e.reason.clone().unwrap_or_default(),
+                        e.note.clone().unwrap_or_default()
+                    )
+                })
+                .collect();
+            let found = list.iter().any(|e| {
+                e.reason.as_deref() == Some("FailedCreate")
+                    && e.note.as_deref().is_some_and(|n| n.contains(&want))
+            });
+            if found { Ok(()) } else { Err(seen.join(" | ")) }
+        },
+    )
+    .await;
+    // Refused at create time: nothing exists to fail, to hold, or to replace.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let pods = w.replicas(&app).await;
+        assert!(pods.is_empty(), "{} pods of {app} exist", pods.len());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -37,13 +37,18 @@ pub struct WebhookCert {
 
 /// Generates a self-signed certificate valid for the Service's in-cluster DNS names.
 pub fn self_signed(name: &str, namespace: &str) -> Result<WebhookCert, Error> {
-    let names = vec![
+    self_signed_for(vec![
         name.to_owned(),
         format!("{name}.{namespace}"),
         format!("{name}.{namespace}.svc"),
         format!("{name}.{namespace}.svc.cluster.local"),
         "localhost".to_owned(),
-    ];
+    ])
+}
+
+/// A self-signed certificate for `names` (DNS names, or IP addresses: rcgen makes those IP
+/// SANs), ready to serve.
+pub fn self_signed_for(names: Vec<String>) -> Result<WebhookCert, Error> {
     let rcgen::CertifiedKey { cert, signing_key } = rcgen::generate_simple_self_signed(names)?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(signing_key.serialize_der()));
     let signer = rustls::crypto::ring::sign::any_supported_type(&key)?;

@@ -75,6 +75,7 @@ pub enum Step {
 }
 
 /// The configuration `decide` works with.
+#[derive(Clone, Copy)]
 pub struct Rules<'a> {
     pub owner: &'a Owner,
     pub offers: &'a [Offer],
@@ -207,60 +208,10 @@ pub fn decide(
     if let Some(wait) = restart::backoff_remaining(pod, rules.timings, now) {
         return Step::Wait(wait);
     }
-    if let Err(why) = rules.admission.check(pod) {
-        return refuse(rules, pod, reason::NOT_ALLOWED, why);
-    }
-    // A pod only a provider running every container can take, and none of those may.
-    if let Some(why) = &request.steps_only {
-        let can = rules.offers.iter().any(|o| {
-            o.capabilities.containers
-                && request
-                    .pinned_provider
-                    .as_ref()
-                    .is_none_or(|pin| *pin == o.name)
-        });
-        if !can {
-            return refuse(rules, pod, reason::INVALID_SPEC, why.clone());
-        }
-    }
-    let policy = request
-        .policy
-        .filter(|_| rules.dispatch.pod_policy)
-        .unwrap_or(rules.dispatch.policy);
-    let mut plan = match dispatch::candidates(
-        rules.offers,
-        rules.standing,
-        &request,
-        assigned(pod),
-        policy,
-    ) {
-        Ok(c) => c,
-        Err(e) => {
-            let r = match e {
-                dispatch::Error::UnknownProvider(_) => reason::UNKNOWN_PROVIDER,
-                dispatch::Error::NoMatch(_) => reason::INVALID_SPEC,
-            };
-            return refuse(rules, pod, r, e.to_string());
-        }
+    let plan = match plan(rules, pod, &request) {
+        Ok(p) => p,
+        Err((reason, why)) => return refuse(rules, pod, reason, why),
     };
-    let secrets = secrets::referenced(pod);
-    if !secrets.is_empty() {
-        let mut order = plan.providers();
-        // Passed-over providers count too: a Secret-bearing pod waiting for its only
-        // allowed provider must not fail just because that one is unhealthy right now.
-        for p in &plan.passed_over {
-            if !order.contains(&p.provider) {
-                order.push(p.provider);
-            }
-        }
-        match secrets::restrict(rules.offers, order, &secrets, rules.secret_failover) {
-            Ok(allowed) => {
-                plan.candidates.retain(|c| allowed.contains(&c.provider));
-                plan.passed_over.retain(|p| allowed.contains(&p.provider));
-            }
-            Err(why) => return refuse(rules, pod, reason::SECRETS_NOT_ALLOWED, why),
-        }
-    }
     if plan.candidates.is_empty() {
         let names = |i: usize| {
             rules
@@ -298,6 +249,79 @@ pub fn decide(
         request: Box::new(request),
         plan,
     }
+}
+
+/// A refusal: its reason and message.
+pub type Refusal = (&'static str, String);
+
+/// What the pod asks for, against the configuration and what dispatch knows: the plan, or why
+/// the pod may never run as it is. The admission webhook asks the same question ([`refusal`]),
+/// so a pod it refuses at create time gets the message the VK would give.
+fn plan(rules: &Rules<'_>, pod: &Pod, request: &Request) -> Result<Plan, Refusal> {
+    if let Err(why) = rules.admission.check(pod) {
+        return Err((reason::NOT_ALLOWED, why));
+    }
+    // A pod only a provider running every container can take, and none of those may.
+    if let Some(why) = &request.steps_only {
+        let can = rules.offers.iter().any(|o| {
+            o.capabilities.containers
+                && request
+                    .pinned_provider
+                    .as_ref()
+                    .is_none_or(|pin| *pin == o.name)
+        });
+        if !can {
+            return Err((reason::INVALID_SPEC, why.clone()));
+        }
+    }
+    let policy = request
+        .policy
+        .filter(|_| rules.dispatch.pod_policy)
+        .unwrap_or(rules.dispatch.policy);
+    let mut plan =
+        match dispatch::candidates(rules.offers, rules.standing, request, assigned(pod), policy) {
+            Ok(c) => c,
+            Err(e) => {
+                let r = match e {
+                    dispatch::Error::UnknownProvider(_) => reason::UNKNOWN_PROVIDER,
+                    dispatch::Error::NoMatch(_) => reason::INVALID_SPEC,
+                };
+                return Err((r, e.to_string()));
+            }
+        };
+    let secrets = secrets::referenced(pod);
+    if !secrets.is_empty() {
+        let mut order = plan.providers();
+        // Passed-over providers count too: a Secret-bearing pod waiting for its only
+        // allowed provider must not fail just because that one is unhealthy right now.
+        for p in &plan.passed_over {
+            if !order.contains(&p.provider) {
+                order.push(p.provider);
+            }
+        }
+        match secrets::restrict(rules.offers, order, &secrets, rules.secret_failover) {
+            Ok(allowed) => {
+                plan.candidates.retain(|c| allowed.contains(&c.provider));
+                plan.passed_over.retain(|p| allowed.contains(&p.provider));
+            }
+            Err(why) => return Err((reason::SECRETS_NOT_ALLOWED, why)),
+        }
+    }
+    Ok(plan)
+}
+
+/// Why the pod can never run here, whatever the providers' state now (`None`: it may): the
+/// refusals of [`decide`] that depend only on the pod and the configuration.
+pub fn refusal(rules: &Rules<'_>, pod: &Pod) -> Option<Refusal> {
+    let request = match spec::request(pod) {
+        Ok(r) => r,
+        Err(e) => return Some((reason::INVALID_SPEC, e.0)),
+    };
+    let now = Rules {
+        standing: &[],
+        ..*rules
+    };
+    plan(&now, pod, &request).err()
 }
 
 /// The pod has a workload: report it, or restart it when it ended and the policy says so.

@@ -35,6 +35,23 @@ impl Action {
 }
 
 impl PodController {
+    /// Why `pod` could never run on this node as it is (see [`decide::refusal`]): what the
+    /// admission webhook refuses.
+    pub fn refusal(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<decide::Refusal> {
+        let rules = Rules {
+            owner: &self.owner,
+            offers: &self.offers,
+            timings: &self.cfg.timings,
+            admission: &self.admission,
+            secret_failover: self.cfg.secret_failover,
+            standing: &[],
+            dispatch: &self.cfg.dispatch,
+            start_deadlines: &self.start_deadlines,
+            hold_retry: self.cfg.refusals.hold_retry(),
+        };
+        decide::refusal(&rules, pod)
+    }
+
     /// Reconciles one pod and hands the outcome to the queue and the metrics.
     pub(super) async fn reconcile_logged(&self, uid: &str) {
         self.metrics.queue_depth.set(self.queue.len() as i64);
