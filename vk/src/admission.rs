@@ -84,7 +84,13 @@ pub async fn run(fw: Arc<PodController>, cfg: Arc<Config>, client: Client) -> an
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    register::publish(&client, &cfg, &node_uid, &cert.pem).await?;
+    // Until it is registered the API server never calls it; keep trying (RBAC may come late).
+    let mut delay = Duration::from_secs(1);
+    while let Err(e) = register::publish(&client, &cfg, &node_uid, &cert.pem).await {
+        warn!(error = %e, retry_in_s = delay.as_secs(), "cannot register the admission webhook");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(60));
+    }
     info!(node = %cfg.node_name, "admission webhook registered");
     server.await?.context("the admission webhook stopped")
 }

@@ -277,13 +277,16 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
         .await
         .context("failed to start the kubelet API")?;
     let mut node_task = tokio::spawn(node.clone().run(stopped(stop_rx.clone())));
-    let mut admission_task = tokio::spawn({
+    // The admission check is a first line only: without it the VK holds what it refuses, so
+    // its failure is logged and the node goes on.
+    let admission_task = tokio::spawn({
         let (fw, cfg, client) = (fw.clone(), cfg.clone(), client.clone());
         async move {
-            if !cfg.admission.enabled {
-                return std::future::pending().await;
+            if cfg.admission.enabled
+                && let Err(e) = vk::admission::run(fw, cfg, client).await
+            {
+                tracing::error!(error = %format!("{e:#}"), "the admission webhook stopped; refused pods are held instead");
             }
-            vk::admission::run(fw, cfg, client).await
         }
     });
     let mut fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
@@ -303,11 +306,6 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
             Err(e) => format!("the node manager task failed: {e}"),
         }),
         () = lost => Some("lost the leader lease (another replica leads now)".to_owned()),
-        r = &mut admission_task => Some(match r {
-            Ok(Ok(())) => "the admission webhook stopped".to_owned(),
-            Ok(Err(e)) => format!("the admission webhook failed: {e:#}"),
-            Err(e) => format!("the admission webhook task failed: {e}"),
-        }),
     };
     admission_task.abort();
     let _ = stop_tx.send(true);

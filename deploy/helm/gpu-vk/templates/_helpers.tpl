@@ -69,6 +69,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $le := .Values.leaderElection }}
 {{- $_ := set $config "leaderElection" (dict "enabled" true "leaseDurationMs" $le.leaseDurationMs "renewDeadlineMs" $le.renewDeadlineMs "retryPeriodMs" $le.retryPeriodMs) }}
 {{- end }}
+{{- if .Values.admission.enabled }}
+{{- $_ := set $config "admission" (dict "enabled" true "addr" "0.0.0.0:9443" "service" (printf "%s/%s-admission" .Release.Namespace (include "gpu-vk.fullname" .))) }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -76,6 +79,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "gpu-vk.validate" -}}
 {{- if hasKey .Values.config "leaderElection" }}
 {{- fail "set leader election with the top-level value leaderElection (the chart writes config.leaderElection from it and from replicas)" }}
+{{- end }}
+{{- if hasKey .Values.config "admission" }}
+{{- fail "set the admission check with the top-level value admission (the chart writes config.admission from it)" }}
 {{- end }}
 {{- if and .Values.credentials.existingSecret .Values.credentials.values }}
 {{- fail "set credentials.existingSecret or credentials.values, not both" }}
