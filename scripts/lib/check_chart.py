@@ -26,6 +26,8 @@ CLUSTER_RULES = [
     (["authentication.k8s.io"], ["tokenreviews"], ["create"]),
     (["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
     (["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"]),
+    # The admission check's own ValidatingWebhookConfiguration (resourceNames checked below).
+    (["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], ["get", "create", "patch", "update"]),
 ]
 LEASE_RULES = [(["coordination.k8s.io"], ["leases"], ["get", "create", "patch", "update"])]
 # Reading the kubelet Service's address: that one Service only (resourceNames checked below).
@@ -55,7 +57,12 @@ def rules(role):
 
 
 def check_rbac(docs, case, sa_name, namespace):
-    check(rules(one(docs, "ClusterRole", case)) == CLUSTER_RULES, f"{case}: ClusterRole rules differ from the least-privilege set")
+    cluster_role = one(docs, "ClusterRole", case)
+    check(rules(cluster_role) == CLUSTER_RULES, f"{case}: ClusterRole rules differ from the least-privilege set")
+    webhook_names = [r.get("resourceNames") for r in cluster_role.get("rules", [])
+                     if r.get("resources") == ["validatingwebhookconfigurations"]]
+    check(len(webhook_names) == 1 and len(webhook_names[0] or []) == 1 and webhook_names[0][0].startswith("gpu-vk-"),
+          f"{case}: the admission rule is not limited to the node's own webhook configuration: {webhook_names}")
     roles = {d["metadata"]["name"].rsplit("-", 1)[-1]: d for d in docs if d.get("kind") == "Role"}
     check(sorted(roles) == ["address", "lease"], f"{case}: expected the Roles *-lease and *-address, found {sorted(roles)}")
     lease = roles.get("lease", {})
@@ -138,7 +145,12 @@ def check_config(docs, case, dep, ports, volumes):
             if path:
                 check(path.startswith(SECRET_DIR + "/"), f"{case}: provider {p.get('name')} reads {key} {path} outside {SECRET_DIR}")
     services = {d["metadata"]["name"].rsplit("-", 1)[-1]: d for d in docs if d.get("kind") == "Service"}
-    check(sorted(services) == ["kubelet", "metrics"], f"{case}: expected the Services *-metrics and *-kubelet, found {sorted(services)}")
+    check(sorted(services) == ["admission", "kubelet", "metrics"],
+          f"{case}: expected the Services *-admission, *-metrics and *-kubelet, found {sorted(services)}")
+    admission = config.get("admission") or {}
+    check(admission.get("enabled") is True and str(admission.get("service", "")).endswith("-admission"),
+          f"{case}: config.yaml does not enable the admission check behind its Service: {admission}")
+    check(ports.get("admission") == 9443, f"{case}: no admission containerPort 9443")
     labels = dep["spec"]["template"]["metadata"]["labels"]
     for port, svc in services.items():
         selector = svc.get("spec", {}).get("selector", {})
@@ -169,6 +181,10 @@ def check_ha(docs):
     kubelet = [d for d in docs if d.get("kind") == "Service" and d["metadata"]["name"].endswith("-kubelet")]
     selector = kubelet[0].get("spec", {}).get("selector", {}) if kubelet else {}
     check(selector.get("gpu-vk.io/leader") == "true", f"{case}: the kubelet Service does not select the leader only")
+    # The leader's certificate is the one in the webhook configuration: only it may answer.
+    admission = [d for d in docs if d.get("kind") == "Service" and d["metadata"]["name"].endswith("-admission")]
+    selector = admission[0].get("spec", {}).get("selector", {}) if admission else {}
+    check(selector.get("gpu-vk.io/leader") == "true", f"{case}: the admission Service does not select the leader only")
     pdb = one(docs, "PodDisruptionBudget", case)
     check(pdb.get("spec", {}).get("maxUnavailable") == 1, f"{case}: the PodDisruptionBudget allows more than one pod down")
 
