@@ -151,3 +151,31 @@ pub fn verdict(
         "{why}: {message} (refused by the virtual node {node}'s admission check)"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::PodBuilder;
+
+    fn on(node: &str) -> Pod {
+        PodBuilder::new()
+            .spec(|s| s.node_name = Some(node.to_owned()))
+            .build()
+    }
+
+    #[test]
+    fn only_a_pod_of_this_node_is_refused_and_never_for_an_unknown_provider() {
+        let invalid = |_: &Pod| Some((reason::INVALID_SPEC, "hostPath volume".to_owned()));
+        let denied = verdict("vk-a", &on("vk-a"), invalid).unwrap();
+        assert!(
+            denied.starts_with("InvalidSpec: hostPath volume") && denied.contains("vk-a"),
+            "{denied}"
+        );
+        // Another node's pod is never judged, whatever the VK would say of it.
+        assert_eq!(verdict("vk-a", &on("gpu-node-1"), invalid), None);
+        // A provider name this node lacks may be configured next: admitted.
+        let unknown = |_: &Pod| Some((reason::UNKNOWN_PROVIDER, "nimbus".to_owned()));
+        assert_eq!(verdict("vk-a", &on("vk-a"), unknown), None);
+        assert_eq!(verdict("vk-a", &on("vk-a"), |_| None), None);
+    }
+}

@@ -1,4 +1,5 @@
-//! Steps of the pod-storm scenarios: a Deployment whose pods the VK refuses keeps its two pods,
+//! Steps of the pod-storm and admission scenarios (features/pod_storms.feature,
+//! features/admission.feature): a Deployment whose pods the VK refuses keeps its two pods,
 //! held Pending with the reason, instead of a stream of Failed pods that its ReplicaSet keeps
 //! replacing; fixing the cause lets it roll out with nothing deleted by hand.
 
@@ -187,18 +188,17 @@ async fn never_failed(w: &mut Vkw, app: String) {
 
 #[given("the virtual kubelet checks pods at admission")]
 async fn admission_on(w: &mut Vkw) {
-    assert!(
-        !conformance::harness::pod::pod_mode(),
-        "the admission scenario runs with the VK as a process"
-    );
-    let port = conformance::harness::free_port();
-    w.vk()
-        .reconfigure(|c| {
-            format!(
-                "{c}admission: {{enabled: true, addr: \"127.0.0.1:{port}\", url: \"https://127.0.0.1:{port}/validate\"}}\n"
-            )
-        })
-        .await;
+    // A VK pod has it from the Helm chart (admission.enabled); a VK process is given a URL.
+    if !conformance::harness::pod::pod_mode() {
+        let port = conformance::harness::free_port();
+        w.vk()
+            .reconfigure(|c| {
+                format!(
+                    "{c}admission: {{enabled: true, addr: \"127.0.0.1:{port}\", url: \"https://127.0.0.1:{port}/validate\"}}\n"
+                )
+            })
+            .await;
+    }
     // Registered once the node exists; the API server then calls it within moments. A dry-run
     // create of a pod the VK refuses shows when it does.
     let node = w.node();
