@@ -1144,6 +1144,18 @@ fn features_of(target: &str) -> Option<Vec<String>> {
         .filter(|l| !l.is_empty())
 }
 
+/// `CONFORMANCE_SKIP_FEATURES_<TARGET>`: features a target leaves out (e.g. those about the VK's
+/// own decisions on a slow real provider whose capabilities its emulator already shows).
+fn skipped_features_of(target: &str) -> Vec<String> {
+    let var = format!(
+        "CONFORMANCE_SKIP_FEATURES_{}",
+        target.to_uppercase().replace(['-', '.'], "_")
+    );
+    std::env::var(var)
+        .map(|l| feature_list(&l))
+        .unwrap_or_default()
+}
+
 fn feature_list(list: &str) -> Vec<String> {
     list.split(',')
         .map(|f| f.trim().to_owned())
@@ -1268,6 +1280,13 @@ fn main() {
             cucumber.with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default());
         // CONFORMANCE_FEATURES_<TARGET> (e.g. CONFORMANCE_FEATURES_VAST) narrows one target.
         let only = features_of(p).or_else(|| only.clone());
+        let skipped = skipped_features_of(p);
+        if !skipped.is_empty() {
+            println!(
+                "=== conformance: {p} leaves out the features {} ===",
+                skipped.join(", ")
+            );
+        }
         if let Some(o) = &only {
             println!(
                 "=== conformance: {p} runs the features {} ===",
@@ -1284,7 +1303,7 @@ fn main() {
                     .and_then(|s| s.to_str())
                     .unwrap_or_default()
                     .to_owned();
-                only.as_ref().is_none_or(|o| o.contains(&stem))
+                only.as_ref().is_none_or(|o| o.contains(&stem)) && !skipped.contains(&stem)
             },
         ));
         if let Some(remote) = REMOTE.lock().unwrap().take() {
