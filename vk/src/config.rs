@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod admission;
+pub mod pod_ip;
 mod refusals;
 pub use admission::Admission;
 pub use refusals::Refusals;
@@ -402,6 +403,11 @@ pub struct ProviderConfig {
     /// provider's deadline; a pod may always ask for less).
     #[serde(default)]
     pub max_start_deadline_seconds: Option<u64>,
+    /// The pod IP of a workload this provider lists no usable address for (see
+    /// `pods::address`); the pod's `gpu-vk.io/PodIPRoutable` condition is then False. Unset:
+    /// such a pod has no IP.
+    #[serde(default)]
+    pub pod_ip_fallback: Option<std::net::IpAddr>,
 }
 
 /// A provider's start deadline and the ceiling of a pod's own (see
@@ -645,6 +651,14 @@ impl Config {
             }
             p.limits
                 .validate(&format!("providers[{}].limits", p.name))?;
+            if let Some(ip) = p.pod_ip_fallback
+                && let Some(why) = pod_ip::unusable(ip, self.internal_ip.parse().ok())
+            {
+                return Err(Error::Invalid(format!(
+                    "provider {}: podIpFallback {ip} cannot be a pod IP ({why})",
+                    p.name
+                )));
+            }
             if p.api_key_env.is_some() && p.api_key_file.is_some() {
                 return Err(Error::Invalid(format!(
                     "provider {}: set apiKeyEnv or apiKeyFile, not both",

@@ -25,6 +25,7 @@
 //! at start from the pods bound to this node and one list of every provider; the process-local
 //! [`memory`] only holds what the pipeline did moments ago, to judge lists that raced with it.
 
+pub mod address;
 pub mod create;
 pub mod decide;
 pub mod delete;

@@ -5,11 +5,13 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use tracing::{debug, warn};
 
+use super::address;
 use super::decide::{assigned, restart_count};
 use super::events::EventType;
 use super::spec::{ANN_ASSIGNED, ANN_DISPATCH};
@@ -140,7 +142,10 @@ impl PodController {
                 .find(|slot| slot.provider.name() == provider)
                 .is_some_and(|slot| slot.provider.capabilities().containers),
         };
-        let status = translate::pod_status(pod, s, &cx);
+        let mut status = translate::pod_status(pod, s, &cx);
+        if let Situation::Observed(o) = s {
+            self.apply_address(pod, o, provider, &mut status);
+        }
         // The chosen provider rides on the status write (the pods/status subresource accepts
         // annotations), so creating a workload costs no extra API request before or after.
         let annotate = !provider.is_empty() && assigned(pod) != Some(provider);
@@ -210,6 +215,38 @@ impl PodController {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
             Err(e) => Err(Error::WriteStatus(e)),
         }
+    }
+
+    /// Sets the pod IP the provider lists for the workload (or the provider's fallback) and
+    /// the [`address::CONDITION`]; an address that cannot be a pod IP is an Event the first
+    /// time it is seen.
+    fn apply_address(&self, pod: &Pod, o: &Observed, provider: &str, status: &mut PodStatus) {
+        let fallback = self
+            .cfg
+            .providers
+            .iter()
+            .find(|p| p.name == provider)
+            .and_then(|p| p.pod_ip_fallback);
+        let choice = address::choose(o.ip.as_deref(), fallback, self.cfg.internal_ip.parse().ok());
+        let message = choice.message(provider);
+        let seen = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == address::CONDITION && c.message.as_ref() == Some(&message))
+            });
+        if choice.refused.is_some() && !seen {
+            self.event(
+                pod,
+                EventType::Warning,
+                address::REFUSED,
+                "Observe",
+                &message,
+            );
+        }
+        choice.apply(status, provider, &Time(Timestamp::now()));
     }
 
     /// Publishes an Event on the pod (in the background; see [`super::events`]).

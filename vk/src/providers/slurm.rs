@@ -56,6 +56,7 @@ mod client;
 mod config;
 pub mod exec;
 mod logs;
+mod nodes;
 pub mod script;
 pub mod steps;
 #[cfg(test)]
@@ -120,6 +121,7 @@ pub struct Slurm {
     cfg: SlurmConfig,
     owner: Owner,
     client: Arc<Client>,
+    nodes: nodes::NodeAddresses,
 }
 
 impl Slurm {
@@ -184,6 +186,7 @@ impl Slurm {
             cfg,
             owner,
             client,
+            nodes: Default::default(),
         })
     }
 

@@ -73,18 +73,23 @@ pub(super) fn observe(
         }
     };
     let parse_ts = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<Timestamp>().ok());
+    // The pod's public IP: the `ip` of its directly published (`tcp`) ports, the machine's
+    // public address (v2 `PodRuntimePort.ip`, "45.23.12.1"). Not `globalNetworking.ip`: that
+    // private address is reachable only from other RunPod pods of the account. A pod with no
+    // tcp port has no address the cluster can reach (the provider's `podIpFallback` applies).
     let ip = pod
-        .global_networking
+        .runtime
         .as_ref()
-        .filter(|g| g.enabled == Some(true))
-        .and_then(|g| g.ip.clone())
-        .or_else(|| {
-            pod.runtime
-                .as_ref()?
-                .ports
-                .as_ref()?
+        .and_then(|r| r.ports.as_ref())
+        .and_then(|ports| {
+            ports
                 .iter()
-                .find_map(|p| p.ip.clone().filter(|s| !s.is_empty()))
+                .filter(|p| {
+                    p.kind
+                        .as_deref()
+                        .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
+                })
+                .find_map(|p| p.ip.clone().filter(|s| !s.trim().is_empty()))
         });
     let usage = if raw == "RUNNING" { usage(&pod) } else { None };
     let ports = if raw == "RUNNING" {
@@ -260,10 +265,24 @@ mod tests {
         let o = observe("rp", pod(p.clone()), false, UnknownExit::Succeeded).unwrap();
         assert_eq!(o.ports.len(), 1);
         assert_eq!(o.ports[&8080].to_string(), "203.0.113.7:43210");
+        assert_eq!(
+            o.ip.as_deref(),
+            Some("203.0.113.7"),
+            "the public IP is the pod's"
+        );
         let mut stopped = p;
         stopped["status"] = json!("EXITED");
         let o = observe("rp", pod(stopped), false, UnknownExit::Succeeded).unwrap();
         assert!(o.ports.is_empty());
+    }
+
+    #[test]
+    fn a_pod_with_only_a_global_networking_address_has_none_the_cluster_reaches() {
+        let p = json!({"id": "p1", "name": NAME, "status": "RUNNING",
+            "globalNetworking": {"enabled": true, "ip": "10.65.1.42"},
+            "runtime": {"ports": [{"private": 8888, "public": null, "type": "http", "ip": null}]}});
+        let o = observe("rp", pod(p), false, UnknownExit::Succeeded).unwrap();
+        assert_eq!(o.ip, None);
     }
 
     #[test]

@@ -95,8 +95,6 @@ pub(super) struct Pod {
     #[serde(default, deserialize_with = "lenient")]
     pub(super) runtime: Option<PodRuntime>,
     #[serde(default, deserialize_with = "lenient")]
-    pub(super) global_networking: Option<GlobalNetworking>,
-    #[serde(default, deserialize_with = "lenient")]
     pub(super) created_at: Option<String>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) started_at: Option<String>,
@@ -150,14 +148,6 @@ pub(super) struct RuntimePort {
     pub(super) public: Option<u16>,
     #[serde(default, rename = "type", deserialize_with = "lenient")]
     pub(super) kind: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct GlobalNetworking {
-    #[serde(default, deserialize_with = "lenient")]
-    pub(super) enabled: Option<bool>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub(super) ip: Option<String>,
 }
 
 /// RFC 9457 problem details.

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use tracing::{info, warn};
 
 use super::wire::{self, SubmitAnswer};
-use super::{ExecMode, Slurm, exec, logs, observe, step_containers};
+use super::{ExecMode, Slurm, exec, logs, nodes, observe, step_containers};
 use crate::provider::{
     Capabilities, ContainerExit, ExecRequest, ExecSession, Inventory, LogOptions, LogStream,
     Observed, Price, Provider, ProviderError, Quote, Workload, WorkloadState,
@@ -88,6 +88,7 @@ impl Provider for Slurm {
         // live extras (`pods::duplicates`).
         let mut out: Vec<Observed> = Vec::with_capacity(jobs.len());
         let mut steps = Vec::new();
+        let mut hosts = Vec::new();
         for job in &jobs {
             let price = self.cfg.price_per_gpu_hour.and_then(Price::from_dollars);
             let Some(obs) = observe(&self.owner, job, price) else {
@@ -97,7 +98,23 @@ impl Provider for Slurm {
                 warn!(provider = %self.name, workload = %obs.id, job_state = %raw, "unknown Slurm job state");
             }
             steps.push(step_containers(job));
+            // The pod's address is its (first) node's, while the job holds one.
+            let host = matches!(
+                obs.state,
+                WorkloadState::Starting | WorkloadState::Running | WorkloadState::NotReady { .. }
+            )
+            .then(|| job.nodes.as_deref().and_then(nodes::first_host))
+            .flatten();
+            hosts.push(host);
             out.push(obs);
+        }
+        let wanted: Vec<String> = hosts.iter().flatten().cloned().collect();
+        let addresses = self.nodes.of(&self.name, &self.client, &wanted).await;
+        for (obs, host) in out.iter_mut().zip(&hosts) {
+            obs.ip = host
+                .as_ref()
+                .and_then(|h| addresses.get(h))
+                .map(ToString::to_string);
         }
         if let Some(dir) = &self.cfg.output_dir {
             let reads = out.iter_mut().zip(steps).filter(|(o, names)| {

@@ -237,6 +237,16 @@ impl Client {
             .collect())
     }
 
+    /// Every node slurmctld knows, in one call.
+    pub async fn nodes(&self) -> Result<super::nodes::NodeList, ProviderError> {
+        let url = self.url(&["nodes"], true).await?;
+        let resp = self.http.send(Method::GET, url, None).await?;
+        if !resp.is_success() {
+            return Err(self.error_from(&resp));
+        }
+        resp.json("node list")
+    }
+
     /// One job; `None` when Slurm no longer knows it.
     pub async fn job(&self, job_id: u64) -> Result<Option<JobRecord>, ProviderError> {
         let url = self.url(&["job", &job_id.to_string()], false).await?;
