@@ -21,6 +21,8 @@ mod limits;
 mod observability;
 #[path = "conformance/overflow.rs"]
 mod overflow;
+#[path = "conformance/pod_ip.rs"]
+mod pod_ip;
 #[path = "conformance/replacement.rs"]
 mod replacement;
 #[path = "conformance/resilience.rs"]
@@ -70,6 +72,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             // v2 `CreatePodRequest.cpu`: CPU pods.
             "CPU-only pods",
             "runs one container per workload",
+            // The emulator's admin API sets what `runtime.ports[].ip` lists.
+            "setting the addresses it lists",
         ],
         // Vast bids can be outbid: real preemptions; Vast serves container logs.
         // Vast enforces a minimum interval per endpoint (the emulator at the tenth the VK is
@@ -84,6 +88,7 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "per-endpoint rate limits",
             "a 256-character limit per env entry",
             "runs one container per workload",
+            "setting the addresses it lists",
         ],
         // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
         // become Preempted pods; job output files are served as logs; no usage figures; exec
@@ -99,6 +104,8 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "workloads created outside the virtual kubelet",
             // Each container of a pod a step of its job, with its own log.
             "containers as job steps",
+            // The node records' `address`.
+            "setting the addresses it lists",
         ],
         // The real single-node Slurm of `make slurm-up`: no admin API (no fault, exit or
         // preemption on demand), but anyone can submit jobs through slurmrestd; job output

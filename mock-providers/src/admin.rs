@@ -86,6 +86,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         )
         .route("/_admin/hide", post(hide))
         .route("/_admin/serve", post(serve))
+        .route("/_admin/addresses", post(addresses))
         .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
@@ -378,4 +379,19 @@ async fn config(State(e): State<Arc<Engine>>) -> Response {
         } => json!({"kind": "process", "provision_ms": provision_ms, "start_ms": start_ms}),
     };
     axum::Json(json!({"provider": flavor, "mode": mode})).into_response()
+}
+
+/// The body of `POST /_admin/addresses`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listed {
+    /// What the provider API lists as every workload's address (any text: a malformed or
+    /// loopback address as a misbehaving provider would list it); `null`: each its own.
+    pub listed: Option<String>,
+}
+
+/// `POST /_admin/addresses`: what the provider lists as its workloads' addresses.
+async fn addresses(State(e): State<Arc<Engine>>, axum::Json(b): axum::Json<Listed>) -> Response {
+    e.served.set_listed(b.listed);
+    StatusCode::NO_CONTENT.into_response()
 }

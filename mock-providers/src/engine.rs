@@ -267,6 +267,9 @@ pub struct AdminWorkload {
     pub pid: Option<u32>,
     /// Creation time (RFC 3339).
     pub created_at: String,
+    /// The address the provider API lists for it (RunPod: of its `tcp` ports while it runs;
+    /// Vast: `public_ipaddr`), see [`crate::serve::workload_address`].
+    pub address: String,
 }
 
 /// Errors of admin operations.
@@ -994,6 +997,9 @@ impl Engine {
                 machine_id: w.machine_id,
                 pid: w.proc.pid,
                 created_at: crate::util::rfc3339(w.created_at),
+                address: self
+                    .served
+                    .listed_address(&crate::serve::workload_address(w.seq)),
             });
         }
         out

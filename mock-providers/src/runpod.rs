@@ -310,19 +310,19 @@ fn ceil_percent(part: f64, whole: f64) -> u64 {
 /// `runtime.ports` of a running pod: each `N/tcp` port published at a public port of the
 /// emulator's host, where a real listener answers (see [`crate::serve`]); `http` ports go
 /// through RunPod's proxy and have no direct mapping, so they are listed without one.
-fn published_ports(engine: &Engine, id: &str, ports: &[String]) -> Vec<Value> {
+fn published_ports(engine: &Engine, w: &Workload, ports: &[String]) -> Vec<Value> {
     let parse = |p: &String, kind: &str| {
         let (n, k) = p.split_once('/')?;
         (k == kind).then(|| n.parse::<u16>().ok()).flatten()
     };
     let tcp: Vec<u16> = ports.iter().filter_map(|p| parse(p, "tcp")).collect();
+    let host = crate::serve::workload_address(w.seq);
+    let ip = engine.served.listed_address(&host);
     let mut out: Vec<Value> = engine
         .served
-        .open(id, &tcp)
+        .open(&w.id, &host, &tcp)
         .into_iter()
-        .map(|(private, public)| {
-            json!({"private": private, "public": public, "type": "tcp", "ip": crate::serve::host()})
-        })
+        .map(|(private, public)| json!({"private": private, "public": public, "type": "tcp", "ip": ip}))
         .collect();
     out.extend(
         ports
@@ -357,7 +357,7 @@ fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
             "gpus": (0..w.gpu_count).map(|_| json!({"util": 0, "memoryUtil": 0})).collect::<Vec<_>>(),
             "cpu": {"util": ceil_percent(usage.cpu_millis as f64, extra.vcpu_count as f64 * 1000.0)},
             "memory": {"util": ceil_percent(usage.memory_bytes as f64, extra.memory_gb as f64 * 1024.0 * 1024.0 * 1024.0)},
-            "ports": published_ports(engine, &w.id, &extra.ports),
+            "ports": published_ports(engine, w, &extra.ports),
         })
     } else {
         engine.served.close(&w.id);

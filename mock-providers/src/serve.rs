@@ -44,12 +44,17 @@ pub struct SetAnswer {
 }
 
 struct Port {
+    /// The workload's address, where the listener is bound.
+    host: String,
     public: u16,
     task: Option<tokio::task::AbortHandle>,
 }
 
 #[derive(Default)]
 struct Inner {
+    /// What the provider API lists as every workload's address instead of its own (`POST
+    /// /_admin/addresses`: a provider listing a malformed or loopback address).
+    listed: Option<String>,
     default: Answer,
     by_workload: HashMap<String, Answer>,
     /// Listeners by workload id and container port.
@@ -92,14 +97,51 @@ pub fn host() -> &'static str {
     })
 }
 
+/// The address of the `n`-th emulated workload: its own, from the first half of RFC 2544's
+/// benchmarking range 198.18.0.0/15 (never routed on the internet), when addresses of that
+/// range are local to this host (the testbed routes the range to the loopback interface:
+/// `ip route add local 198.18.0.0/15 dev lo`), so the workload's listeners answer there and
+/// tests can tell pods apart; else [`host`], shared by every workload, as pods on one RunPod
+/// machine share its public IP.
+pub fn workload_address(n: u64) -> String {
+    in_range(0, n)
+}
+
+/// The address of the `n`-th emulated Slurm node: from the second half of the range (see
+/// [`workload_address`]), else [`host`].
+pub fn node_address(n: u64) -> String {
+    in_range(1, n)
+}
+
+fn in_range(half: u8, n: u64) -> String {
+    if !range_is_local() {
+        return host().to_owned();
+    }
+    // 254 addresses (.1-.254) in each of 256 /24s.
+    let n = n % (254 * 256);
+    let (third, fourth) = ((n / 254) as u8, (n % 254) as u8 + 1);
+    std::net::Ipv4Addr::new(198, 18 + half, third, fourth).to_string()
+}
+
+/// Whether the addresses of 198.18.0.0/15 can be bound here (`MOCK_WORKLOAD_ADDRESSES=host`
+/// says no).
+pub fn range_is_local() -> bool {
+    static LOCAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOCAL.get_or_init(|| {
+        std::env::var("MOCK_WORKLOAD_ADDRESSES").as_deref() != Ok("host")
+            && std::net::TcpListener::bind(("198.18.0.1", 0)).is_ok()
+    })
+}
+
 impl Served {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The public port of each of `private` for a running workload, opening listeners as
-    /// needed (a port that cannot be bound is left out).
-    pub fn open(&self, workload: &str, private: &[u16]) -> Vec<(u16, u16)> {
+    /// The public port of each of `private` for a running workload at `host` (its
+    /// [`workload_address`]), opening listeners as needed (a port that cannot be bound is left
+    /// out).
+    pub fn open(&self, workload: &str, host: &str, private: &[u16]) -> Vec<(u16, u16)> {
         let mut inner = self.lock();
         let answer = answer_of(&inner, workload);
         let ports = inner.ports.entry(workload.to_owned()).or_default();
@@ -109,13 +151,27 @@ impl Served {
                 out.push((p, port.public));
                 continue;
             }
-            let Ok((public, task)) = self.listen(workload, 0, answer.accept) else {
+            let Ok((public, task)) = self.listen(workload, host, 0, answer.accept) else {
                 continue;
             };
-            ports.insert(p, Port { public, task });
+            let host = host.to_owned();
+            ports.insert(p, Port { host, public, task });
             out.push((p, public));
         }
         out
+    }
+
+    /// What the provider API lists as the address of a workload at `host`.
+    pub fn listed_address(&self, host: &str) -> String {
+        self.lock()
+            .listed
+            .clone()
+            .unwrap_or_else(|| host.to_owned())
+    }
+
+    /// Lists `listed` as every workload's address from now on (`None`: their own).
+    pub fn set_listed(&self, listed: Option<String>) {
+        self.lock().listed = listed;
     }
 
     /// Closes a workload's listeners (it stopped running or is gone).
@@ -158,7 +214,7 @@ impl Served {
                         }
                     }
                     (true, false) => {
-                        if let Ok((_, task)) = self.listen(&w, port.public, true) {
+                        if let Ok((_, task)) = self.listen(&w, &port.host, port.public, true) {
                             port.task = task;
                         }
                     }
@@ -168,15 +224,16 @@ impl Served {
         }
     }
 
-    /// Binds `port` (0: any) and serves it; with `accept` false only picks the number (nothing
-    /// listens until accepting again).
+    /// Binds `port` (0: any) of `host` and serves it; with `accept` false only picks the
+    /// number (nothing listens until accepting again).
     fn listen(
         &self,
         workload: &str,
+        host: &str,
         port: u16,
         accept: bool,
     ) -> std::io::Result<(u16, Option<tokio::task::AbortHandle>)> {
-        let std = std::net::TcpListener::bind((host(), port))?;
+        let std = std::net::TcpListener::bind((host, port))?;
         let public = std.local_addr()?.port();
         if !accept {
             return Ok((public, None));

@@ -22,6 +22,7 @@
 
 mod admin;
 pub mod jobs;
+mod nodes;
 mod process;
 
 use std::collections::BTreeMap;
@@ -141,6 +142,9 @@ pub struct Emulator {
 pub struct Inner {
     pub jobs: Jobs,
     pub gate: GateState,
+    /// What the node records list as every node's address instead of its own (`POST
+    /// /_admin/addresses`).
+    pub listed: Option<String>,
 }
 
 impl Emulator {
@@ -157,6 +161,7 @@ impl Emulator {
             inner: Mutex::new(Inner {
                 jobs,
                 gate: GateState::default(),
+                listed: None,
             }),
         })
     }
@@ -193,7 +198,22 @@ impl Emulator {
     pub fn snapshot(&self) -> Vec<Value> {
         let mut inner = self.lock();
         self.settle(&mut inner);
-        inner.jobs.jobs.values().map(admin::render).collect()
+        let listed = inner.listed.clone();
+        inner
+            .jobs
+            .jobs
+            .values()
+            .map(|j| {
+                let mut v = admin::render(j);
+                // Where the job runs, as the node records list it.
+                v["address"] = json!(
+                    j.node
+                        .filter(|_| j.state.holds_node())
+                        .map(|n| nodes::address(listed.as_deref(), n as u32))
+                );
+                v
+            })
+            .collect()
     }
 
     pub fn config(&self) -> &SlurmConfig {
@@ -234,6 +254,8 @@ pub fn router(state: State) -> Router {
         .route("/slurm/{version}/jobs", get(list))
         .route("/slurm/{version}/jobs/", get(list))
         .route("/slurm/{version}/job/{id}", get(get_job).delete(cancel))
+        .route("/slurm/{version}/nodes", get(nodes::list))
+        .route("/slurm/{version}/nodes/", get(nodes::list))
         .route("/openapi/v3", get(openapi))
         .fallback(unknown_url)
         .with_state(state)

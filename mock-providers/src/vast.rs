@@ -605,7 +605,7 @@ fn offer_template(gpu_type: &str, price: f64, n: u32, bid: bool, now: f64) -> Ma
         "external": false,
         "hosting_type": 1,
         "static_ip": true,
-        "public_ipaddr": "127.0.0.1",
+        "public_ipaddr": crate::serve::host(),
         "direct_port_count": 100,
         "geolocation": "Emulator, EM",
         "vms_enabled": false,
@@ -990,8 +990,10 @@ fn render_instance(engine: &Engine, w: &mut Workload, now: Instant) -> Map<Strin
         "end_date": start_date + 30.0 * 86_400.0,
         "duration": 30.0 * 86_400.0,
         "uptime_mins": number_or_null(uptime_mins),
-        "public_ipaddr": "127.0.0.1",
-        "local_ipaddrs": "127.0.0.1",
+        // Its own address (`serve::workload_address`), never loopback: the VK reports it as
+        // the pod IP, which the API server refuses in EndpointSlices when loopback.
+        "public_ipaddr": engine.served.listed_address(&crate::serve::workload_address(w.seq)),
+        "local_ipaddrs": crate::serve::workload_address(w.seq),
         "ssh_host": "ssh.emulator.invalid",
         "ssh_idx": "1",
         "ssh_port": 22,

@@ -41,3 +41,16 @@ testbed_dir() {
 
 # Quiet mode (QUIET=1) keeps only errors on stderr; used by `make test` so cargo's summary is last.
 if [ "${QUIET:-0}" = 1 ]; then log() { :; }; fi
+
+# Routes RFC 2544's benchmarking range 198.18.0.0/15 to the loopback interface (a `local`
+# route), so that each emulated workload gets an address of its own that answers on this host
+# (mock-providers/src/serve.rs) and pods on emulated providers have distinct pod IPs. Needs
+# root (or sudo without a password); without it every emulated workload shares this host's
+# address.
+workload_addresses() {
+  ip route show table local 2>/dev/null | grep -q '^local 198.18.0.0/15 ' && return 0
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  $sudo ip route add local 198.18.0.0/15 dev lo 2>/dev/null && return 0
+  log "could not route 198.18.0.0/15 to lo (needs root): emulated workloads share this host's address"
+}

@@ -609,5 +609,7 @@ fn workload_json(p: &Pod) -> Value {
         "state": state,
         "gpu_count": gpus,
         "command": command.join(" "),
+        // The remote pod's IP: what the adapter reports as the local pod's.
+        "address": p.status.as_ref().and_then(|s| s.pod_ip.clone()),
     })
 }

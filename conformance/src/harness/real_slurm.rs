@@ -151,13 +151,17 @@ impl RealSlurm {
     }
 
     /// Every job, in the observers' shape: `{id, name, state, reason, exit_code, user,
-    /// comment, nodes}` (`state` is Slurm's `job_state`).
+    /// comment, nodes, address}` (`state` is Slurm's `job_state`, `address` its node's).
     pub async fn workloads(&self) -> Vec<Value> {
+        let addresses = self.node_addresses().await;
         self.jobs()
             .await
             .iter()
             .map(|j| {
+                // The first node of the job's hostlist (the suite's Slurms have one node).
+                let node = j["nodes"].as_str().unwrap_or_default();
                 json!({
+                    "address": addresses.get(node),
                     "id": j["job_id"].as_u64().map(|n| n.to_string()).unwrap_or_default(),
                     "name": j["name"],
                     "state": job_state(j),
@@ -167,6 +171,26 @@ impl RealSlurm {
                     "comment": j["comment"],
                     "nodes": j["nodes"],
                 })
+            })
+            .collect()
+    }
+
+    /// slurmrestd's node records: node name -> `address` (its NodeAddr).
+    pub async fn node_addresses(&self) -> std::collections::BTreeMap<String, String> {
+        let r = self.request(reqwest::Method::GET, "/nodes/").send().await;
+        let body: Value = match r {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(e) => panic!("slurmrestd at {} unreachable: {e}", self.url),
+        };
+        body["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| {
+                Some((
+                    n["name"].as_str()?.to_owned(),
+                    n["address"].as_str()?.to_owned(),
+                ))
             })
             .collect()
     }

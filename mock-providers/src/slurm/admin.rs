@@ -34,6 +34,7 @@ pub(crate) fn router(emu: Arc<Emulator>) -> Router {
             get(list_faults).post(add_fault).delete(clear_faults),
         )
         .route("/_admin/hide", post(hide))
+        .route("/_admin/addresses", post(addresses))
         .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
@@ -325,6 +326,16 @@ async fn clear_faults(State(e): State<Arc<Emulator>>) -> Response {
 
 async fn counters(State(e): State<Arc<Emulator>>) -> Response {
     axum::Json(e.lock().gate.counters()).into_response()
+}
+
+/// `POST /_admin/addresses` (`{"listed": <text or null>}`): what the node records list as
+/// every node's address.
+async fn addresses(
+    State(e): State<Arc<Emulator>>,
+    axum::Json(b): axum::Json<crate::admin::Listed>,
+) -> Response {
+    e.lock().listed = b.listed;
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn reset(State(e): State<Arc<Emulator>>) -> Response {
