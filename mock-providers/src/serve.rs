@@ -117,10 +117,15 @@ fn in_range(half: u8, n: u64) -> String {
     if !range_is_local() {
         return host().to_owned();
     }
-    // 254 addresses (.1-.254) in each of 256 /24s.
+    range_address(half, n).to_string()
+}
+
+/// The `n`-th address of half `half` of 198.18.0.0/15: 254 (.1-.254) in each of its 256 /24s,
+/// then again from the start.
+fn range_address(half: u8, n: u64) -> std::net::Ipv4Addr {
     let n = n % (254 * 256);
     let (third, fourth) = ((n / 254) as u8, (n % 254) as u8 + 1);
-    std::net::Ipv4Addr::new(198, 18 + half, third, fourth).to_string()
+    std::net::Ipv4Addr::new(198, 18 + half, third, fourth)
 }
 
 /// Whether the addresses of 198.18.0.0/15 can be bound here (`MOCK_WORKLOAD_ADDRESSES=host`
@@ -317,6 +322,17 @@ mod tests {
         s.lines().next().map(str::to_owned)
     }
 
+    #[test]
+    fn range_addresses_are_distinct_and_never_network_or_broadcast() {
+        assert_eq!(range_address(0, 0).to_string(), "198.18.0.1");
+        assert_eq!(range_address(0, 253).to_string(), "198.18.0.254");
+        assert_eq!(range_address(0, 254).to_string(), "198.18.1.1");
+        assert_eq!(range_address(1, 7).to_string(), "198.19.0.8");
+        let all: HashSet<_> = (0..254 * 256).map(|n| range_address(0, n)).collect();
+        assert_eq!(all.len(), 254 * 256);
+        assert!(all.iter().all(|a| !matches!(a.octets()[3], 0 | 255)));
+    }
+
     #[tokio::test]
     async fn ports_answer_as_switched_and_close_with_the_workload() {
         let s = Served::default();
@@ -327,10 +343,10 @@ mod tests {
                 accept: true,
             },
         });
-        let ports = s.open("w1", &[8080]);
+        let ports = s.open("w1", host(), &[8080]);
         let (private, public) = ports[0];
         assert_eq!(private, 8080);
-        assert_eq!(s.open("w1", &[8080]), ports, "opened once");
+        assert_eq!(s.open("w1", host(), &[8080]), ports, "opened once");
         assert_eq!(
             get(public).await.as_deref(),
             Some("HTTP/1.1 503 Service Unavailable")

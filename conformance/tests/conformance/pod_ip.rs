@@ -198,8 +198,7 @@ async fn listed(w: &mut Vkw, value: String) {
         .obs()
         .emulator()
         .expect("an emulator sets the addresses it lists");
-    e.admin_post("/addresses", json!({"listed": value}))
-        .await;
+    e.admin_post("/addresses", json!({"listed": value})).await;
 }
 
 #[then(expr = "pod {string} is Running with pod IP {string}, not routable: {string}")]

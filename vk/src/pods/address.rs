@@ -120,6 +120,15 @@ impl Choice {
     }
 }
 
+/// Drops the [`CONDITION`] from a status without a pod IP (no workload observed).
+pub fn forget(status: &mut PodStatus) {
+    if status.pod_ip.is_none()
+        && let Some(c) = status.conditions.as_mut()
+    {
+        c.retain(|c| c.type_ != CONDITION);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +210,7 @@ mod tests {
             ("False", Some(t1))
         );
         assert_eq!((st.pod_ip.clone(), st.pod_ips.clone()), (None, None));
+        forget(&mut st);
+        assert_eq!(st.conditions.as_ref().map(Vec::len), Some(0));
     }
 }

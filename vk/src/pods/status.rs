@@ -143,8 +143,10 @@ impl PodController {
                 .is_some_and(|slot| slot.provider.capabilities().containers),
         };
         let mut status = translate::pod_status(pod, s, &cx);
-        if let Situation::Observed(o) = s {
-            self.apply_address(pod, o, provider, &mut status);
+        match s {
+            Situation::Observed(o) => self.apply_address(pod, o, provider, &mut status),
+            // No workload to have an address: neither has the condition about it.
+            _ => address::forget(&mut status),
         }
         // The chosen provider rides on the status write (the pods/status subresource accepts
         // annotations), so creating a workload costs no extra API request before or after.
