@@ -19,6 +19,7 @@ pub mod config;
 pub mod engine;
 pub mod inventory;
 pub mod runpod;
+pub mod schema;
 pub mod serve;
 pub mod slurm;
 pub mod util;

@@ -500,8 +500,10 @@ fn create_inner(engine: &Engine, body: &[u8]) -> Response {
                 return resp;
             }
             let count = u64::from(gpu.count);
-            extra.vcpu_count = gpu.min_vcpu_count_per_gpu.unwrap_or(8).max(1) * count;
-            extra.memory_gb = gpu.min_ram_per_gpu.unwrap_or(32).max(1) * count;
+            // A GPU pod's vCPUs and RAM come with its GPUs (v2 has no field to ask for them):
+            // the emulated machines give 8 vCPUs and 32 GB per GPU.
+            extra.vcpu_count = 8 * count;
+            extra.memory_gb = 32 * count;
             (gpu.id, gpu.count)
         }
         None => {

@@ -54,6 +54,51 @@ fn adapter(server: &MockServer) -> RunPod {
     RunPod::new("runpod".into(), config(server), owner()).unwrap()
 }
 
+/// Asserts that `body` is a valid `POST /v2/pods` body under RunPod's published v2 schema
+/// (mock-providers/schemas/runpod-v2.json, derived from runpod/docs' OpenAPI document).
+fn assert_valid_create(body: &Value) {
+    let errors = mock_providers::schema::runpod().request_errors("POST /v2/pods", body);
+    assert!(errors.is_empty(), "RunPod would refuse {body}: {errors:?}");
+}
+
+/// Every create body the adapter sends, one per shape of pod.
+#[tokio::test]
+async fn every_create_body_is_valid_against_the_published_schema() {
+    let shapes = [
+        ("GPU, CPU and memory requests", workload().build()),
+        ("no CPU or memory", workload().no_cpu_memory().build()),
+        (
+            "the image's entrypoint",
+            workload().image_entrypoint().build(),
+        ),
+        (
+            "pod options",
+            workload()
+                .option("cloud", "secure")
+                .option("data_center", "EU-RO-1, EU-SE-1")
+                .option("disk_gb", "75")
+                .build(),
+        ),
+        ("CPU only", workload().no_gpu().cpu_millis(3000).build()),
+    ];
+    for (shape, w) in shapes {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v2/pods"))
+            .respond_with(ResponseTemplate::new(201).set_body_json(pod("n1", "x", "PROVISIONING")))
+            .mount(&server)
+            .await;
+        adapter(&server).create(&w).await.unwrap();
+        let reqs = server.received_requests().await.unwrap();
+        let body: Value = reqs[0].body_json().unwrap();
+        let errors = mock_providers::schema::runpod().request_errors("POST /v2/pods", &body);
+        assert!(
+            errors.is_empty(),
+            "{shape}: RunPod would refuse {body}: {errors:?}"
+        );
+    }
+}
+
 /// A pod as `GET /v2/pods` returns it (fields as in the v2 schema).
 fn pod(id: &str, name: &str, status: &str) -> Value {
     json!({
@@ -119,7 +164,13 @@ async fn create_posts_the_documented_body_without_a_lookup_first() {
         );
     }
     let body: Value = reqs[0].body_json().unwrap();
+    assert_valid_create(&body);
     assert_eq!(body["name"], workload().build().id.as_str());
+    // The pod's 8 CPUs and 32 GB are not sent: `CreateGpuConfig` has no field for them.
+    assert_eq!(
+        body["gpu"],
+        json!({"id": "NVIDIA GeForce RTX 4090", "count": 2})
+    );
     insta::assert_json_snapshot!("runpod_create_body", body);
 }
 
@@ -154,6 +205,7 @@ async fn create_applies_pod_options() {
 
     let reqs = server.received_requests().await.unwrap();
     let body: Value = reqs[0].body_json().unwrap();
+    assert_valid_create(&body);
     assert_eq!(body["cloud"], "COMMUNITY");
     assert_eq!(body["dataCenterIds"], json!(["EU-RO-1", "EU-SE-1"]));
     assert_eq!(body["disk"], 75);
@@ -740,6 +792,7 @@ async fn a_cpu_only_pod_is_created_as_a_cpu_pod() {
         .unwrap();
     let reqs = server.received_requests().await.unwrap();
     let body: Value = serde_json::from_slice(&reqs[0].body).unwrap();
+    assert_valid_create(&body);
     // `CreateCpuConfig`: flavor id and a power-of-two vCPU count; never a `gpu` block.
     assert_eq!(body["cpu"], json!({"id": "cpu3c", "vcpuCount": 4}));
     assert!(body.get("gpu").is_none(), "{body}");

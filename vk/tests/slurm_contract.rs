@@ -591,12 +591,39 @@ async fn list_is_one_call_and_maps_v0038_jobs() {
         ]),
     )
     .await;
-    let observed = adapter(&server, Dialect::V0038).list().await.unwrap();
+    Mock::given(method("GET"))
+        .and(path(format!("{}/nodes/", prefix(Dialect::V0038))))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"meta": meta(),
+            "errors": [], "nodes": [{"name": "vm", "hostname": "vm", "address": "198.51.100.4"}]})),
+        )
+        .mount(&server)
+        .await;
+    let slurm = adapter(&server, Dialect::V0038);
+    let observed = slurm.list().await.unwrap();
+    let calls = |reqs: Vec<wiremock::Request>| -> Vec<String> {
+        reqs.iter().map(|r| r.url.path().to_owned()).collect()
+    };
     assert_eq!(
-        server.received_requests().await.unwrap().len(),
-        1,
-        "one list call for all pods"
+        calls(server.received_requests().await.unwrap()),
+        ["/slurm/v0.0.38/jobs/", "/slurm/v0.0.38/nodes/"],
+        "one list call for all pods, and the node records for their addresses"
     );
+    // The node records are remembered: the next list is one call.
+    slurm.list().await.unwrap();
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+    let ip = |n: u32| {
+        observed
+            .iter()
+            .find(|o| o.id == id(n))
+            .and_then(|o| o.ip.clone())
+    };
+    assert_eq!(
+        ip(2).as_deref(),
+        Some("198.51.100.4"),
+        "a running job: its node's address"
+    );
+    assert_eq!(ip(1), None, "a pending job runs nowhere yet");
     let state = |n: u32| {
         observed
             .iter()

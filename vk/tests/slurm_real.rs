@@ -491,9 +491,11 @@ async fn a_requeued_job_counts_a_provider_restart() {
         String::from_utf8_lossy(&out.stderr)
     );
     // While its processes end, the job still reports COMPLETING (Running); then it waits
-    // again (PENDING, reason BeginTime) with its restart counted.
+    // again (PENDING, reason BeginTime) with its restart counted. Right after the requeue
+    // 24.11 may list it PENDING with no reason for a moment, before the scheduler sets one.
     let o = wait_for(&slurm, &w.id, "requeued", |o| {
-        o.provider_restarts == 1 && matches!(o.state, WorkloadState::Queued { .. })
+        o.provider_restarts == 1
+            && matches!(&o.state, WorkloadState::Queued { reason: Some(r) } if r != "None")
     })
     .await;
     assert_eq!(

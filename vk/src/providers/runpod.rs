@@ -10,7 +10,7 @@
 //!   `runtime` (null unless RUNNING; `{}` right after create) with `uptime`, `cpu.util`,
 //!   `memory.util` (percent), `gpus[]`, `ports[]`.
 //! - `POST /pods` (201) takes `CreatePodRequest`: `name`, `image`, exactly one of `gpu {id,
-//!   count, minVcpuCountPerGpu, minRamPerGpu}` and `cpu {id, vcpuCount}` (a CPU flavor from
+//!   count}` (no vCPU or RAM fields: the GPU type brings them) and `cpu {id, vcpuCount}` (a CPU flavor from
 //!   `GET /v2/catalog/cpus`; `vcpuCount` a power of two, at least 2), `cloud` (SECURE |
 //!   COMMUNITY), `dataCenterIds`, `env` (object), `args` (one string, "arguments passed to the
 //!   container entrypoint"), `ports` (`"8080/tcp"`), `disk` (GB). The schema has
@@ -139,7 +139,7 @@ impl RunPod {
     fn create_request(&self, w: &Workload) -> Result<CreatePodRequest, ProviderError> {
         let invalid = |message: String| ProviderError::Invalid { message };
         let (gpu, cpu) = match w.gpu.as_ref().filter(|g| g.count > 0) {
-            Some(gpu) => (Some(self.gpu_config(w, gpu)?), None),
+            Some(gpu) => (Some(self.gpu_config(gpu)?), None),
             None => {
                 let flavor = self.cfg.cpu_flavor_id.clone().ok_or_else(|| {
                     invalid(format!(
@@ -191,7 +191,7 @@ impl RunPod {
     }
 
     /// The `gpu` block of a GPU pod.
-    fn gpu_config(&self, w: &Workload, gpu: &GpuRequest) -> Result<CreateGpu, ProviderError> {
+    fn gpu_config(&self, gpu: &GpuRequest) -> Result<CreateGpu, ProviderError> {
         let invalid = |message: String| ProviderError::Invalid { message };
         if gpu.count > self.cfg.max_gpus_per_workload {
             return Err(invalid(format!(
@@ -212,12 +212,11 @@ impl RunPod {
             .get(neutral)
             .cloned()
             .unwrap_or_else(|| neutral.clone());
-        let per_gpu = |total: f64| Some((total / f64::from(gpu.count)).ceil().max(1.0) as u32);
+        // The pod's CPU and memory requests are not sent: v2's `CreateGpuConfig` has no field
+        // for them (the GPU type brings its vCPUs and RAM) and refuses unknown ones with 422.
         Ok(CreateGpu {
             id,
             count: gpu.count,
-            min_vcpu_count_per_gpu: w.cpu_millis.and_then(|m| per_gpu(m as f64 / 1000.0)),
-            min_ram_per_gpu: w.memory_bytes.and_then(|b| per_gpu(b as f64 / GB)),
         })
     }
 

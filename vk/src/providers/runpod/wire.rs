@@ -31,16 +31,14 @@ pub(super) struct CreatePodRequest {
     pub(super) disk: u32,
 }
 
-/// `CreateGpuConfig`.
+/// `CreateGpuConfig`: `id`, `count` and the CUDA constraints, nothing else
+/// (`unevaluatedProperties: false`; runpod/docs `api-reference-v2/openapi.json`). A GPU pod's
+/// vCPUs and RAM come with its GPU type: v2 has no field to ask for more.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct CreateGpu {
     pub(super) id: String,
     pub(super) count: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) min_vcpu_count_per_gpu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) min_ram_per_gpu: Option<u32>,
 }
 
 /// `CreateCpuConfig`: a CPU flavor (`GET /v2/catalog/cpus`) and a power-of-two vCPU count

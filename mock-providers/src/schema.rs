@@ -1,0 +1,157 @@
+//! The providers' published schemas, as `scripts/schemas/derive` extracts them from their
+//! OpenAPI documents (`mock-providers/schemas/`, each naming its source and date), and
+//! validation against them with the `jsonschema` crate: the emulators check every request body
+//! they take, and the adapters' contract tests check every body the adapters send, against the
+//! provider's own schema rather than our reading of it.
+//!
+//! Messages name the field by path (`$.gpu`) and never echo a value (they are masked): a body's
+//! env values may be Secrets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use jsonschema::Validator;
+use serde_json::{Value, json};
+
+/// One provider's derived schema document.
+pub struct Spec {
+    name: &'static str,
+    doc: Value,
+    validators: Mutex<HashMap<String, Arc<Validator>>>,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spec")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// RunPod's v2 API (runpod/docs `api-reference-v2/openapi.json`).
+pub fn runpod() -> &'static Spec {
+    static SPEC: OnceLock<Spec> = OnceLock::new();
+    SPEC.get_or_init(|| Spec::new("runpod-v2", include_str!("../schemas/runpod-v2.json")))
+}
+
+impl Spec {
+    fn new(name: &'static str, text: &str) -> Self {
+        let doc = serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("schemas/{name}.json is not JSON: {e}"));
+        Self {
+            name,
+            doc,
+            validators: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where the schema comes from (`x-source`: repository, path, commit, date).
+    pub fn source(&self) -> &Value {
+        &self.doc["x-source"]
+    }
+
+    /// The operations the schema has (`"POST /v2/pods"`, ...).
+    pub fn operations(&self) -> Vec<String> {
+        self.doc["x-operations"]
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// What is wrong with `body` as the request of `operation` (empty: valid).
+    ///
+    /// # Panics
+    /// When the schema has no request body for `operation` (a bug of the caller).
+    pub fn request_errors(&self, operation: &str, body: &Value) -> Vec<String> {
+        self.errors(operation, &["request"], body)
+    }
+
+    /// What is wrong with `body` as the `status` response of `operation` (empty: valid; the
+    /// `default` response where the status has none of its own).
+    ///
+    /// # Panics
+    /// When the schema has no JSON response for `operation` and `status` (nor a default).
+    pub fn response_errors(&self, operation: &str, status: u16, body: &Value) -> Vec<String> {
+        let code = status.to_string();
+        let responses = &self.doc["x-operations"][operation]["responses"];
+        let key = if responses.get(&code).is_some() {
+            code.as_str()
+        } else {
+            "default"
+        };
+        self.errors(operation, &["responses", key], body)
+    }
+
+    fn errors(&self, operation: &str, at: &[&str], body: &Value) -> Vec<String> {
+        let v = self.validator(operation, at);
+        v.iter_errors(body)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                format!("${}: {}", path.replace('/', "."), e.masked())
+            })
+            .collect()
+    }
+
+    fn validator(&self, operation: &str, at: &[&str]) -> Arc<Validator> {
+        let key = format!("{operation} {}", at.join(" "));
+        let mut cache = self.validators.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = cache.get(&key) {
+            return v.clone();
+        }
+        let mut schema = &self.doc["x-operations"][operation];
+        for part in at {
+            schema = &schema[*part];
+        }
+        assert!(
+            !schema.is_null(),
+            "{}: no schema at {operation} {at:?}",
+            self.name
+        );
+        // The operation's schema, with the document's definitions beside it for its `$ref`s.
+        let mut root = json!({"$schema": self.doc["$schema"], "$defs": self.doc["$defs"]});
+        if let (Some(r), Some(s)) = (root.as_object_mut(), schema.as_object()) {
+            r.extend(s.clone());
+        }
+        let v = Arc::new(
+            jsonschema::validator_for(&root)
+                .unwrap_or_else(|e| panic!("{}: {operation}: bad schema: {e}", self.name)),
+        );
+        cache.insert(key, v.clone());
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runpods_documented_example_is_valid_and_unknown_fields_are_not() {
+        let spec = runpod();
+        assert_eq!(spec.source()["repository"], "runpod/docs");
+        let example = json!({"name": "pytorch-training", "image": "runpod/pytorch:1.0.2",
+            "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 1}, "disk": 50});
+        assert_eq!(
+            spec.request_errors("POST /v2/pods", &example),
+            Vec::<String>::new()
+        );
+        let mut bad = example.clone();
+        bad["gpu"]["minRamPerGpu"] = json!(16);
+        bad["env"] = json!({"HF_TOKEN": 42});
+        let errors = spec.request_errors("POST /v2/pods", &bad);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("$.gpu") && e.contains("minRamPerGpu")),
+            "{errors:?}"
+        );
+        assert!(
+            errors.iter().any(|e| e.starts_with("$.env.HF_TOKEN")),
+            "{errors:?}"
+        );
+        assert!(
+            !errors.iter().any(|e| e.contains("42")),
+            "a value is echoed: {errors:?}"
+        );
+    }
+}
