@@ -426,7 +426,9 @@ pub fn start_deadline_due_in(
     }
     let deadline = start_deadline(rules, pod, f).ok()??;
     let created = f.observed.created_at?;
-    let left = deadline - now.duration_since(created);
+    // Checked: a deadline near the largest duration, with a creation time the provider puts
+    // in the future (clock skew), would overflow; such a deadline is never due.
+    let left = deadline.checked_sub(now.duration_since(created))?;
     Some(
         Duration::try_from(left)
             .unwrap_or_default()

@@ -644,6 +644,34 @@ fn a_pod_sets_its_own_start_deadline_within_the_providers_ceiling() {
 }
 
 #[test]
+fn a_huge_start_deadline_is_never_due_and_never_panics() {
+    // On a provider without a ceiling (slurm, index 2) any deadline is taken; the provider says
+    // the workload was created in the future (a clock ahead of ours).
+    for secs in [
+        "9223372036854775807",
+        "9223372036854775808",
+        "18446744073709551615",
+    ] {
+        let pod = PodBuilder::new()
+            .gpus("1")
+            .assigned("slurm")
+            .annotation(crate::pods::spec::ANN_START_DEADLINE, secs)
+            .build();
+        let obs = created_at(WorkloadState::Starting, "2026-11-29T10:05:00Z");
+        let due = with_deadline_rules(|rules| {
+            let f = Found {
+                provider: 2,
+                observed: &obs,
+            };
+            start_deadline_due_in(rules, &pod, f, ts(NOW))
+        });
+        assert_eq!(due, None, "{secs}");
+        let step = with_deadline(&pod, 2, WorkloadState::Starting, "2026-11-29T10:05:00Z");
+        assert_eq!(step, Step::Report { provider: 2 }, "{secs}");
+    }
+}
+
+#[test]
 fn a_starting_workload_is_looked_at_again_when_its_deadline_is_due() {
     let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
     let due = |state: WorkloadState| {
