@@ -123,6 +123,18 @@ impl fmt::Debug for EnvVar {
     }
 }
 
+/// True for names a shell and every provider take as a variable name (letters, digits and
+/// `_`, not starting with a digit). No other name may reach a provider: Vast reads the keys of
+/// its `env` as `docker run` options (`-p 8080:8080`), so `-v /:/host` would be one, and a
+/// Slurm job script exports each name.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuRequest {
     /// Requested type, or `None` for "any".

@@ -397,7 +397,9 @@ async fn invalid_workloads_fail_before_any_request() {
     let no_gpu = workload().no_gpu().build();
     let bad_bid = workload().option("bid_price", "-1").build();
     let bad_flag = workload().option("interruptible", "maybe").build();
-    for w in [no_gpu, bad_bid, bad_flag] {
+    // Vast reads env keys as docker options: a name that is not a variable name never leaves.
+    let docker_option = workload().env("-v /:/host", "1").build();
+    for w in [no_gpu, bad_bid, bad_flag, docker_option] {
         let err = vast.create(&w).await.unwrap_err();
         assert!(matches!(err, ProviderError::Invalid { .. }), "{err:?}");
     }

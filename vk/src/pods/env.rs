@@ -47,14 +47,7 @@ pub struct Resolved {
     pub containers: BTreeMap<String, Vec<EnvVar>>,
 }
 
-/// True for names a shell and every provider take as a variable name.
-pub fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+pub use crate::provider::is_env_name;
 
 /// Reads ConfigMaps and Secrets; a trait so resolution can be unit-tested without a cluster.
 pub trait Source {

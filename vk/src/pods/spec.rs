@@ -106,6 +106,22 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
             c.name
         )));
     }
+    for rc in running_containers(pod) {
+        if let Some(e) = rc
+            .env
+            .iter()
+            .flatten()
+            .find(|e| !crate::provider::is_env_name(&e.name))
+        {
+            let name: String = e.name.chars().take(64).collect();
+            return Err(SpecError(format!(
+                "container {:?}: env name {name:?} is not a variable name every provider takes \
+                 (letters, digits and _, not starting with a digit; Vast would read it as a \
+                 docker option)",
+                rc.name
+            )));
+        }
+    }
     if c.image.as_deref().unwrap_or_default().is_empty() {
         return Err(SpecError(format!("container {:?} has no image", c.name)));
     }
@@ -654,6 +670,25 @@ mod tests {
         });
         p.spec.as_mut().unwrap().containers.push(c3);
         assert!(request(&p).unwrap_err().0.contains("\"root\": privileged"));
+    }
+
+    #[test]
+    fn env_names_that_are_not_variable_names_are_refused() {
+        // Kubernetes accepts any printable name; Vast would read this one as a docker option.
+        for name in ["-v /:/host", "A=B", "1X", "my.var"] {
+            let mut p = pod_with(&[], Some("1"));
+            p.spec.as_mut().unwrap().containers[0].env =
+                Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                    name: name.into(),
+                    value: Some("x".into()),
+                    ..Default::default()
+                }]);
+            let err = request(&p).unwrap_err().0;
+            assert!(
+                err.contains("env name") && err.contains(&format!("{name:?}")),
+                "{err}"
+            );
+        }
     }
 
     /// A pod whose main container runs `serve --port 8080` in image `img`, with `extra`

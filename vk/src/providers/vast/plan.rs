@@ -85,6 +85,18 @@ impl Vast {
             allocated_storage: disk,
         };
 
+        // Vast reads every key of `env` as a `docker run` option: only variable names may be
+        // keys besides the port mappings added here (`-v /:/host` would mount the host).
+        if let Some(bad) = w
+            .env
+            .iter()
+            .find(|e| !crate::provider::is_env_name(&e.name))
+        {
+            return Err(invalid(format!(
+                "env name {:?} is not a variable name: Vast would read it as a docker option",
+                bad.name.chars().take(64).collect::<String>()
+            )));
+        }
         let mut env = rest::env_map(&w.env);
         for port in &w.ports {
             env.insert(format!("-p {port}:{port}"), "1".to_owned());
