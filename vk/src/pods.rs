@@ -40,6 +40,7 @@ pub mod inventory;
 pub mod memory;
 pub mod observe;
 pub mod probe;
+pub mod probe_target;
 pub mod prober;
 pub mod queue;
 pub mod reconcile;

@@ -103,7 +103,8 @@ impl Prober {
     }
 
     /// The HTTP client of probes: no certificate checks for HTTPS (as the kubelet), no
-    /// connection reuse between probes, up to 10 redirects (as Go's client the kubelet uses).
+    /// connection reuse between probes, up to 10 redirects (as Go's client the kubelet uses),
+    /// on the same host and port only ([`super::probe_target`]).
     fn http(&self) -> Option<reqwest::Client> {
         self.http
             .get_or_init(|| {
@@ -112,7 +113,20 @@ impl Prober {
                 reqwest::Client::builder()
                     .tls_danger_accept_invalid_certs(true)
                     .pool_max_idle_per_host(0)
-                    .redirect(reqwest::redirect::Policy::limited(10))
+                    .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                        // Up to 10, and only to the same host and port: a redirect elsewhere
+                        // is the answer (a 3xx, a success, as the kubelet takes it).
+                        let first = attempt.previous().first().cloned();
+                        match first {
+                            Some(f)
+                                if attempt.previous().len() <= 10
+                                    && super::probe_target::follow_redirect(&f, attempt.url()) =>
+                            {
+                                attempt.follow()
+                            }
+                            _ => attempt.stop(),
+                        }
+                    }))
                     .build()
                     .ok()
             })
@@ -296,20 +310,15 @@ fn reach(
              declare; {fallback}"
         ));
     };
-    if let Some(host) = host {
-        return Ok(Reach::Connect(Endpoint {
-            host: host.clone(),
-            port: number,
-        }));
-    }
-    match obs.ports.get(&number) {
-        Some(e) => Ok(Reach::Connect(e.clone())),
-        None => Err(format!(
-            "{kind} probe ({handler} on port {number}) cannot be evaluated: provider {} \
-             exposes no address for that port; {fallback}",
-            provider.name()
-        )),
-    }
+    super::probe_target::target(
+        &format!("{kind} probe ({handler})"),
+        number,
+        host.as_deref(),
+        obs.ports.get(&number),
+        provider.name(),
+    )
+    .map(Reach::Connect)
+    .map_err(|why| format!("{why}; {fallback}"))
 }
 
 /// One probe task.
