@@ -427,12 +427,16 @@ pub enum SecretEnv {
 }
 
 impl SecretEnv {
-    /// The default of a provider kind: `allow` for `slurm`, the operator's own cluster whose
-    /// jobs run as the VK's own Slurm user; `deny` for the GPU clouds (`runpod`, `vast`),
-    /// whose machines are run by third parties (Vast's hosts are individuals with root on the
-    /// machine), so a Secret reaches them only once the operator says so.
-    pub fn default_for(kind: &str) -> Self {
-        if kind == "slurm" {
+    /// The default of a provider kind on a VK serving `allowed_namespaces` (empty: all):
+    /// `deny` for the GPU clouds (`runpod`, `vast`, `kubernetes`), whose machines are run by
+    /// third parties (Vast's hosts are individuals with root on the machine), so a Secret
+    /// reaches them only once the operator says so. For `slurm`, `allow` only when the VK
+    /// serves one namespace: every pod's job runs as the VK's one Slurm user, so a pod of one
+    /// namespace can read the environment (the Secret values) of another's job with `srun
+    /// --jobid=<job> --overlap`, read its output or cancel it; with one tenant there is no
+    /// other namespace to read from (docs/slurm.md, "Who can read what").
+    pub fn default_for(kind: &str, allowed_namespaces: &[String]) -> Self {
+        if kind == "slurm" && allowed_namespaces.len() == 1 {
             Self::Allow
         } else {
             Self::Deny
@@ -585,10 +589,11 @@ impl ProviderConfig {
         }
     }
 
-    /// This provider's `secretEnv`, or its kind's default.
-    pub fn secret_env(&self) -> SecretEnv {
+    /// This provider's `secretEnv`, or its kind's default on a VK serving
+    /// `allowed_namespaces`.
+    pub fn secret_env(&self, allowed_namespaces: &[String]) -> SecretEnv {
         self.secret_env
-            .unwrap_or_else(|| SecretEnv::default_for(&self.kind))
+            .unwrap_or_else(|| SecretEnv::default_for(&self.kind, allowed_namespaces))
     }
 
     /// Reads the provider's API key from its environment variable or file (empty if neither).
@@ -626,6 +631,34 @@ impl Config {
         })?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Warnings for `vk check-config`: a Slurm provider that receives Secret values while the
+    /// VK serves more than one namespace (see [`SecretEnv::default_for`]).
+    pub fn shared_slurm_secret_warnings(&self) -> Vec<String> {
+        if self.allowed_namespaces.len() == 1 {
+            return Vec::new();
+        }
+        self.providers
+            .iter()
+            .filter(|p| {
+                p.kind == "slurm" && p.secret_env(&self.allowed_namespaces) == SecretEnv::Allow
+            })
+            .map(|p| {
+                format!(
+                    "provider {}: secretEnv allow on Slurm while the VK serves {}: every pod's \
+                     job runs as the one Slurm user, so a pod of one namespace can read another's \
+                     Secret values (srun --jobid --overlap), read its output or cancel its jobs; \
+                     serve one namespace (allowedNamespaces) or set secretEnv: deny",
+                    p.name,
+                    if self.allowed_namespaces.is_empty() {
+                        "every namespace".to_owned()
+                    } else {
+                        format!("{} namespaces", self.allowed_namespaces.len())
+                    }
+                )
+            })
+            .collect()
     }
 
     pub fn validate(&self) -> Result<(), Error> {
@@ -869,9 +902,24 @@ mod tests {
              - {name: rp2, kind: runpod, secretEnv: allow}\n- {name: hpc2, kind: slurm, secretEnv: deny}\n",
         )
         .unwrap();
-        let got: Vec<SecretEnv> = cfg.providers.iter().map(|p| p.secret_env()).collect();
+        let got = |ns: &[String]| -> Vec<SecretEnv> {
+            cfg.providers.iter().map(|p| p.secret_env(ns)).collect()
+        };
         use SecretEnv::{Allow, Deny};
-        assert_eq!(got, [Deny, Deny, Allow, Allow, Deny]);
+        // Slurm: its jobs share one Slurm user, so Secrets only for a single tenant.
+        assert_eq!(got(&[]), [Deny, Deny, Deny, Allow, Deny]);
+        assert_eq!(
+            got(&["a".into(), "b".into()]),
+            [Deny, Deny, Deny, Allow, Deny]
+        );
+        assert_eq!(got(&["ml".into()]), [Deny, Deny, Allow, Allow, Deny]);
+        assert_eq!(cfg.shared_slurm_secret_warnings(), Vec::<String>::new());
+        let shared = parse(
+            "nodeName: vk\nclusterId: c\nproviders:\n- {name: hpc, kind: slurm, secretEnv: allow}\n",
+        )
+        .unwrap();
+        let w = shared.shared_slurm_secret_warnings();
+        assert!(w.len() == 1 && w[0].contains("provider hpc"), "{w:?}");
         assert!(!cfg.secret_failover);
         let on = parse(
             "nodeName: vk\nclusterId: c\nsecretFailover: true\nproviders:\n- {name: a, kind: runpod}\n",

@@ -108,7 +108,10 @@ fn main() -> anyhow::Result<()> {
                 let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
                 vk::providers::registry::preflight(&cfg.providers, &owner).await?;
                 // Warnings only: the exit code stays 0.
-                for warning in vk::providers::registry::gpu_type_warnings(&cfg.providers) {
+                let warnings = vk::providers::registry::gpu_type_warnings(&cfg.providers)
+                    .into_iter()
+                    .chain(cfg.shared_slurm_secret_warnings());
+                for warning in warnings {
                     println!("warning: {warning}");
                 }
                 println!(

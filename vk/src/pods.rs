@@ -221,7 +221,9 @@ impl PodController {
                     .providers
                     .iter()
                     .find(|p| p.name == name)
-                    .map_or(crate::config::SecretEnv::Deny, |p| p.secret_env());
+                    .map_or(crate::config::SecretEnv::Deny, |p| {
+                        p.secret_env(&cfg.allowed_namespaces)
+                    });
                 dispatch::Offer {
                     name,
                     capabilities: s.provider.capabilities(),

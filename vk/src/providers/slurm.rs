@@ -59,6 +59,7 @@ mod logs;
 mod nodes;
 pub mod script;
 pub mod steps;
+mod tenancy;
 #[cfg(test)]
 mod tests;
 mod token;
@@ -193,6 +194,7 @@ impl Slurm {
     /// The job submission for `w`; pure, checked before any network call.
     pub fn job_request(&self, w: &Workload) -> Result<JobRequestView, ProviderError> {
         let invalid = |message: String| ProviderError::Invalid { message };
+        tenancy::check(w, self.cfg.runtime).map_err(invalid)?;
         let options = Options::of(w);
         let gpus_per_node = match w.gpu.as_ref().filter(|g| g.count > 0) {
             None => None,
