@@ -279,16 +279,27 @@ impl PodVk {
         .args(["--namespace", NAMESPACE, "--values"])
         .arg(&file);
         run(helm, &format!("helm upgrade {}", self.release));
+        // Until the old pod is gone, not only a new one there: a label-selected wait would
+        // also wait on the old pod, and fail when it disappears under it.
         let deadline = Instant::now() + Duration::from_secs(90);
-        while self.pod().is_none() || self.pod() == old {
+        let new = loop {
+            let pods = self.pods();
+            if !pods.is_empty() && old.as_ref().is_none_or(|o| !pods.contains(o)) {
+                break pods;
+            }
             assert!(
                 Instant::now() < deadline,
-                "the VK pod of {} was not replaced after its config changed",
+                "the VK pod of {} was not replaced after its config changed (pods {pods:?})",
                 self.release
             );
             std::thread::sleep(Duration::from_millis(200));
+        };
+        for pod in new {
+            let mut c = kubectl();
+            c.args(["wait", "--for=condition=Ready", "--timeout=90s"])
+                .arg(format!("pod/{pod}"));
+            run(c, "waiting for the new VK pod to be Ready");
         }
-        self.wait_ready();
     }
 
     /// Waits until the release's pod is Ready: its readiness probe passed, so the kubelet
