@@ -1,5 +1,10 @@
 //! The API server's answers about a request's identity: `TokenReview` and
-//! `SubjectAccessReview`, behind a trait tests replace.
+//! `SubjectAccessReview`, behind a trait tests replace. Each call is bounded
+//! ([`REVIEW_TIMEOUT`]): an API server that accepts the request and never answers would
+//! otherwise hold the kubelet API request (and its connection slot) for the client's own
+//! read timeout, minutes.
+
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -11,6 +16,9 @@ use kube::{Api, Client};
 use super::User;
 use crate::provider::BoxFuture;
 
+/// The longest a TokenReview or SubjectAccessReview may take.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Errors talking to the API server about a request's identity.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
@@ -18,6 +26,8 @@ pub enum ReviewError {
     TokenReview(#[source] kube::Error),
     #[error("failed to create a SubjectAccessReview")]
     AccessReview(#[source] kube::Error),
+    #[error("the API server did not answer the {0} within {1:?}")]
+    Timeout(&'static str, Duration),
     #[error("{0}")]
     Other(String),
 }
@@ -42,11 +52,17 @@ pub trait Reviewer: Send + Sync + 'static {
 /// The real reviewer: `TokenReview` and `SubjectAccessReview` through the VK's client.
 pub struct KubeReviewer {
     client: Client,
+    timeout: Duration,
 }
 
 impl KubeReviewer {
     pub fn new(client: Client) -> Self {
-        Self { client }
+        Self::with_timeout(client, REVIEW_TIMEOUT)
+    }
+
+    /// Each review bounded by `timeout`.
+    pub fn with_timeout(client: Client, timeout: Duration) -> Self {
+        Self { client, timeout }
     }
 }
 
@@ -65,9 +81,11 @@ impl Reviewer for KubeReviewer {
                 status: None,
             };
             let api: Api<TokenReview> = Api::all(self.client.clone());
-            let done = api
-                .create(&PostParams::default(), &review)
+            let params = PostParams::default();
+            let call = api.create(&params, &review);
+            let done = tokio::time::timeout(self.timeout, call)
                 .await
+                .map_err(|_| ReviewError::Timeout("TokenReview", self.timeout))?
                 .map_err(ReviewError::TokenReview)?;
             let status = done.status.unwrap_or_default();
             if status.authenticated != Some(true) {
@@ -112,14 +130,60 @@ impl Reviewer for KubeReviewer {
                 status: None,
             };
             let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-            let done = api
-                .create(&PostParams::default(), &review)
+            let params = PostParams::default();
+            let call = api.create(&params, &review);
+            let done = tokio::time::timeout(self.timeout, call)
                 .await
+                .map_err(|_| ReviewError::Timeout("SubjectAccessReview", self.timeout))?
                 .map_err(ReviewError::AccessReview)?;
             let status = done
                 .status
                 .ok_or_else(|| ReviewError::Other("SubjectAccessReview without status".into()))?;
             Ok(status.allowed && status.denied != Some(true))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API server that accepts connections and never answers.
+    async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = l.accept().await {
+                held.push(conn);
+            }
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn reviews_against_a_silent_api_server_end_within_their_timeout() {
+        let (url, _server) = silent_server().await;
+        let cfg = kube::Config::new(url.parse().unwrap());
+        let client = Client::try_from(cfg).unwrap();
+        let r = KubeReviewer::with_timeout(client, Duration::from_millis(300));
+        let bound = Duration::from_secs(5);
+        let token = tokio::time::timeout(bound, r.review_token("t")).await;
+        assert!(
+            matches!(token, Ok(Err(ReviewError::Timeout("TokenReview", _)))),
+            "{token:?}"
+        );
+        let user = User {
+            name: "u".into(),
+            ..User::default()
+        };
+        let access = tokio::time::timeout(bound, r.review_access(&user, "n", "get", "logs")).await;
+        assert!(
+            matches!(
+                access,
+                Ok(Err(ReviewError::Timeout("SubjectAccessReview", _)))
+            ),
+            "{access:?}"
+        );
     }
 }
