@@ -45,6 +45,8 @@ impl Vast {
         let result_url = result_url.ok_or_else(|| {
             ProviderError::transient("Vast log request answered with an unusable result_url")
         })?;
+        acceptable_result_url(&base, &result_url)
+            .map_err(|message| ProviderError::Invalid { message })?;
         self.download(result_url).await
     }
     /// Downloads an uploaded log file, waiting while it is not there yet.
@@ -72,5 +74,65 @@ impl Vast {
         Err(ProviderError::transient(format!(
             "Vast logs were not uploaded after {attempts} attempts ({last})"
         )))
+    }
+}
+
+/// Whether the VK fetches a `result_url` Vast hands it, against the API's `base`: the VK
+/// fetches it from its own network position, so not over plain HTTP when the API is HTTPS, and
+/// not at a loopback, link-local or unspecified address unless the API itself is there (an
+/// emulator on this host).
+fn acceptable_result_url(base: &Url, url: &Url) -> Result<(), String> {
+    if base.scheme() == "https" && url.scheme() != "https" {
+        return Err(format!(
+            "Vast answered a log result_url over {} while its API is HTTPS; not fetched",
+            url.scheme()
+        ));
+    }
+    let local = |u: &Url| {
+        let host = u.host_str().unwrap_or_default();
+        match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => {
+                ip.is_loopback() || ip.is_link_local() || ip.is_unspecified()
+            }
+            Ok(std::net::IpAddr::V6(ip)) => {
+                ip.is_loopback() || ip.is_unspecified() || (ip.segments()[0] & 0xffc0) == 0xfe80
+            }
+            Err(_) => host.is_empty() || host.eq_ignore_ascii_case("localhost"),
+        }
+    };
+    if local(url) && !local(base) {
+        return Err(format!(
+            "Vast answered a log result_url at {}, a loopback or link-local address; not fetched",
+            url.host_str().unwrap_or_default()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod result_url_tests {
+    use super::*;
+
+    #[test]
+    fn result_urls_are_fetched_only_where_the_api_could_send_us() {
+        let u = |s: &str| Url::parse(s).unwrap();
+        let vast = u("https://console.vast.ai/");
+        let s3 = u("https://s3.amazonaws.com/vast/logs/1.log");
+        assert_eq!(acceptable_result_url(&vast, &s3), Ok(()));
+        for bad in [
+            "http://s3.amazonaws.com/vast/logs/1.log",
+            "https://169.254.169.254/latest/meta-data/",
+            "https://127.0.0.1:10250/pods",
+            "https://localhost/x",
+            "https://[fe80::1]/x",
+        ] {
+            assert!(acceptable_result_url(&vast, &u(bad)).is_err(), "{bad}");
+        }
+        // An emulator on this host answers with its own address.
+        let emulator = u("http://127.0.0.1:9002/");
+        assert_eq!(
+            acceptable_result_url(&emulator, &u("http://127.0.0.1:9002/_s3/x.log")),
+            Ok(())
+        );
     }
 }
