@@ -113,6 +113,31 @@ async fn every_route_answers_as_the_schema_says() {
         204
     );
 
+    // Delete: 204 without a body, then 404.
+    const DELETE: &str = "DELETE /v2/pods/{id}";
+    let (_, other) = checked(
+        CREATE,
+        emu.post("/v2/pods")
+            .json(&gpu_pod("d", "A100-80GB"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let gone = format!("/v2/pods/{}", other["id"].as_str().unwrap());
+    assert_eq!(
+        checked(DELETE, emu.delete(&gone).send().await.unwrap())
+            .await
+            .0,
+        204
+    );
+    assert_eq!(
+        checked(DELETE, emu.delete(&gone).send().await.unwrap())
+            .await
+            .0,
+        404
+    );
+
     // Errors: not found, no key, refused bodies, a closed pool, no balance.
     assert_eq!(
         checked(GET, emu.get("/v2/pods/nope").send().await.unwrap())
