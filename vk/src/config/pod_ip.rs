@@ -1,7 +1,30 @@
-//! Which addresses can be a pod IP: the rule `pods::address` applies to what providers list,
-//! and configuration applies to `podIpFallback`.
+//! Which addresses can be a pod IP (the rule `pods::address` applies to what providers list,
+//! and configuration applies to `podIpFallback`), and which addresses a provider hands us are
+//! this host's own or its link's (never dialled on a provider's word: probes, Vast's log URLs).
 
 use std::net::IpAddr;
+
+/// Loopback, link-local or unspecified (IPv4-mapped IPv6 addresses as their IPv4 address).
+pub fn is_local(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    };
+    ip.is_loopback() || ip.is_unspecified() || link_local
+}
+
+/// [`is_local`] for a host as a URL or an endpoint writes it (`[fe80::1]`, `localhost`); a
+/// name other than `localhost` is not judged (false).
+pub fn is_local_host(host: &str) -> bool {
+    match host.trim_matches(['[', ']']).parse::<IpAddr>() {
+        Ok(ip) => is_local(ip),
+        Err(_) => host.is_empty() || host.eq_ignore_ascii_case("localhost"),
+    }
+}
 
 /// Why `ip` cannot be a pod IP on a node whose address is `node`, or `None` when it can: the
 /// API server refuses unspecified, loopback, link-local and multicast addresses in

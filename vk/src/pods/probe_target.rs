@@ -6,8 +6,6 @@
 //! the same host and port (the kubelet does not follow a redirect to another host either: it
 //! takes the redirect itself as the answer).
 
-use std::net::IpAddr;
-
 use crate::provider::Endpoint;
 
 /// The endpoint a `handler` probe on port `number` dials, or why it is not evaluated.
@@ -31,20 +29,12 @@ pub fn target(
              address for that port"
         ));
     };
-    if let Ok(ip) = e.host.trim_matches(['[', ']']).parse::<IpAddr>() {
-        let local = match ip {
-            IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.is_unspecified(),
-            IpAddr::V6(v6) => {
-                v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80
-            }
-        };
-        if local {
-            return Err(format!(
-                "{handler} on port {number}: provider {provider} publishes {}, a loopback or \
-                 link-local address, which the virtual kubelet does not dial",
-                e.host
-            ));
-        }
+    if crate::config::pod_ip::is_local_host(&e.host) {
+        return Err(format!(
+            "{handler} on port {number}: provider {provider} publishes {}, a loopback or \
+             link-local address, which the virtual kubelet does not dial",
+            e.host
+        ));
     }
     Ok(e.clone())
 }

@@ -88,18 +88,7 @@ fn acceptable_result_url(base: &Url, url: &Url) -> Result<(), String> {
             url.scheme()
         ));
     }
-    let local = |u: &Url| {
-        let host = u.host_str().unwrap_or_default();
-        match host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
-            Ok(std::net::IpAddr::V4(ip)) => {
-                ip.is_loopback() || ip.is_link_local() || ip.is_unspecified()
-            }
-            Ok(std::net::IpAddr::V6(ip)) => {
-                ip.is_loopback() || ip.is_unspecified() || (ip.segments()[0] & 0xffc0) == 0xfe80
-            }
-            Err(_) => host.is_empty() || host.eq_ignore_ascii_case("localhost"),
-        }
-    };
+    let local = |u: &Url| crate::config::pod_ip::is_local_host(u.host_str().unwrap_or_default());
     if local(url) && !local(base) {
         return Err(format!(
             "Vast answered a log result_url at {}, a loopback or link-local address; not fetched",
