@@ -139,8 +139,12 @@ async fn records_decision(w: &mut Vkw, name: String, a: String, pa: String, b: S
         e.iter().any(|(r, _)| r == "Dispatched")
     })
     .await;
+    // One Event tells the decision and the workload it created.
     let (_, note) = events.iter().find(|(r, _)| r == "Dispatched").unwrap();
-    assert_eq!(note, &decision);
+    let created = note
+        .strip_prefix(&format!("{decision}; created workload "))
+        .unwrap_or_else(|| panic!("{note:?} does not tell the decision and the workload"));
+    assert!(created.contains(&uid(&pod)), "{note}");
 }
 
 #[when(expr = "provider {string} fails every call")]

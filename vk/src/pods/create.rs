@@ -265,30 +265,23 @@ impl PodController {
             .inc();
         let decision = self.describe_decision(plan, n);
         info!(namespace = pod.namespace().unwrap_or_default(), pod = pod.name_any(), uid, provider = %name, workload = %id, since_seen_ms = waited.as_millis() as u64, provider_ms = call.as_millis() as u64, decision = %decision, "created workload");
-        // The status write also records the chosen provider and the decision on the pod.
-        self.write_status_annotated(
-            pod,
-            &Situation::Observed(&obs),
-            name,
-            restart_count(pod),
-            Some(&decision),
-        )
-        .await?;
+        // One Event says both what was decided and what was created (the kubelet's budget:
+        // a user reads one line per step, and every Event is an API write).
         self.event(
             pod,
             EventType::Normal,
             "Dispatched",
             "CreateWorkload",
-            &decision,
+            &format!("{decision}; created workload {id}"),
         );
-        self.event(
-            pod,
-            EventType::Normal,
-            "Created",
-            "CreateWorkload",
-            &format!("created workload {id} on provider {name}"),
-        );
-        Ok(Action::await_change())
+        // No status write now: the provider's first report (the next list) writes the status,
+        // the chosen provider and the decision in one PATCH, so a workload already running
+        // when first listed costs one write. Should no list show it in time, the pod comes
+        // back here and writes what is known (queued at its provider).
+        write(&self.recent)
+            .decisions
+            .insert(uid, (c.provider, decision));
+        Ok(Action::requeue(self.cfg.timings.poll_interval() * 2))
     }
 
     /// "policy cheapest: chose vast: 1x RTX4090 at $0.41/h; runpod $0.69/h; slurm unpriced".

@@ -191,14 +191,18 @@ pub fn decide(
         return observed(rules, pod, f, now);
     }
     // No workload anywhere. Was one created before (a container id on the pod)?
-    let had_workload = current_container(pod)
-        .and_then(|c| c.container_id.as_deref())
-        .is_some_and(|s| !s.is_empty());
+    let had_workload = memory.created_on.is_some()
+        || current_container(pod)
+            .and_then(|c| c.container_id.as_deref())
+            .is_some_and(|s| !s.is_empty());
     if had_workload {
         // Only trust absence from a list that began after our own create.
         return match memory.listed {
             None | Some(Listed::SinceCreate) => Step::Lost {
-                provider: assigned(pod).unwrap_or_default().to_owned(),
+                provider: assigned(pod)
+                    .map(str::to_owned)
+                    .or_else(|| Some(rules.offers.get(memory.created_on?)?.name.clone()))
+                    .unwrap_or_default(),
             },
             Some(Listed::NotSinceCreate | Listed::Never) => {
                 Step::Wait(rules.timings.poll_interval())

@@ -23,6 +23,10 @@ pub struct Recent {
     /// Pods (by UID) this VK removed from the API, until the watch reports them gone: their
     /// last update events must not cause a second DELETE.
     pub pods_deleted: HashSet<String>,
+    /// Pod UID -> the provider and dispatch decision of its new workload, until the pod's
+    /// first status write records them (the write after a create waits for the provider's
+    /// first report).
+    pub decisions: HashMap<String, (usize, String)>,
 }
 
 /// Whether the provider's list can be trusted to show a workload we created.
@@ -45,6 +49,9 @@ pub struct Memory {
     /// How far the list of the provider recorded on the pod can be trusted; `None` when the
     /// pod records no (known) provider.
     pub listed: Option<Listed>,
+    /// Provider where this process created the pod's workload, while the pod does not record
+    /// it yet (no status written since the create).
+    pub created_on: Option<usize>,
 }
 
 impl Memory {
@@ -53,6 +60,7 @@ impl Memory {
         Self {
             gone: false,
             listed: Some(Listed::SinceCreate),
+            created_on: None,
         }
     }
 }

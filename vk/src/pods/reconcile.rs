@@ -90,16 +90,19 @@ impl PodController {
             None => None,
         };
         let found = self.find(uid);
+        let created_on = read(&self.recent).decisions.get(uid).map(|(i, _)| *i);
         let memory = Memory {
             gone: read(&self.gone).contains(uid),
             listed: pod
                 .as_ref()
                 .and_then(|p| decide::assigned(p))
                 .and_then(|a| self.index(a))
+                .or(created_on)
                 .map(|i| {
                     let listed_at = *read(&self.slots[i].listed_at);
                     read(&self.recent).listed(i, uid, listed_at)
                 }),
+            created_on,
         };
         let (inventories, standings) = self.standings();
         let standing = super::inventory::attach(&inventories, standings);

@@ -16,7 +16,7 @@ use super::decide::{assigned, restart_count};
 use super::events::EventType;
 use super::spec::{ANN_ASSIGNED, ANN_DISPATCH};
 use super::translate::{self, Situation, reason};
-use super::{Error, PodController, StoredPod, write};
+use super::{Error, PodController, StoredPod, read, write};
 use crate::provider::{Observed, WorkloadState};
 
 impl PodController {
@@ -100,26 +100,14 @@ impl PodController {
     }
 
     /// Writes the translated status through the status subresource, only when it changed.
+    /// The first write after a create also records the dispatch decision waiting in
+    /// [`super::memory::Recent::decisions`] as the pod's `gpu-vk.io/dispatch` annotation.
     pub(super) async fn write_status_with_restarts(
         &self,
         pod: &Pod,
         s: &Situation<'_>,
         provider: &str,
         restarts: i32,
-    ) -> Result<(), Error> {
-        self.write_status_annotated(pod, s, provider, restarts, None)
-            .await
-    }
-
-    /// [`Self::write_status_with_restarts`], also recording `decision` (the dispatch decision)
-    /// as the pod's `gpu-vk.io/dispatch` annotation in the same write.
-    pub(super) async fn write_status_annotated(
-        &self,
-        pod: &Pod,
-        s: &Situation<'_>,
-        provider: &str,
-        restarts: i32,
-        decision: Option<&str>,
     ) -> Result<(), Error> {
         let provider_restarts = match s {
             Situation::Observed(o) => o.provider_restarts as i32,
@@ -151,13 +139,17 @@ impl PodController {
         // The chosen provider rides on the status write (the pods/status subresource accepts
         // annotations), so creating a workload costs no extra API request before or after.
         let annotate = !provider.is_empty() && assigned(pod) != Some(provider);
-        let decide = decision.filter(|d| {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let pending = read(&self.recent)
+            .decisions
+            .get(&uid)
+            .map(|(_, d)| d.clone());
+        let decide = pending.filter(|d| {
             pod.metadata
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(ANN_DISPATCH))
-                .map(String::as_str)
-                != Some(*d)
+                != Some(d)
         });
         if !annotate && decide.is_none() && !translate::status_changed(pod.status.as_ref(), &status)
         {
@@ -177,7 +169,7 @@ impl PodController {
         if annotate {
             metadata["annotations"] = serde_json::json!({ ANN_ASSIGNED: provider });
         }
-        if let Some(d) = decide {
+        if let Some(d) = &decide {
             metadata["annotations"][ANN_DISPATCH] = serde_json::json!(d);
         }
         let patch = serde_json::json!({ "metadata": metadata, "status": value });
@@ -193,6 +185,9 @@ impl PodController {
         {
             Ok(updated) => {
                 self.metrics.status_writes.inc();
+                if decide.is_some() {
+                    write(&self.recent).decisions.remove(&uid);
+                }
                 debug!(
                     namespace = pod.namespace().unwrap_or_default(),
                     pod = pod.name_any(),
@@ -214,7 +209,10 @@ impl PodController {
                 }
                 Ok(())
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                write(&self.recent).decisions.remove(&uid);
+                Ok(())
+            }
             Err(e) => Err(Error::WriteStatus(e)),
         }
     }

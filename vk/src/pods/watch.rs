@@ -42,7 +42,11 @@ impl PodController {
                 watcher::Event::Delete(p) => {
                     if let Some(uid) = p.metadata.uid.clone() {
                         write(&self.pods).remove(&uid);
-                        write(&self.recent).pods_deleted.remove(&uid);
+                        {
+                            let mut recent = write(&self.recent);
+                            recent.pods_deleted.remove(&uid);
+                            recent.decisions.remove(&uid);
+                        }
                         write(&self.gone).insert(uid.clone());
                         self.queue.add(&uid);
                     }
@@ -54,9 +58,11 @@ impl PodController {
     /// A full (re-)list: pods missing from it were deleted while the watch was down.
     fn replace_all(&self, new: HashMap<String, Arc<StoredPod>>) {
         let old = std::mem::replace(&mut *write(&self.pods), new.clone());
-        write(&self.recent)
-            .pods_deleted
-            .retain(|u| new.contains_key(u));
+        {
+            let mut recent = write(&self.recent);
+            recent.pods_deleted.retain(|u| new.contains_key(u));
+            recent.decisions.retain(|u, _| new.contains_key(u));
+        }
         write(&self.gone).extend(old.keys().filter(|u| !new.contains_key(*u)).cloned());
         for uid in old.keys().chain(new.keys()) {
             self.queue.add(uid);

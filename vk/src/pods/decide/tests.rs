@@ -85,6 +85,7 @@ fn a_pod_seen_deleted_has_its_workloads_deleted_and_an_unknown_one_is_left_to_gc
     let gone = Memory {
         gone: true,
         listed: None,
+        created_on: None,
     };
     assert_eq!(step(None, None, gone), Step::DeleteOrphanedWorkloads);
     // Never seen by this process: the garbage collector's grace window decides.
@@ -356,6 +357,7 @@ fn a_workload_absent_from_a_list_begun_after_our_create_is_lost() {
     let memory = Memory {
         gone: false,
         listed: Some(Listed::SinceCreate),
+        created_on: None,
     };
     assert_eq!(
         step(Some(&pod), None, memory),
@@ -372,6 +374,7 @@ fn a_workload_created_after_the_last_list_began_is_not_lost_yet() {
         let memory = Memory {
             gone: false,
             listed: Some(listed),
+            created_on: None,
         };
         assert_eq!(
             step(Some(&pod), None, memory),
@@ -387,11 +390,34 @@ fn a_pod_whose_recorded_provider_is_no_longer_configured_is_lost() {
     let memory = Memory {
         gone: false,
         listed: None,
+        created_on: None,
     };
     assert_eq!(
         step(Some(&pod), None, memory),
         Step::Lost {
             provider: "gone-provider".into()
+        }
+    );
+}
+
+#[test]
+fn a_workload_we_created_is_not_created_again_before_the_pod_records_it() {
+    // The first status write after a create waits for the provider's first report: until
+    // then only the pipeline's memory says a workload exists.
+    let pod = PodBuilder::new().gpus("1").build();
+    let created = |listed| Memory {
+        gone: false,
+        listed: Some(listed),
+        created_on: Some(1),
+    };
+    assert_eq!(
+        step(Some(&pod), None, created(Listed::NotSinceCreate)),
+        Step::Wait(Duration::from_secs(2))
+    );
+    assert_eq!(
+        step(Some(&pod), None, created(Listed::SinceCreate)),
+        Step::Lost {
+            provider: "vast".into()
         }
     );
 }
@@ -488,6 +514,7 @@ fn decision_table() {
             Memory {
                 gone: false,
                 listed: Some(Listed::NotSinceCreate),
+                created_on: None,
             },
         ),
         (
@@ -520,6 +547,7 @@ fn decision_table() {
             Memory {
                 gone: true,
                 listed: None,
+                created_on: None,
             },
         ),
     ];
