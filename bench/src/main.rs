@@ -9,6 +9,8 @@
 
 mod cluster;
 mod dispatch;
+mod kwok;
+mod load;
 mod procs;
 mod report;
 
@@ -22,7 +24,7 @@ use clap::Parser;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -41,7 +43,7 @@ const CLUSTER_ID: &str = "vk-bench";
 )]
 struct Args {
     /// Pod counts to run, one round each.
-    #[arg(long = "n", value_delimiter = ',', default_values_t = [1000usize, 5000, 10000])]
+    #[arg(long = "n", value_delimiter = ',', default_values_t = [1000usize, 3000, 10000])]
     n: Vec<usize>,
     /// Smoke run: N = 200 only (and a 100-pod paced latency probe).
     #[arg(long)]
@@ -99,6 +101,16 @@ struct Args {
     /// allocator settings; recorded in the report's settings.
     #[arg(long = "vk-env", value_name = "KEY=VALUE")]
     vk_env: Vec<String>,
+    /// The kwok binary: each round is also run on a node kwok simulates, for the side-by-side
+    /// figures (none: kwok's column stays empty and the ratio target is not judged).
+    #[arg(long, env = "VK_BENCH_KWOK_BIN")]
+    kwok_bin: Option<PathBuf>,
+    /// kwok's stage configuration (written by `scripts/bench` from kwok's own module).
+    #[arg(long, env = "VK_BENCH_KWOK_CONFIG")]
+    kwok_config: Option<PathBuf>,
+    /// The kubeconfig kwok is given (the one this process uses).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
     /// The testbed's folder (its run/*.pid name the control plane processes to profile).
     #[arg(long, env = "TESTBED_DIR")]
     testbed_dir: Option<PathBuf>,
@@ -125,10 +137,11 @@ impl Cleanup {
             cluster::remove_namespace(&self.client, &ns).await;
         }
         cluster::delete_node(&self.client, &self.node).await;
+        cluster::delete_node(&self.client, kwok::NODE).await;
     }
 }
 
-fn log(msg: impl AsRef<str>) {
+pub(crate) fn log(msg: impl AsRef<str>) {
     eprintln!(
         "[vk-bench {}] {}",
         Timestamp::now().strftime("%H:%M:%S"),
@@ -233,6 +246,17 @@ async fn run(args: &Args, client: &Client, cleanup: &Arc<Cleanup>) -> anyhow::Re
             d.providers, d.ns_per_pod
         ));
     }
+    let kwok = match (&args.kwok_bin, &args.kwok_config, &args.kubeconfig) {
+        (Some(bin), Some(config), Some(kubeconfig)) => Some(kwok::Kwok {
+            bin: bin.clone(),
+            config: config.clone(),
+            kubeconfig: kubeconfig.clone(),
+        }),
+        _ => {
+            log("kwok not given (--kwok-bin, --kwok-config, KUBECONFIG): no side-by-side figures");
+            None
+        }
+    };
     let mut plan: Vec<(usize, f64)> = args.n.iter().map(|&n| (n, 0.0)).collect();
     if args.probe_n > 0 {
         plan.push((args.probe_n, args.probe_rate));
@@ -253,17 +277,53 @@ async fn run(args: &Args, client: &Client, cleanup: &Arc<Cleanup>) -> anyhow::Re
                 n.to_string()
             },
         };
-        let round = bench.round().await?;
+        // kwok first: our round's restart and deletes leave the API server more history.
+        let theirs = match &kwok {
+            Some(k) if rate == 0.0 => Some(
+                k.round(
+                    client,
+                    &cleanup.children,
+                    &logs,
+                    n,
+                    args.concurrency,
+                    bench.wait_limit(),
+                )
+                .await?,
+            ),
+            _ => None,
+        };
+        let mut round = bench.round().await?;
+        if let Some(k) = theirs {
+            round.set_kwok(k);
+        }
+        round.judge(args.poll_ms);
         report.rounds.push(round);
         report.summary = report::judge_provider_calls(&report.rounds);
         report.write(&args.out_dir)?;
     }
     println!("{}", report.markdown());
+    // The guard of issue 32: the run fails when the VK falls under its share of kwok's
+    // throughput at N = 1,000.
+    let missed: Vec<String> = report
+        .rounds
+        .iter()
+        .filter(|r| r.n == 1000 && r.rate_per_s.is_none())
+        .flat_map(|r| &r.targets)
+        .filter(|t| t.name == report::VS_KWOK && t.met == Some(false))
+        .map(|t| t.measured.clone())
+        .collect();
     log(format!(
         "wrote {} and {}",
         args.out_dir.join("report.json").display(),
         args.out_dir.join("report.md").display()
     ));
+    if !missed.is_empty() {
+        bail!(
+            "the VK's time to all Running at N = 1000 is under {} of kwok's: {}",
+            report::VS_KWOK_TARGET,
+            missed.join("; ")
+        );
+    }
     Ok(())
 }
 
@@ -407,12 +467,16 @@ fn vk_creates(log: &Path) -> Vec<CreateLine> {
         .collect()
 }
 
-fn ms_between(a: Timestamp, b: Timestamp) -> f64 {
+pub(crate) fn ms_between(a: Timestamp, b: Timestamp) -> f64 {
     b.duration_since(a).as_secs_f64() * 1000.0
 }
 
 /// Polls `f` every `every` until it is true; the instant it was, or None at the deadline.
-async fn wait_until<F, Fut>(timeout: Duration, every: Duration, mut f: F) -> Option<Instant>
+pub(crate) async fn wait_until<F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    mut f: F,
+) -> Option<Instant>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -476,6 +540,10 @@ impl Bench<'_> {
             &format!("A100 SXM4={gpus}@1.89"),
             "--mode",
             "simulated",
+            // The bench measures the VK, not Vast's per-endpoint minimum intervals (one rent
+            // per 4.5 s per key would make 500 Vast pods take 37 minutes): both sides off.
+            "--vast-rate-limit-scale",
+            "0",
             "--provision-ms",
             &self.args.provision_ms.to_string(),
             "--start-ms",
@@ -527,7 +595,8 @@ impl Bench<'_> {
                 {"name": "runpod", "kind": "runpod", "apiKeyEnv": "VK_BENCH_PROVIDER_KEY",
                  "settings": {"baseUrl": format!("http://{}/v2", emu.runpod), "defaultGpuType": GPU_TYPE}},
                 {"name": "vast", "kind": "vast", "apiKeyEnv": "VK_BENCH_PROVIDER_KEY",
-                 "settings": {"baseUrl": format!("http://{}", emu.vast), "defaultGpuType": GPU_TYPE}},
+                 "settings": {"baseUrl": format!("http://{}", emu.vast), "defaultGpuType": GPU_TYPE,
+                              "rateLimits": {"list": 0, "search": 0, "rent": 0, "destroy": 0, "logs": 0}}},
             ],
         });
         let path = self.logs.join(format!("vk-{}.yaml", self.label));
@@ -643,7 +712,7 @@ impl Bench<'_> {
     }
 
     /// How long the round waits for all pods to be Running, and for all to be gone.
-    fn wait_limit(&self) -> Duration {
+    pub(crate) fn wait_limit(&self) -> Duration {
         Duration::from_secs(60) + Duration::from_millis(25 * self.n as u64)
     }
 
@@ -662,6 +731,10 @@ impl Bench<'_> {
         let created = self.create_pods(&live, &mut round).await?;
         let running = self.wait_running(&live, &mut round, &created).await?;
         let quiet = self.footprint_and_quiet_window(&live, &mut round).await?;
+        // Writes until the quiet window ended: Events the VK's event rate sent late count too.
+        let api = ApiCounts::scrape(&self.client).await?;
+        round.apiserver.writes_to_running_per_pod =
+            load::writes_per_pod(&created.before.api.until(&api), created.attempts, self.n);
         self.measure_latency(&live, &mut round, &running.times, &quiet.vk_metrics_end)
             .await;
         self.restart_after_sigkill(&live, &mut round).await?;
@@ -749,7 +822,6 @@ impl Bench<'_> {
             "creating {n} pods in {} ({} in flight)",
             live.ns, self.args.concurrency
         ));
-        let t_create = Instant::now();
         let vast_percent = self.args.vast_percent as usize;
         // Spread evenly: pod i goes to Vast when the running share crosses a whole pod.
         let names: Vec<(String, &'static str)> = (0..n)
@@ -762,48 +834,18 @@ impl Bench<'_> {
                 (format!("b-{i:05}"), provider)
             })
             .collect();
-        let bind = self.args.bind;
-        let node = self.args.node.clone();
-        let create_attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let rate = self.rate;
-        let errors =
-            futures::stream::iter(names.into_iter().enumerate().map(|(i, (name, provider))| {
-                let pods = live.pods.clone();
-                let tracker = live.tracker.clone();
-                let node = node.clone();
-                let attempts = create_attempts.clone();
-                async move {
-                    if rate > 0.0 {
-                        let due = t_create + Duration::from_secs_f64(i as f64 / rate);
-                        tokio::time::sleep_until(due.into()).await;
-                    }
-                    let pod = cluster::pod(&name, &node, provider, bind);
-                    let pp = PostParams::default();
-                    let r = cluster::with_retries(|| {
-                        attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        pods.create(&pp, &pod)
-                    })
-                    .await;
-                    let now = Timestamp::now();
-                    match r {
-                        Ok(p) => {
-                            tracker.update(&name, |t| {
-                                t.created = Some(now);
-                                t.uid = p.metadata.uid.clone();
-                            });
-                            0usize
-                        }
-                        Err(e) => {
-                            log(format!("create {name} failed: {e}"));
-                            1
-                        }
-                    }
-                }
-            }))
-            .buffer_unordered(self.args.concurrency.max(1))
-            .fold(0usize, |acc, e| async move { acc + e })
-            .await;
-        round.throughput.create_requests_s = round3(t_create.elapsed().as_secs_f64());
+        let sent = load::create_all(
+            &live.pods,
+            &live.tracker,
+            names,
+            &self.args.node,
+            self.args.bind,
+            self.args.concurrency,
+            self.rate,
+        )
+        .await;
+        let errors = sent.errors;
+        round.throughput.create_requests_s = round3(sent.secs);
         round.throughput.create_errors = errors;
         log(format!(
             "create requests done in {:.1} s ({errors} errors); waiting for Running",
@@ -812,7 +854,7 @@ impl Bench<'_> {
         Ok(Created {
             before,
             errors,
-            attempts: create_attempts.load(std::sync::atomic::Ordering::Relaxed),
+            attempts: sent.attempts,
         })
     }
 

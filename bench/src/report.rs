@@ -176,6 +176,10 @@ pub struct ApiCost {
     pub create_phase_mean_latency_ms: BTreeMap<String, f64>,
     /// Highest VK work-queue depth sampled during the create phase.
     pub vk_max_queue_depth: f64,
+    /// API writes on pods and events per pod from the first create to the end of the quiet
+    /// window after all Running (so Events the VK's event rate delays count too), by
+    /// "VERB resource", the bench's own creates left out: what starting a pod costs.
+    pub writes_to_running_per_pod: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -208,9 +212,19 @@ pub struct Round {
     pub provider_calls: ProviderCalls,
     /// CPU by process and machine busy share per phase: where the time went.
     pub cpu: BTreeMap<String, CpuPhase>,
+    /// The same load on a node kwok simulates (see `crate::kwok`), when kwok was given.
+    pub kwok: Option<crate::kwok::KwokRound>,
+    /// kwok's time to all Running over ours: 1.0 is as fast as kwok.
+    pub vs_kwok: Option<f64>,
     pub targets: Vec<Target>,
     pub notes: Vec<String>,
 }
+
+/// Name of the side-by-side target, and its floor (issue 32).
+pub const VS_KWOK: &str = "time to all Running vs kwok";
+pub const VS_KWOK_TARGET: f64 = 0.8;
+/// API writes a pod may cost from create to Running (the user's create not counted).
+pub const WRITES_TO_RUNNING_TARGET: f64 = 3.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -233,6 +247,21 @@ impl Round {
             Some(r) => format!("N={} at {r}/s", self.n),
             None => format!("N={}", self.n),
         }
+    }
+
+    /// Records kwok's figures for the same N and the ratio of the times to all Running.
+    pub fn set_kwok(&mut self, k: crate::kwok::KwokRound) {
+        self.vs_kwok = match (k.all_running_s, self.throughput.all_running_s) {
+            (Some(theirs), Some(ours)) if ours > 0.0 => Some(round3(theirs / ours)),
+            _ => None,
+        };
+        self.notes.extend(k.notes.iter().cloned());
+        self.kwok = Some(k);
+    }
+
+    /// API writes per pod from create to Running, all verbs together.
+    pub fn writes_to_running(&self) -> f64 {
+        round3(self.apiserver.writes_to_running_per_pod.values().sum())
     }
 
     /// Judges this round against the issue's targets (stated for N = 10,000).
@@ -300,6 +329,27 @@ impl Round {
             format!("{:.3}", self.apiserver.status_writes_per_pod),
             Some(self.apiserver.status_writes_per_pod <= 2.0),
         );
+        push(
+            VS_KWOK,
+            &format!(">= {VS_KWOK_TARGET}x"),
+            match (&self.kwok, self.vs_kwok) {
+                (Some(k), Some(r)) => format!("{r:.2}x (kwok {})", fmt_opt(k.all_running_s, " s")),
+                (Some(_), None) => "kwok or VK did not finish".into(),
+                (None, _) => "kwok not run".into(),
+            },
+            self.kwok
+                .as_ref()
+                .map(|_| self.vs_kwok.is_some_and(|r| r >= VS_KWOK_TARGET)),
+        );
+        if self.rate_per_s.is_none() {
+            let w = self.writes_to_running();
+            push(
+                "API writes per pod to Running",
+                &format!("<= {WRITES_TO_RUNNING_TARGET}"),
+                format!("{w:.2}"),
+                (self.throughput.running > 0).then_some(w <= WRITES_TO_RUNNING_TARGET),
+            );
+        }
         self.targets = t;
     }
 }
@@ -387,6 +437,35 @@ impl Report {
                 r.throughput.running,
                 r.n
             )
+        });
+        row(
+            &mut s,
+            "kwok: bind -> all Running (s)",
+            &|r| match &r.kwok {
+                Some(k) => format!("{} ({}/{})", fmt_opt(k.all_running_s, ""), k.running, r.n),
+                None => "—".into(),
+            },
+        );
+        row(&mut s, "ours vs kwok (kwok's time / ours)", &|r| {
+            r.vs_kwok.map_or("—".into(), |x| format!("{x:.2}x"))
+        });
+        row(&mut s, "kwok: create requests sent (s)", &|r| {
+            r.kwok
+                .as_ref()
+                .map_or("—".into(), |k| format!("{:.1}", k.create_requests_s))
+        });
+        let by_verb = |m: &BTreeMap<String, f64>| {
+            let total: f64 = m.values().sum();
+            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+            format!("{total:.2} ({})", parts.join(", "))
+        };
+        row(&mut s, "API writes per pod to Running: ours", &|r| {
+            by_verb(&r.apiserver.writes_to_running_per_pod)
+        });
+        row(&mut s, "API writes per pod to Running: kwok", &|r| {
+            r.kwok
+                .as_ref()
+                .map_or("—".into(), |k| by_verb(&k.writes_per_pod))
         });
         row(&mut s, "delete -> pods gone (s)", &|r| {
             fmt_opt(r.throughput.all_pods_gone_s, "")

@@ -6,6 +6,11 @@
 //! instead of creating another object. Bounded on purpose: kube-runtime's `Recorder` keeps
 //! every event of the last six minutes and scans them all on each publish, which at 10,000
 //! pods cost ~23 MiB and serialized every publish behind an O(n) sweep (`make bench`).
+//!
+//! Writes are budgeted ([`budget`]): per pod as client-go's spam filter does, for the whole VK
+//! as the kubelet's event QPS does, so a flood of failures cannot flood the API server.
+
+mod budget;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -149,18 +154,24 @@ pub struct Events {
     memory: Arc<Mutex<Memory>>,
     lanes: Vec<mpsc::Sender<Job>>,
     dropped: Counter,
+    budgets: Mutex<budget::PodBudgets>,
 }
 
 impl Events {
     /// Starts the sending lanes on the current Tokio runtime.
     pub fn new(client: Client, controller: &str, instance: &str, dropped: Counter) -> Self {
         let memory: Arc<Mutex<Memory>> = Arc::default();
+        let rate = Arc::new(Mutex::new(budget::Bucket::full(
+            budget::VK_BURST,
+            Instant::now(),
+        )));
         let lanes = (0..LANES)
             .map(|_| {
                 let (tx, mut rx) = mpsc::channel::<Job>(LANE_DEPTH);
-                let (client, memory) = (client.clone(), memory.clone());
+                let (client, memory, rate) = (client.clone(), memory.clone(), rate.clone());
                 tokio::spawn(async move {
                     while let Some(job) = rx.recv().await {
+                        wait_turn(&rate).await;
                         send(&client, &memory, job).await;
                     }
                 });
@@ -173,6 +184,7 @@ impl Events {
             memory,
             lanes,
             dropped,
+            budgets: Mutex::default(),
         }
     }
 
@@ -185,12 +197,23 @@ impl Events {
         action: &str,
         note: &str,
     ) {
+        let uid = regarding.uid.clone().unwrap_or_default();
+        if !self
+            .budgets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allow(&uid, Instant::now())
+        {
+            self.dropped.inc();
+            debug!(reason, "the pod's event budget is spent; event dropped");
+            return;
+        }
         let namespace = regarding
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into());
         let key = Key {
-            uid: regarding.uid.clone().unwrap_or_default(),
+            uid,
             type_,
             reason: reason.to_owned(),
             action: action.to_owned(),
@@ -236,11 +259,7 @@ impl Events {
                 }
             }
         };
-        let lane = {
-            let mut h = DefaultHasher::new();
-            key.uid.hash(&mut h);
-            (h.finish() % LANES as u64) as usize
-        };
+        let lane = lane(&key.uid);
         let job = Job { key, event, bump };
         if let Err(mpsc::error::TrySendError::Full(job)) = self.lanes[lane].try_send(job) {
             self.dropped.inc();
@@ -252,8 +271,30 @@ impl Events {
     }
 }
 
+/// The lane of a pod's events.
+fn lane(uid: &str) -> usize {
+    let mut h = DefaultHasher::new();
+    uid.hash(&mut h);
+    (h.finish() % LANES as u64) as usize
+}
+
 fn lock(m: &Mutex<Memory>) -> std::sync::MutexGuard<'_, Memory> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits until the VK's event rate allows one more write.
+async fn wait_turn(rate: &Mutex<budget::Bucket>) {
+    loop {
+        let wait = rate.lock().unwrap_or_else(|e| e.into_inner()).wait(
+            budget::VK_PER_SECOND,
+            budget::VK_BURST,
+            Instant::now(),
+        );
+        match wait {
+            None => return,
+            Some(d) => tokio::time::sleep(d).await,
+        }
+    }
 }
 
 async fn send(client: &Client, memory: &Mutex<Memory>, job: Job) {
@@ -370,22 +411,30 @@ mod tests {
         (Client::try_from(cfg).unwrap(), server)
     }
 
+    fn pod(uid: &str) -> ObjectReference {
+        ObjectReference {
+            name: Some(format!("p-{uid}")),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        }
+    }
+
     #[tokio::test]
     async fn publishing_never_waits_and_a_full_lane_drops_and_counts() {
         let (client, server) = silent_client().await;
         let dropped = Counter::default();
         let events = Events::new(client, "gpu-vk", "node-a", dropped.clone());
-        let pod = ObjectReference {
-            name: Some("p".into()),
-            namespace: Some("ns".into()),
-            uid: Some("u-1".into()),
-            ..Default::default()
-        };
+        // Pods whose events share lane 0, one event each (within every pod's budget).
         let total = LANE_DEPTH + 10;
+        let uids: Vec<String> = (0..)
+            .map(|i| format!("u-{i}"))
+            .filter(|u| lane(u) == 0)
+            .take(total)
+            .collect();
         let t0 = Instant::now();
-        for i in 0..total {
-            // Distinct reasons: every publish is a new event on the pod's single lane.
-            events.publish(&pod, EventType::Warning, &format!("R{i}"), "Test", "note");
+        for u in &uids {
+            events.publish(&pod(u), EventType::Warning, "R", "Test", "note");
         }
         assert!(t0.elapsed() < Duration::from_secs(1), "publish waited");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -395,6 +444,28 @@ mod tests {
             (total - LANE_DEPTH - 1..=total - LANE_DEPTH).contains(&d),
             "dropped {d} of {total}"
         );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_pod_past_its_budget_gets_no_more_events() {
+        let (client, server) = silent_client().await;
+        let dropped = Counter::default();
+        let events = Events::new(client, "gpu-vk", "node-a", dropped.clone());
+        for i in 0..40 {
+            // Distinct reasons: each would be a new Event object.
+            events.publish(
+                &pod("u-1"),
+                EventType::Warning,
+                &format!("R{i}"),
+                "Test",
+                "note",
+            );
+        }
+        assert_eq!(dropped.get() as f64, 40.0 - budget::POD_BURST);
+        // Another pod is not held by the first one's budget.
+        events.publish(&pod("u-2"), EventType::Warning, "R", "Test", "note");
+        assert_eq!(dropped.get() as f64, 40.0 - budget::POD_BURST);
         server.abort();
     }
 
