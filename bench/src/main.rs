@@ -292,11 +292,7 @@ async fn run(args: &Args, client: &Client, cleanup: &Arc<Cleanup>) -> anyhow::Re
             ),
             _ => None,
         };
-        let mut round = bench.round().await?;
-        if let Some(k) = theirs {
-            round.set_kwok(k);
-        }
-        round.judge(args.poll_ms);
+        let round = bench.round(theirs).await?;
         report.rounds.push(round);
         report.summary = report::judge_provider_calls(&report.rounds);
         report.write(&args.out_dir)?;
@@ -720,13 +716,17 @@ impl Bench<'_> {
         Duration::from_millis(self.args.poll_ms)
     }
 
-    /// One round: start, create, wait for Running, measure, restart, delete, tear down.
-    async fn round(&self) -> anyhow::Result<Round> {
+    /// One round: start, create, wait for Running, measure, restart, delete, tear down;
+    /// judged beside kwok's figures for the same N when there are some.
+    async fn round(&self, kwok: Option<kwok::KwokRound>) -> anyhow::Result<Round> {
         let mut round = Round {
             n: self.n,
             rate_per_s: (self.rate > 0.0).then_some(self.rate),
             ..Default::default()
         };
+        if let Some(k) = kwok {
+            round.set_kwok(k);
+        }
         let live = self.start().await?;
         let created = self.create_pods(&live, &mut round).await?;
         let running = self.wait_running(&live, &mut round, &created).await?;

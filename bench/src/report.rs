@@ -249,12 +249,8 @@ impl Round {
         }
     }
 
-    /// Records kwok's figures for the same N and the ratio of the times to all Running.
+    /// Records kwok's figures for the same N (the ratio is taken when judging).
     pub fn set_kwok(&mut self, k: crate::kwok::KwokRound) {
-        self.vs_kwok = match (k.all_running_s, self.throughput.all_running_s) {
-            (Some(theirs), Some(ours)) if ours > 0.0 => Some(round3(theirs / ours)),
-            _ => None,
-        };
         self.notes.extend(k.notes.iter().cloned());
         self.kwok = Some(k);
     }
@@ -266,6 +262,13 @@ impl Round {
 
     /// Judges this round against the targets (stated for N = 10,000).
     pub fn judge(&mut self, poll_ms: u64) {
+        self.vs_kwok = match (
+            self.kwok.as_ref().and_then(|k| k.all_running_s),
+            self.throughput.all_running_s,
+        ) {
+            (Some(theirs), Some(ours)) if ours > 0.0 => Some(round3(theirs / ours)),
+            _ => None,
+        };
         let mut t = Vec::new();
         let mut push = |name: &str, target: &str, measured: String, met: Option<bool>| {
             t.push(Target {

@@ -48,6 +48,9 @@ pub const V1: &str = "channel.k8s.io";
 pub const PROTOCOLS: &[&str] = &[V4, V3, V2, V1];
 /// How long the client has to open its streams (the kubelet's `DefaultStreamCreationTimeout`).
 pub const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Client data held while the session waits for the rest of its streams (stdin sent before
+/// the last stream is opened); more ends the session.
+pub const EARLY_BYTES: usize = 256 * 1024;
 
 /// The header naming the protocols (request) and the chosen one (response).
 pub const PROTOCOL_HEADER: &str = "x-stream-protocol-version";
@@ -180,7 +183,9 @@ where
         + usize::from(setup.streams.stderr)
         + usize::from(resize);
     let mut ids = Ids::default();
+    // What the client sent before its last stream came: at most EARLY_BYTES of data.
     let mut early = Vec::new();
+    let mut early_bytes = 0usize;
     let mut seen = 0usize;
     let waited = tokio::time::timeout(STREAM_CREATION_TIMEOUT, async {
         while seen < expected {
@@ -199,7 +204,15 @@ where
                     seen += 1;
                 }
                 Some(Event::Gone) | None => return false,
-                Some(e) => early.push(e),
+                Some(e) => {
+                    if let Event::Data { data, .. } = &e {
+                        early_bytes += data.len();
+                        if early_bytes > EARLY_BYTES {
+                            return false;
+                        }
+                    }
+                    early.push(e);
+                }
             }
         }
         true
@@ -389,5 +402,7 @@ fn take_sizes(buf: &mut Vec<u8>, max: usize) -> Vec<TerminalSize> {
     sizes
 }
 
+#[cfg(test)]
+mod attack_tests;
 #[cfg(test)]
 mod tests;

@@ -12,8 +12,15 @@
 //!   peer's `SETTINGS_INITIAL_WINDOW_SIZE`). A peer that never sent either is not held to it:
 //!   `moby/spdystream` announces SPDY/3.1 but never sends WINDOW_UPDATE (it ignores the frame
 //!   type, `connection.go`), so waiting for its window would stall every output over 64 KiB.
+//!
+//! Memory per connection is bounded whatever the client sends: a header block inflates to at
+//! most [`MAX_HEADER_BLOCK`], at most [`MAX_OPEN_STREAMS`] client streams are open at once
+//! (more are refused with RST_STREAM `REFUSED_STREAM`), and DATA on a stream the client never
+//! opened, or already ended or reset, is answered with RST_STREAM `INVALID_STREAM` and
+//! dropped, never passed on. The event queue to the session holds a few frames, each within
+//! the frame limit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use bytes::{Bytes, BytesMut};
@@ -24,8 +31,14 @@ use super::super::limits::Activity;
 use super::super::tunnel::TooBig;
 use crate::kubelet_api::spdy::headers::{Deflater, Inflater};
 use crate::kubelet_api::spdy::{
-    Decoder, Frame, FrameError, INITIAL_WINDOW, SETTINGS_INITIAL_WINDOW_SIZE, encode, goaway,
+    Decoder, Frame, FrameError, INITIAL_WINDOW, SETTINGS_INITIAL_WINDOW_SIZE, encode, goaway, rst,
 };
+
+/// The largest header block a client may send, inflated (kubectl's are a few hundred bytes;
+/// 1 KiB of deflate can inflate to 1 MiB).
+pub(super) const MAX_HEADER_BLOCK: usize = 64 * 1024;
+/// Client streams open at once (port-forward opens two per forwarded connection).
+pub(super) const MAX_OPEN_STREAMS: usize = 256;
 
 /// What the client did.
 #[derive(Debug)]
@@ -211,6 +224,15 @@ impl<W: AsyncWrite + Unpin + Send> Writer<W> {
         .await
     }
 
+    /// RST_STREAM on `id` with `status`.
+    async fn reset(&self, id: u32, status: u32) -> Option<()> {
+        self.send(&Frame::RstStream {
+            stream_id: id,
+            status,
+        })
+        .await
+    }
+
     /// GOAWAY: no new streams; `last` is the last client stream seen.
     pub(super) async fn go_away(&self, last: u32, status: u32) -> Option<()> {
         self.send(&Frame::GoAway {
@@ -241,9 +263,11 @@ pub(super) async fn read<R, W>(
     W: AsyncWrite + Unpin + Send,
 {
     let decoder = Decoder::new(max);
-    let mut inflater = Inflater::new(max);
+    let mut inflater = Inflater::new(max.min(MAX_HEADER_BLOCK));
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut last_stream = 0u32;
+    // Client streams that may still send data.
+    let mut open: HashSet<u32> = HashSet::new();
     loop {
         let frame = match decoder.decode(&mut buf) {
             Ok(Some(f)) => f,
@@ -283,7 +307,10 @@ pub(super) async fn read<R, W>(
         };
         let event = match frame {
             Frame::SynStream {
-                stream_id, headers, ..
+                stream_id,
+                headers,
+                fin,
+                ..
             } => {
                 let Ok(headers) = inflater.decompress(&headers) else {
                     let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
@@ -291,6 +318,17 @@ pub(super) async fn read<R, W>(
                     return;
                 };
                 last_stream = last_stream.max(stream_id);
+                if open.len() >= MAX_OPEN_STREAMS {
+                    if writer.reset(stream_id, rst::REFUSED_STREAM).await.is_none() {
+                        let _ = events.send(Event::Gone).await;
+                        return;
+                    }
+                    continue;
+                }
+                // A stream opened half-closed carries no data.
+                if !fin {
+                    open.insert(stream_id);
+                }
                 if writer.reply(stream_id).await.is_none() {
                     let _ = events.send(Event::Gone).await;
                     return;
@@ -311,6 +349,16 @@ pub(super) async fn read<R, W>(
                 fin,
                 data,
             } => {
+                if !open.contains(&stream_id) {
+                    if writer.reset(stream_id, rst::INVALID_STREAM).await.is_none() {
+                        let _ = events.send(Event::Gone).await;
+                        return;
+                    }
+                    continue;
+                }
+                if fin {
+                    open.remove(&stream_id);
+                }
                 if !data.is_empty() {
                     activity.touch();
                 }
@@ -327,7 +375,10 @@ pub(super) async fn read<R, W>(
                 }
                 None
             }
-            Frame::RstStream { stream_id, .. } => Some(Event::Reset { id: stream_id }),
+            Frame::RstStream { stream_id, .. } => {
+                open.remove(&stream_id);
+                Some(Event::Reset { id: stream_id })
+            }
             Frame::Ping { id } => {
                 // Echo the client's pings (odd ids); even ids would be answers to ours, and
                 // this side sends none.

@@ -12,9 +12,12 @@
 //! minus 2), as the kubelet does. Once a pair is complete the VK dials the published address
 //! and copies bytes both ways until either side ends; a failure is written as text on the
 //! error stream (`error forwarding port <port> to pod <ns/pod>, uid <uid>: <why>`), after which
-//! both streams are closed. A pair not completed within 30 s, a stream of another type, or a
-//! missing or invalid port is refused (the stream is closed at once). The connection ends with
+//! both streams are closed. A pair not completed within 30 s, a stream of another type, a
+//! missing or invalid port, or a request over the session's bounds ([`pending`]: requests
+//! waiting for their pair, data sent before it) is refused (the stream is closed at once). The connection ends with
 //! the client, a frame over the size limit, or the idle timeout.
+
+mod pending;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,12 +29,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use super::STREAM_CREATION_TIMEOUT;
 use super::conn::{self, Event, Writer};
 use crate::kubelet_api::exec::SessionLimits;
 use crate::kubelet_api::exec::limits::Activity;
 use crate::kubelet_api::spdy::goaway;
 use crate::provider::Endpoint;
+use pending::{Early, Opened, Pending};
 
 /// The one SPDY port-forward protocol (the kubelet's `SupportedPortForwardProtocols`).
 pub const PROTOCOL: &str = "portforward.k8s.io";
@@ -91,87 +94,6 @@ pub fn choose(offered: &[String]) -> Result<&'static str, (u16, String)> {
     }
 }
 
-/// A forwarded connection being set up: its two streams as they arrive.
-#[derive(Default)]
-struct Pair {
-    error: Option<u32>,
-    data: Option<u32>,
-    port: u16,
-    since: Option<Instant>,
-}
-
-/// What the pairing of one new stream decided.
-#[derive(Debug, PartialEq, Eq)]
-enum Opened {
-    /// Waiting for the other stream of its request.
-    Waiting,
-    /// The pair is complete: forward `port` over `data`, reporting on `error`.
-    Complete { error: u32, data: u32, port: u16 },
-    /// Not a stream this protocol knows, or a bad port: closed at once.
-    Refused(String),
-}
-
-/// The request id of a stream: its `requestID` header, or for old clients the error stream's
-/// id, or the data stream's id minus 2 (the kubelet's best effort for them).
-fn request_id(id: u32, kind: &str, headers: &[(String, String)]) -> String {
-    if let Some((_, v)) = headers
-        .iter()
-        .find(|(k, v)| k.eq_ignore_ascii_case("requestid") && !v.is_empty())
-    {
-        return v.clone();
-    }
-    match kind {
-        "data" => id.saturating_sub(2).to_string(),
-        _ => id.to_string(),
-    }
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
-}
-
-/// Files one new stream under its request.
-fn pair_stream(
-    pairs: &mut HashMap<String, Pair>,
-    id: u32,
-    kind: &str,
-    headers: &[(String, String)],
-    now: Instant,
-) -> Opened {
-    if kind != "error" && kind != "data" {
-        return Opened::Refused(format!("invalid stream type {kind:?}"));
-    }
-    let port = match header(headers, "port").map(str::parse::<u16>) {
-        Some(Ok(p)) if p > 0 => p,
-        Some(_) => return Opened::Refused("invalid port header".into()),
-        None => return Opened::Refused("\"port\" header is required".into()),
-    };
-    let rid = request_id(id, kind, headers);
-    let pair = pairs.entry(rid.clone()).or_default();
-    pair.since.get_or_insert(now);
-    pair.port = port;
-    let slot = if kind == "error" {
-        &mut pair.error
-    } else {
-        &mut pair.data
-    };
-    if slot.is_some() {
-        return Opened::Refused(format!("request {rid} already has a {kind} stream"));
-    }
-    *slot = Some(id);
-    match (pair.error, pair.data) {
-        (Some(error), Some(data)) => {
-            let port = pair.port;
-            pairs.remove(&rid);
-            Opened::Complete { error, data, port }
-        }
-        _ => Opened::Waiting,
-    }
-}
-
 /// Runs a port-forward session on an upgraded connection until the client goes away.
 pub async fn run<IO>(io: IO, setup: Setup)
 where
@@ -192,11 +114,10 @@ where
         activity.clone(),
     ));
     let setup = Arc::new(setup);
-    let mut pairs: HashMap<String, Pair> = HashMap::new();
+    // Requests waiting for their second stream, and data sent on them meanwhile (bounded).
+    let mut pending = Pending::default();
     // Client data of each forwarded data stream, to its forwarding task.
     let mut inputs: HashMap<u32, mpsc::Sender<Bytes>> = HashMap::new();
-    // Data that came before its pair was complete.
-    let mut early: HashMap<u32, Vec<Bytes>> = HashMap::new();
     let mut tasks = JoinSet::new();
     let mut last = 0u32;
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
@@ -204,7 +125,9 @@ where
         let event = tokio::select! {
             e = events.recv() => e,
             _ = sweep.tick() => {
-                expire(&mut pairs, &writer, Instant::now()).await;
+                for id in pending.expire(Instant::now()) {
+                    let _ = writer.data(id, Bytes::new(), true).await;
+                }
                 continue;
             }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
@@ -217,15 +140,21 @@ where
             Some(Event::Stream { id, kind, headers }) => {
                 debug!(pod = %setup.pod, stream = id, ?headers, "port-forward stream");
                 last = last.max(id);
-                match pair_stream(&mut pairs, id, &kind, &headers, Instant::now()) {
+                match pending.open(id, &kind, &headers, Instant::now()) {
                     Opened::Waiting => {}
                     Opened::Refused(why) => {
                         debug!(pod = %setup.pod, stream = id, %why, "port-forward stream refused");
                         let _ = writer.data(id, Bytes::new(), true).await;
                     }
-                    Opened::Complete { error, data, port } => {
-                        let (in_tx, in_rx) = mpsc::channel(8);
-                        for chunk in early.remove(&data).unwrap_or_default() {
+                    Opened::Complete {
+                        error,
+                        data,
+                        port,
+                        early,
+                    } => {
+                        // Room for what came early (bounded by `pending`) and 8 chunks more.
+                        let (in_tx, in_rx) = mpsc::channel(early.len() + 8);
+                        for chunk in early {
                             let _ = in_tx.try_send(chunk);
                         }
                         inputs.insert(data, in_tx);
@@ -248,16 +177,18 @@ where
                         // Dropping the sender ends the container side's input.
                         inputs.remove(&id);
                     }
-                } else if !data.is_empty() {
-                    let buffered = early.entry(id).or_default();
-                    if buffered.len() < 8 {
-                        buffered.push(data);
+                } else if !data.is_empty()
+                    && let Early::Close(ids) = pending.data(id, data)
+                {
+                    debug!(pod = %setup.pod, stream = id, "port-forward data before its pair over the limit; request closed");
+                    for i in ids {
+                        let _ = writer.data(i, Bytes::new(), true).await;
                     }
                 }
             }
             Some(Event::Reset { id }) => {
                 inputs.remove(&id);
-                early.remove(&id);
+                pending.reset(id);
             }
             Some(Event::TooBig { size, limit }) => {
                 debug!(pod = %setup.pod, size, limit, "port-forward frame over the limit; closing");
@@ -273,29 +204,6 @@ where
     let _ = writer.go_away(last, goaway::OK).await;
     reader.abort();
     writer.shutdown().await;
-}
-
-/// Closes the streams of pairs not completed in time (the kubelet's stream creation timeout).
-async fn expire<W: AsyncWrite + Unpin + Send>(
-    pairs: &mut HashMap<String, Pair>,
-    writer: &Writer<W>,
-    now: Instant,
-) {
-    let old: Vec<String> = pairs
-        .iter()
-        .filter(|(_, p)| {
-            p.since
-                .is_some_and(|s| now.duration_since(s) >= STREAM_CREATION_TIMEOUT)
-        })
-        .map(|(k, _)| k.clone())
-        .collect();
-    for rid in old {
-        if let Some(p) = pairs.remove(&rid) {
-            for id in [p.error, p.data].into_iter().flatten() {
-                let _ = writer.data(id, Bytes::new(), true).await;
-            }
-        }
-    }
 }
 
 /// The two streams of one forwarded connection.
@@ -382,91 +290,6 @@ async fn forward<W: AsyncWrite + Unpin + Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    #[test]
-    fn streams_pair_by_request_id_in_either_order() {
-        let mut pairs = HashMap::new();
-        let now = Instant::now();
-        let data = h(&[("streamtype", "data"), ("port", "8080"), ("requestid", "7")]);
-        let error = h(&[
-            ("streamtype", "error"),
-            ("port", "8080"),
-            ("requestid", "7"),
-        ]);
-        assert_eq!(
-            pair_stream(&mut pairs, 3, "data", &data, now),
-            Opened::Waiting
-        );
-        assert_eq!(
-            pair_stream(&mut pairs, 5, "error", &error, now),
-            Opened::Complete {
-                error: 5,
-                data: 3,
-                port: 8080
-            }
-        );
-        assert!(pairs.is_empty());
-    }
-
-    #[test]
-    fn old_clients_pair_by_stream_id() {
-        let mut pairs = HashMap::new();
-        let now = Instant::now();
-        let error = h(&[("streamtype", "error"), ("port", "80")]);
-        let data = h(&[("streamtype", "data"), ("port", "80")]);
-        assert_eq!(
-            pair_stream(&mut pairs, 1, "error", &error, now),
-            Opened::Waiting
-        );
-        // Data stream 5 would pair with error stream 3: not this one.
-        assert_eq!(
-            pair_stream(&mut pairs, 5, "data", &data, now),
-            Opened::Waiting
-        );
-        assert_eq!(
-            pair_stream(&mut pairs, 3, "data", &data, now),
-            Opened::Complete {
-                error: 1,
-                data: 3,
-                port: 80
-            }
-        );
-    }
-
-    #[test]
-    fn bad_streams_are_refused() {
-        let mut pairs = HashMap::new();
-        let now = Instant::now();
-        let cases = [
-            ("stdin", h(&[("port", "80")]), "invalid stream type"),
-            ("data", h(&[]), "\"port\" header is required"),
-            ("data", h(&[("port", "0")]), "invalid port header"),
-            ("data", h(&[("port", "70000")]), "invalid port header"),
-            ("data", h(&[("port", "http")]), "invalid port header"),
-        ];
-        for (i, (kind, headers, want)) in cases.into_iter().enumerate() {
-            match pair_stream(&mut pairs, 2 * i as u32 + 1, kind, &headers, now) {
-                Opened::Refused(m) => assert!(m.contains(want), "{m}"),
-                o => panic!("{kind} {headers:?}: {o:?}"),
-            }
-        }
-        let twice = h(&[("streamtype", "data"), ("port", "80"), ("requestid", "1")]);
-        assert_eq!(
-            pair_stream(&mut pairs, 21, "data", &twice, now),
-            Opened::Waiting
-        );
-        assert!(matches!(
-            pair_stream(&mut pairs, 23, "data", &twice, now),
-            Opened::Refused(_)
-        ));
-    }
 
     #[test]
     fn the_handshake_wants_the_port_forward_protocol() {

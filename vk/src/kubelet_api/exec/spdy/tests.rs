@@ -53,7 +53,7 @@ fn session() -> ExecSession {
     }
 }
 
-fn setup(protocol: &'static str) -> Setup {
+pub(super) fn setup(protocol: &'static str) -> Setup {
     Setup {
         protocol,
         stdin: true,
@@ -69,16 +69,16 @@ fn setup(protocol: &'static str) -> Setup {
     }
 }
 
-struct Client {
+pub(super) struct Client {
     r: ReadHalf<DuplexStream>,
     w: WriteHalf<DuplexStream>,
     buf: BytesMut,
-    deflater: Deflater,
+    pub(super) deflater: Deflater,
     inflater: Inflater,
 }
 
 impl Client {
-    fn new(io: DuplexStream) -> Self {
+    pub(super) fn new(io: DuplexStream) -> Self {
         let (r, w) = tokio::io::split(io);
         Self {
             r,
@@ -89,13 +89,20 @@ impl Client {
         }
     }
 
-    async fn send(&mut self, f: Frame) {
+    pub(super) async fn send(&mut self, f: Frame) {
         let mut b = BytesMut::new();
         encode(&f, &mut b);
         self.w.write_all(&b).await.unwrap();
     }
 
-    async fn open(&mut self, id: u32, kind: &str) {
+    /// Sends `f`; false when the server has closed the connection.
+    pub(super) async fn try_send(&mut self, f: Frame) -> bool {
+        let mut b = BytesMut::new();
+        encode(&f, &mut b);
+        self.w.write_all(&b).await.is_ok()
+    }
+
+    pub(super) async fn open(&mut self, id: u32, kind: &str) {
         let headers = self
             .deflater
             .compress(&[("streamtype".into(), kind.into())])
@@ -111,7 +118,7 @@ impl Client {
         .await;
     }
 
-    async fn next(&mut self) -> Option<Frame> {
+    pub(super) async fn next(&mut self) -> Option<Frame> {
         let d = Decoder::new(1 << 24);
         loop {
             if let Some(f) = d.decode(&mut self.buf).unwrap() {

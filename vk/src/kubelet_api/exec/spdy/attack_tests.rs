@@ -1,0 +1,165 @@
+//! What a hostile SPDY client can make the VK hold (issue "Security and robustness, round
+//! two", item 3): DATA on streams it never opened, small header blocks that inflate to
+//! megabytes, thousands of streams, data sent before a port-forward pair or an exec session's
+//! streams are complete. Each is refused at a bound, so a session's memory stays within a few
+//! frames plus the bounds of `conn` and `portforward::pending`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::conn::{MAX_HEADER_BLOCK, MAX_OPEN_STREAMS};
+use super::portforward;
+use super::tests::{Client, setup};
+use super::*;
+use crate::kubelet_api::exec::SessionLimits;
+use crate::kubelet_api::spdy::{Frame, goaway, rst};
+
+fn forward_setup() -> portforward::Setup {
+    portforward::Setup {
+        pod: "ns/pod".into(),
+        uid: "u".into(),
+        provider: "fake".into(),
+        ports: BTreeMap::new(),
+        limits: SessionLimits::default(),
+    }
+}
+
+/// Sends `frames`, then reads until `n` frames matching `want` came back (or the end).
+async fn count_answers(c: &mut Client, n: usize, want: impl Fn(&Frame) -> bool) -> usize {
+    let mut got = 0;
+    while got < n {
+        match c.next().await {
+            Some(f) if want(&f) => got += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn data_on_streams_never_opened_is_reset_and_not_kept() {
+    let (server, client) = tokio::io::duplex(1 << 20);
+    let task = tokio::spawn(portforward::run(server, forward_setup()));
+    let mut c = Client::new(client);
+    // DATA on ids 1, 3, 5, ... of 1 KiB each: nothing opened them.
+    let n = 500;
+    for i in 0..n {
+        c.send(Frame::Data {
+            stream_id: 2 * i + 1,
+            fin: false,
+            data: Bytes::from(vec![b'x'; 1024]),
+        })
+        .await;
+    }
+    let resets = count_answers(
+        &mut c,
+        n as usize,
+        |f| matches!(f, Frame::RstStream { status, .. } if *status == rst::INVALID_STREAM),
+    )
+    .await;
+    assert_eq!(resets, n as usize);
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the session ends with its client")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_small_header_block_that_inflates_past_the_limit_ends_the_connection() {
+    let (server, client) = tokio::io::duplex(1 << 20);
+    let task = tokio::spawn(portforward::run(server, forward_setup()));
+    let mut c = Client::new(client);
+    // 1 MiB of one byte deflates to about a kilobyte.
+    let value = "a".repeat(1 << 20);
+    let block = c
+        .deflater
+        .compress(&[("streamtype".into(), "data".into()), ("x".into(), value)])
+        .unwrap();
+    assert!(block.len() < 4096, "{} bytes compressed", block.len());
+    c.send(Frame::SynStream {
+        stream_id: 1,
+        associated_to: 0,
+        priority: 0,
+        fin: false,
+        unidirectional: false,
+        headers: block.into(),
+    })
+    .await;
+    let mut status = None;
+    while let Some(f) = c.next().await {
+        if let Frame::GoAway { status: s, .. } = f {
+            status = Some(s);
+            break;
+        }
+    }
+    assert_eq!(status, Some(goaway::PROTOCOL_ERROR));
+    const { assert!(MAX_HEADER_BLOCK < 1 << 20) };
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the session ends")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn streams_beyond_the_open_limit_are_refused() {
+    let (server, client) = tokio::io::duplex(1 << 20);
+    let task = tokio::spawn(portforward::run(server, forward_setup()));
+    let mut c = Client::new(client);
+    // Streams of an unknown type: replied to, then closed by the session, but still open on
+    // the client's side, so they count.
+    let extra = 10;
+    for i in 0..(MAX_OPEN_STREAMS + extra) as u32 {
+        c.open(2 * i + 1, "data").await;
+    }
+    let refused = count_answers(
+        &mut c,
+        extra,
+        |f| matches!(f, Frame::RstStream { status, .. } if *status == rst::REFUSED_STREAM),
+    )
+    .await;
+    assert_eq!(refused, extra);
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the session ends with its client")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn exec_data_before_the_streams_are_complete_is_bounded() {
+    let (server, client) = tokio::io::duplex(1 << 20);
+    let failed = Err(Outcome::Error("never started".into()));
+    let task = tokio::spawn(run(server, setup(V4), failed));
+    let mut c = Client::new(client);
+    // stdin opened, stdout and stderr never: the session waits, and holds what stdin sends.
+    c.open(1, "error").await;
+    c.open(3, "stdin").await;
+    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+    let mut sent = 0;
+    let mut ended = false;
+    while sent <= 4 * EARLY_BYTES {
+        let open = c
+            .try_send(Frame::Data {
+                stream_id: 3,
+                fin: false,
+                data: chunk.clone(),
+            })
+            .await;
+        sent += chunk.len();
+        if !open || task.is_finished() {
+            ended = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    // Past EARLY_BYTES the session gives up instead of holding more.
+    let waited = tokio::time::timeout(Duration::from_secs(5), task).await;
+    assert!(
+        ended || waited.is_ok(),
+        "the session still holds {sent} bytes of early stdin"
+    );
+}
