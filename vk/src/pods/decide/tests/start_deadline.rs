@@ -1,0 +1,144 @@
+//! Unit tests of [`super::super::decide`]: the start deadline.
+
+use super::*;
+
+/// Runs `f` with rules where RunPod's start deadline is 1800 s (ceiling 3600 s) and the
+/// other providers have none.
+fn with_deadline_rules<T>(f: impl FnOnce(&Rules<'_>) -> T) -> T {
+    let s = |n| Some(Duration::from_secs(n));
+    let deadlines = [crate::config::StartDeadline {
+        default: s(1800),
+        max: s(3600),
+    }];
+    with_rules(&deadlines, f)
+}
+
+/// A workload in `state` at `provider`, created at `created`, still pulling its image.
+fn created_at(state: WorkloadState, created: &str) -> Observed {
+    Observed {
+        created_at: Some(ts(created)),
+        message: Some("pulling image".into()),
+        ..observed(state)
+    }
+}
+
+/// Decides for a workload at `provider` created at `created` under [`with_deadline_rules`].
+fn with_deadline(pod: &Pod, provider: usize, state: WorkloadState, created: &str) -> Step {
+    let obs = created_at(state, created);
+    with_deadline_rules(|rules| {
+        let found = Some(Found {
+            provider,
+            observed: &obs,
+        });
+        decide(rules, Some(pod), found, &Memory::fresh(), ts(NOW))
+    })
+}
+
+#[test]
+fn a_workload_still_starting_at_its_deadline_fails_the_pod_naming_it() {
+    let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
+    let stuck = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:30:05Z");
+    assert!(
+        matches!(&stuck, Step::Fail { reason, message }
+            if *reason == "StartDeadlineExceeded" && message.contains("still starting at provider runpod (pulling image) 1800s")),
+        "{stuck:?}"
+    );
+    let queued = with_deadline(
+        &pod,
+        0,
+        WorkloadState::Queued { reason: None },
+        "2026-11-29T09:00:00Z",
+    );
+    assert!(matches!(
+        queued,
+        Step::Fail {
+            reason: "StartDeadlineExceeded",
+            ..
+        }
+    ));
+    // One second short, running, or on a provider without a deadline: reported as usual.
+    let early = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:30:06Z");
+    assert_eq!(early, Step::Report { provider: 0 });
+    let running = with_deadline(&pod, 0, WorkloadState::Running, "2026-11-29T05:00:00Z");
+    assert_eq!(running, Step::Report { provider: 0 });
+    let slurm = with_deadline(&pod, 2, WorkloadState::Starting, "2026-11-29T05:00:00Z");
+    assert_eq!(slurm, Step::Report { provider: 2 });
+}
+
+#[test]
+fn a_pod_sets_its_own_start_deadline_within_the_providers_ceiling() {
+    let short = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_DEADLINE, "60")
+        .build();
+    let s = with_deadline(&short, 0, WorkloadState::Starting, "2026-11-29T09:59:00Z");
+    assert!(
+        matches!(
+            s,
+            Step::Fail {
+                reason: "StartDeadlineExceeded",
+                ..
+            }
+        ),
+        "{s:?}"
+    );
+    let long = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_DEADLINE, "7200")
+        .build();
+    let s = with_deadline(&long, 0, WorkloadState::Starting, "2026-11-29T09:59:00Z");
+    assert!(
+        matches!(&s, Step::Fail { reason: "InvalidSpec", message } if message.contains("3600s")),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn a_huge_start_deadline_is_never_due_and_never_panics() {
+    // On a provider without a ceiling (slurm, index 2) any deadline is taken; the provider says
+    // the workload was created in the future (a clock ahead of ours).
+    for secs in [
+        "9223372036854775807",
+        "9223372036854775808",
+        "18446744073709551615",
+    ] {
+        let pod = PodBuilder::new()
+            .gpus("1")
+            .assigned("slurm")
+            .annotation(crate::pods::spec::ANN_START_DEADLINE, secs)
+            .build();
+        let obs = created_at(WorkloadState::Starting, "2026-11-29T10:05:00Z");
+        let due = with_deadline_rules(|rules| {
+            let f = Found {
+                provider: 2,
+                observed: &obs,
+            };
+            start_deadline_due_in(rules, &pod, f, ts(NOW))
+        });
+        assert_eq!(due, None, "{secs}");
+        let step = with_deadline(&pod, 2, WorkloadState::Starting, "2026-11-29T10:05:00Z");
+        assert_eq!(step, Step::Report { provider: 2 }, "{secs}");
+    }
+}
+
+#[test]
+fn a_starting_workload_is_looked_at_again_when_its_deadline_is_due() {
+    let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
+    let due = |state: WorkloadState| {
+        let obs = created_at(state, "2026-11-29T09:59:05Z");
+        with_deadline_rules(|rules| {
+            let f = Found {
+                provider: 0,
+                observed: &obs,
+            };
+            start_deadline_due_in(rules, &pod, f, ts(NOW))
+        })
+    };
+    assert_eq!(
+        due(WorkloadState::Starting),
+        Some(Duration::from_secs(1740))
+    );
+    assert_eq!(due(WorkloadState::Running), None);
+}
