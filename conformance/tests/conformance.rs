@@ -23,6 +23,8 @@ mod observability;
 mod overflow;
 #[path = "conformance/pod_ip.rs"]
 mod pod_ip;
+#[path = "conformance/privilege.rs"]
+mod privilege;
 #[path = "conformance/replacement.rs"]
 mod replacement;
 #[path = "conformance/resilience.rs"]
@@ -1193,6 +1195,8 @@ fn main() {
     let first_provider = regex::Regex::new("^the provider is the first of this run$").unwrap();
     // Scenarios whose VKs run as processes beside the suite (they stop and start them).
     let local_testbed = regex::Regex::new("^the virtual kubelet runs as a process$").unwrap();
+    // Scenarios about what the Helm chart grants (RBAC, admission policies): VKs as pods only.
+    let from_chart = regex::Regex::new("^the virtual kubelet runs from the Helm chart$").unwrap();
     let mut times: Vec<String> = Vec::new();
     let mut pending_took: Option<String> = None;
     for p in providers
@@ -1281,6 +1285,8 @@ fn main() {
         }
         if !pods {
             cucumber = cucumber.given(local_testbed.clone(), |_w, _ctx| async {}.boxed_local());
+        } else if first {
+            cucumber = cucumber.given(from_chart.clone(), |_w, _ctx| async {}.boxed_local());
         }
         first = false;
         let cucumber =

@@ -14,24 +14,32 @@ import yaml
 
 SECRET_DIR = "/var/run/secrets/gpu-vk"
 
-# deploy/rbac.yaml before the chart existed: least privilege, changed only on purpose.
+# Least privilege, changed only on purpose: (apiGroups, resources, verbs, resourceNames), with
+# NODE standing for config.nodeName. Its own Node and node Leases by name; a create carries no
+# name RBAC could check, so it is a rule of its own.
 CLUSTER_RULES = [
-    ([""], ["nodes"], ["get", "list", "watch", "create", "patch", "update"]),
-    ([""], ["nodes/status"], ["get", "patch", "update"]),
-    ([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
-    ([""], ["pods/status"], ["get", "patch", "update"]),
-    ([""], ["configmaps", "secrets"], ["get"]),
-    (["events.k8s.io"], ["events"], ["create", "patch"]),
-    ([""], ["events"], ["create", "patch"]),
-    (["authentication.k8s.io"], ["tokenreviews"], ["create"]),
-    (["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
-    (["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"]),
-    # The admission check's own ValidatingWebhookConfiguration (resourceNames checked below).
-    (["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], ["get", "create", "patch", "update"]),
+    ([""], ["nodes"], ["get", "list", "watch", "patch", "update"], ["NODE"]),
+    ([""], ["nodes"], ["create"], None),
+    ([""], ["nodes/status"], ["get", "patch", "update"], ["NODE"]),
+    ([""], ["pods"], ["get", "list", "watch", "patch", "delete"], None),
+    ([""], ["pods/status"], ["get", "patch", "update"], None),
+    ([""], ["configmaps", "secrets"], ["get"], None),
+    (["events.k8s.io"], ["events"], ["create", "patch"], None),
+    ([""], ["events"], ["create", "patch"], None),
+    (["authentication.k8s.io"], ["tokenreviews"], ["create"], None),
+    (["authorization.k8s.io"], ["subjectaccessreviews"], ["create"], None),
+    (["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"], None),
+    # The admission check's own ValidatingWebhookConfiguration.
+    (["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], ["get", "create", "patch", "update"], ["gpu-vk-NODE"]),
 ]
-LEASE_RULES = [(["coordination.k8s.io"], ["leases"], ["get", "create", "patch", "update"])]
+# With config.allowedNamespaces, Secrets and ConfigMaps are read through a Role in each of them.
+ENV_RULE = ([""], ["configmaps", "secrets"], ["get"], None)
+LEASE_RULES = [
+    (["coordination.k8s.io"], ["leases"], ["get", "patch", "update"], ["NODE", "gpu-vk-leader-NODE"]),
+    (["coordination.k8s.io"], ["leases"], ["create"], None),
+]
 # Reading the kubelet Service's address: that one Service only (resourceNames checked below).
-ADDRESS_RULES = [([""], ["services"], ["get"])]
+ADDRESS_RULES = [([""], ["services"], ["get"], "SERVICE")]
 
 failures = []
 
@@ -53,34 +61,71 @@ def one(docs, kind, case):
 
 
 def rules(role):
-    return [(r.get("apiGroups"), r.get("resources"), r.get("verbs")) for r in role.get("rules", [])]
+    return [(r.get("apiGroups"), r.get("resources"), r.get("verbs"), r.get("resourceNames")) for r in role.get("rules", [])]
 
 
-def check_rbac(docs, case, sa_name, namespace):
+def expect(want, node, service=None):
+    """The expected rules with NODE and SERVICE filled in."""
+    def names(n):
+        if n == "SERVICE":
+            return [service]
+        return [x.replace("NODE", node) for x in n] if n else None
+    return [(g, r, v, names(n)) for g, r, v, n in want]
+
+
+def check_rbac(docs, case, sa_name, namespace, allowed=()):
+    config = yaml.safe_load(one(docs, "ConfigMap", case).get("data", {}).get("config.yaml", "")) or {}
+    node = config.get("nodeName", "")
     cluster_role = one(docs, "ClusterRole", case)
-    check(rules(cluster_role) == CLUSTER_RULES, f"{case}: ClusterRole rules differ from the least-privilege set")
-    webhook_names = [r.get("resourceNames") for r in cluster_role.get("rules", [])
-                     if r.get("resources") == ["validatingwebhookconfigurations"]]
-    check(len(webhook_names) == 1 and len(webhook_names[0] or []) == 1 and webhook_names[0][0].startswith("gpu-vk-"),
-          f"{case}: the admission rule is not limited to the node's own webhook configuration: {webhook_names}")
-    roles = {d["metadata"]["name"].rsplit("-", 1)[-1]: d for d in docs if d.get("kind") == "Role"}
-    check(sorted(roles) == ["address", "lease"], f"{case}: expected the Roles *-lease and *-address, found {sorted(roles)}")
-    lease = roles.get("lease", {})
+    want = [r for r in CLUSTER_RULES if not (allowed and r == ENV_RULE)]
+    check(rules(cluster_role) == expect(want, node), f"{case}: ClusterRole rules differ from the least-privilege set: {rules(cluster_role)}")
+    roles = {}
+    for d in docs:
+        if d.get("kind") == "Role":
+            roles.setdefault(d["metadata"]["name"].rsplit("-", 1)[-1], []).append(d)
+    check(sorted(roles) == sorted(["address", "lease"] + (["env"] if allowed else [])),
+          f"{case}: expected the Roles *-lease, *-address{' and *-env' if allowed else ''}, found {sorted(roles)}")
+    lease = (roles.get("lease") or [{}])[0]
     check(lease.get("metadata", {}).get("namespace") == "kube-node-lease", f"{case}: the lease Role is not in kube-node-lease")
-    check(rules(lease) == LEASE_RULES, f"{case}: lease Role rules differ")
-    address = roles.get("address", {})
-    check(rules(address) == ADDRESS_RULES, f"{case}: address Role rules differ")
+    check(rules(lease) == expect(LEASE_RULES, node), f"{case}: lease Role rules differ: {rules(lease)}")
     services = [d["metadata"]["name"] for d in docs if d.get("kind") == "Service" and d["metadata"]["name"].endswith("-kubelet")]
-    check([r.get("resourceNames") for r in address.get("rules", [])] == [services],
-          f"{case}: the address Role is not limited to the kubelet Service {services}")
+    address = (roles.get("address") or [{}])[0]
+    check(len(services) == 1 and rules(address) == expect(ADDRESS_RULES, node, services[0] if services else None),
+          f"{case}: the address Role is not limited to the kubelet Service {services}: {rules(address)}")
+    env = roles.get("env", [])
+    check(sorted(r["metadata"].get("namespace") for r in env) == sorted(allowed),
+          f"{case}: the Secret-reading Roles are in {[r['metadata'].get('namespace') for r in env]}, not {sorted(allowed)}")
+    for r in env:
+        check(rules(r) == [ENV_RULE], f"{case}: env Role in {r['metadata'].get('namespace')} has {rules(r)}")
     bindings = [d for d in docs if d.get("kind") in ("ClusterRoleBinding", "RoleBinding")]
-    check(len(bindings) == 4, f"{case}: expected 4 bindings, found {len(bindings)}")
+    check(len(bindings) == 4 + len(allowed), f"{case}: expected {4 + len(allowed)} bindings, found {len(bindings)}")
     auth_reader = [b for b in bindings if b["roleRef"]["name"] == "extension-apiserver-authentication-reader"]
     check(len(auth_reader) == 1 and auth_reader[0]["metadata"].get("namespace") == "kube-system",
           f"{case}: no kube-system binding to extension-apiserver-authentication-reader")
     for b in bindings:
-        want = [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}]
-        check(b.get("subjects") == want, f"{case}: {b['kind']} {b['metadata']['name']} binds {b.get('subjects')}, not {want}")
+        want_subject = [{"kind": "ServiceAccount", "name": sa_name, "namespace": namespace}]
+        check(b.get("subjects") == want_subject, f"{case}: {b['kind']} {b['metadata']['name']} binds {b.get('subjects')}, not {want_subject}")
+    check_pod_write_policy(docs, case, sa_name, namespace, node)
+
+
+def check_pod_write_policy(docs, case, sa_name, namespace, node):
+    """The ValidatingAdmissionPolicy that keeps the VK's pod writes to its own node's pods."""
+    policy = one(docs, "ValidatingAdmissionPolicy", case)
+    spec = policy.get("spec", {})
+    check(spec.get("failurePolicy") == "Fail", f"{case}: the pod-write policy does not fail closed")
+    rule = (spec.get("matchConstraints", {}).get("resourceRules") or [{}])[0]
+    check(sorted(rule.get("operations", [])) == ["DELETE", "UPDATE"] and sorted(rule.get("resources", [])) == ["pods", "pods/status"],
+          f"{case}: the pod-write policy does not match pod and status updates and deletes: {rule}")
+    user = f"system:serviceaccount:{namespace}:{sa_name}"
+    conditions = [c.get("expression", "") for c in spec.get("matchConditions", [])]
+    check(conditions == [f"request.userInfo.username == '{user}'"], f"{case}: the pod-write policy is not limited to {user}: {conditions}")
+    variables = {v["name"]: v["expression"] for v in spec.get("variables", [])}
+    check(f"oldObject.spec.nodeName == '{node}'" in variables.get("bound", ""), f"{case}: the pod-write policy does not check the node {node}")
+    check([v.get("expression") for v in spec.get("validations", [])] == ["variables.bound || variables.own"],
+          f"{case}: the pod-write policy's validation changed: {spec.get('validations')}")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", case).get("spec", {})
+    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
+          f"{case}: the pod-write policy is not bound with Deny: {binding}")
 
 
 def check_deployment(docs, case, secret_name, sa_name):
@@ -197,7 +242,10 @@ def check_overflow(docs):
     hook = hooks[0]
     check(hook.get("failurePolicy") == "Ignore", f"{case}: a failing webhook would block pods (failurePolicy is not Ignore)")
     check(hook.get("objectSelector") == {"matchLabels": {"gpu-vk.io/overflow": "true"}}, f"{case}: the webhook sees pods that did not opt in")
-    check(hook.get("namespaceSelector") == {"matchLabels": {"gpu-vk.io/overflow": "enabled"}}, f"{case}: namespaceSelector not rendered")
+    check(hook.get("namespaceSelector") == {
+        "matchLabels": {"gpu-vk.io/overflow": "enabled"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["serving", "research"]}],
+    }, f"{case}: the namespaceSelector is not the operator's narrowed to config.allowedNamespaces: {hook.get('namespaceSelector')}")
     check(hook.get("sideEffects") == "None", f"{case}: sideEffects is not None")
     deps = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Deployment"}
     companion = [d for n, d in deps.items() if n.endswith("-overflow")]
@@ -259,7 +307,13 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
     check_rbac(docs, "existing", "vk-identity", dep["metadata"]["namespace"])
 
     check_ha(load(ha_path))
-    check_overflow(load(overflow_path))
+    docs = load(overflow_path)
+    check_overflow(docs)
+    # config.allowedNamespaces set: Secrets and ConfigMaps readable there only.
+    vk_docs = [d for d in docs if not d["metadata"]["name"].endswith("-overflow")]
+    sa = one(vk_docs, "ServiceAccount", "overflow")["metadata"]["name"]
+    check_rbac(vk_docs, "overflow", sa, one(vk_docs, "Secret", "overflow")["metadata"]["namespace"],
+               allowed=["serving", "research"])
 
     for f in failures:
         print(f"check_chart: {f}", file=sys.stderr)

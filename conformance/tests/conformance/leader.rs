@@ -158,17 +158,14 @@ async fn node_ready(w: &mut Vkw) {
 async fn kubelet_api_answers(w: &mut Vkw, app: String) {
     let replica = w.replicas(&app).await[0].metadata.name.clone().unwrap();
     let pods = w.pods();
-    wait_for(
+    wait_seeing(
         Duration::from_secs(30),
         "the leader's kubelet API to answer",
         || async {
             match pods.logs(&replica, &LogParams::default()).await {
-                Ok(_) => Some(()),
-                Err(e) if e.to_string().contains("not supported") => Some(()),
-                Err(e) => {
-                    println!("    logs of {replica}: {e}");
-                    None
-                }
+                Ok(_) => Ok(()),
+                Err(e) if e.to_string().contains("not supported") => Ok(()),
+                Err(e) => Err(format!("logs of {replica}: {e}")),
             }
         },
     )

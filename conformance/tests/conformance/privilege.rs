@@ -1,0 +1,160 @@
+//! Steps of `least_privilege.feature`: what the Helm chart lets the VK's ServiceAccount do,
+//! checked by impersonating it (the suite's own credentials may impersonate) with server-side
+//! dry runs, so nothing is changed: the API server runs authorization and admission (the
+//! ValidatingAdmissionPolicy included) on a dry run as on a real write.
+
+use conformance::harness::pod::NAMESPACE;
+use conformance::harness::{Vk, VkOptions};
+use cucumber::{given, then};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::Vkw;
+
+/// A client acting as the VK's ServiceAccount: the release's, named after the node
+/// (`fullnameOverride`), in the release namespace.
+async fn as_vk(w: &Vkw) -> Client {
+    let mut cfg = kube::Config::infer().await.expect("a kubeconfig");
+    cfg.auth_info.impersonate = Some(format!("system:serviceaccount:{NAMESPACE}:{}", w.node()));
+    Client::try_from(cfg).expect("an impersonating client")
+}
+
+/// The HTTP status of a refusal, or 200 for success.
+fn status<T>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Ok(_) => (200, String::new()),
+        Err(kube::Error::Api(e)) => (e.code, e.message),
+        Err(e) => panic!("not an answer of the API server: {e}"),
+    }
+}
+
+#[given("a virtual kubelet with the provider under test, serving only this scenario's namespace")]
+async fn vk_for_namespace(w: &mut Vkw) {
+    crate::setup_provider(w).await;
+    let providers = w.obs().provider_yaml(&crate::target());
+    let vk = Vk::start_with(
+        providers,
+        VkOptions {
+            extra_config: format!("allowedNamespaces: [{}]\n", w.ns),
+            ..VkOptions::default()
+        },
+    )
+    .await;
+    w.vk = Some(vk);
+    crate::wait_node_ready(w).await;
+}
+
+#[given(expr = "a pod {string} bound to another node")]
+async fn pod_elsewhere(w: &mut Vkw, name: String) {
+    // A node that does not exist: no kubelet ever runs the pod, and it stays bound there.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": format!("not-{}", w.node()),
+                 "containers": [{"name": "c", "image": "registry.invalid/none"}]}
+    }))
+    .unwrap();
+    w.pods().create(&PostParams::default(), &pod).await.unwrap();
+}
+
+/// A dry-run label patch, status patch and delete of pod `name`, as the VK: their statuses.
+async fn writes(w: &Vkw, name: &str) -> Vec<(u16, String)> {
+    let pods: Api<Pod> = Api::namespaced(as_vk(w).await, &w.ns);
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let label = json!({"metadata": {"labels": {"checked": "yes"}}});
+    let condition = json!({"status": {"conditions": [{"type": "Checked", "status": "True"}]}});
+    vec![
+        status(pods.patch(name, &dry, &Patch::Merge(&label)).await),
+        status(
+            pods.patch_status(name, &dry, &Patch::Merge(&condition))
+                .await,
+        ),
+        status(
+            pods.delete(
+                name,
+                &DeleteParams {
+                    dry_run: true,
+                    ..DeleteParams::default()
+                },
+            )
+            .await
+            .map(|_| ()),
+        ),
+    ]
+}
+
+#[then(expr = "as the virtual kubelet, updating and deleting pod {string} are allowed")]
+async fn writes_allowed(w: &mut Vkw, name: String) {
+    let got = writes(w, &name).await;
+    assert!(
+        got.iter().all(|(code, _)| *code == 200),
+        "patch, status patch and delete of {name}: {got:?}"
+    );
+}
+
+#[then(expr = "as the virtual kubelet, updating and deleting pod {string} are refused: {string}")]
+async fn writes_refused(w: &mut Vkw, name: String, why: String) {
+    let got = writes(w, &name).await;
+    assert!(
+        got.iter()
+            .all(|(code, msg)| *code == 403 && msg.contains(&why)),
+        "patch, status patch and delete of {name} should be refused with {why:?}: {got:?}"
+    );
+}
+
+#[then("as the virtual kubelet, its own Node and Lease can be read, another node's cannot")]
+async fn nodes_and_leases(w: &mut Vkw) {
+    let node = w.node();
+    // Another node of the cluster, with its kubelet's heartbeat Lease.
+    let other = Api::<Node>::all(w.c())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .find(|n| *n != node)
+        .expect("the cluster has another node");
+    let c = as_vk(w).await;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let leases: Api<Lease> = Api::namespaced(c, "kube-node-lease");
+    let got = [
+        ("own node", status(nodes.get(&node).await)),
+        ("own lease", status(leases.get(&node).await)),
+        ("other node", status(nodes.get(&other).await)),
+        ("other lease", status(leases.get(&other).await)),
+        ("all nodes", status(nodes.list(&Default::default()).await)),
+    ];
+    let codes: Vec<_> = got.iter().map(|(what, (code, _))| (*what, *code)).collect();
+    assert_eq!(
+        codes,
+        [
+            ("own node", 200),
+            ("own lease", 200),
+            ("other node", 403),
+            ("other lease", 403),
+            ("all nodes", 403)
+        ],
+        "{got:?}"
+    );
+}
+
+#[then(
+    expr = "as the virtual kubelet, Secrets can be read in this scenario's namespace, not in namespace {string}"
+)]
+async fn secrets_where_allowed(w: &mut Vkw, other: String) {
+    let c = as_vk(w).await;
+    // Authorization comes before the lookup: 404 means allowed to read, 403 refused.
+    let mine = status(
+        Api::<Secret>::namespaced(c.clone(), &w.ns)
+            .get("absent")
+            .await,
+    );
+    let theirs = status(Api::<Secret>::namespaced(c, &other).get("absent").await);
+    assert_eq!((mine.0, theirs.0), (404, 403), "{mine:?} {theirs:?}");
+}

@@ -1,0 +1,16 @@
+Feature: Least privilege
+  The Helm chart gives the virtual kubelet's ServiceAccount what it needs for its own node and
+  nothing more: RBAC names its Node and its Leases, Secrets and ConfigMaps are readable only in
+  the namespaces whose pods may run on it (config.allowedNamespaces), and a
+  ValidatingAdmissionPolicy lets it write only pods bound to its own node, which RBAC alone
+  cannot say. Checked as that ServiceAccount (impersonated), with server-side dry runs.
+
+  Scenario: The virtual kubelet's ServiceAccount reaches only its own node, its pods and its namespaces
+    Given the virtual kubelet runs from the Helm chart
+    And a virtual kubelet with the provider under test, serving only this scenario's namespace
+    And a GPU pod "mine" is Running
+    And a pod "elsewhere" bound to another node
+    Then as the virtual kubelet, updating and deleting pod "mine" are allowed
+    And as the virtual kubelet, updating and deleting pod "elsewhere" are refused: "writes only pods bound to that node"
+    And as the virtual kubelet, its own Node and Lease can be read, another node's cannot
+    And as the virtual kubelet, Secrets can be read in this scenario's namespace, not in namespace "default"
