@@ -130,6 +130,29 @@ pub struct Term {
     lost: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<Elector>,
     stop: watch::Sender<bool>,
+    /// Setting the leader label on this replica's pod (retried in the background).
+    labelling: tokio::task::JoinHandle<()>,
+}
+
+/// Sets (`Some`) or removes (`None`) [`LEADER_LABEL`] on the pod `pods` names, retrying for a
+/// while, then giving up with a warning.
+async fn set_label(pods: Option<&(Api<Pod>, String)>, value: Option<&str>) {
+    let Some((pods, name)) = pods else {
+        return;
+    };
+    let patch = serde_json::json!({ "metadata": { "labels": { LEADER_LABEL: value } } });
+    for attempt in 1..=10u32 {
+        match pods
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => {
+                warn!(pod = %name, error = %ErrorChain(&e), attempt, "failed to set the leader label of this pod");
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+            }
+        }
+    }
 }
 
 impl Elector {
@@ -162,26 +185,7 @@ impl Elector {
     /// pod that led): a standby must not receive kubelet traffic. Retries for a while, then
     /// goes on with a warning (the standby refuses those connections; it serves no kubelet API).
     pub async fn clear_label(&self) {
-        self.label(None).await;
-    }
-
-    async fn label(&self, value: Option<&str>) {
-        let Some((pods, name)) = &self.pods else {
-            return;
-        };
-        let patch = serde_json::json!({ "metadata": { "labels": { LEADER_LABEL: value } } });
-        for attempt in 1..=10u32 {
-            match pods
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => return,
-                Err(e) => {
-                    warn!(pod = %name, error = %ErrorChain(&e), attempt, "failed to set the leader label of this pod");
-                    tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
-                }
-            }
-        }
+        set_label(self.pods.as_ref(), None).await;
     }
 
     /// Waits until this replica leads (or `shutdown` fires first: `None`).
@@ -208,11 +212,19 @@ impl Elector {
             () = shutdown => return None,
         }
         info!(lease = %self.lease, me = %self.identity, "became the leader");
-        self.label(Some("true")).await;
         let (lost_tx, lost) = watch::channel(false);
         let (stop, stop_rx) = watch::channel(false);
+        // Renewing starts before the label: labelling may take retries (seconds), and a Lease
+        // left unrenewed meanwhile would let a standby lead while this replica still does.
+        let pods = self.pods.clone();
         let task = tokio::spawn(self.renew(lost_tx, stop_rx));
-        Some(Term { lost, task, stop })
+        let labelling = tokio::spawn(async move { set_label(pods.as_ref(), Some("true")).await });
+        Some(Term {
+            lost,
+            task,
+            stop,
+            labelling,
+        })
     }
 
     /// Renews every retry period until `stop`; reports a loss on `lost` and returns.
@@ -226,8 +238,11 @@ impl Elector {
                 _ = stop.wait_for(|s| *s) => return self,
             }
             let left = deadline.saturating_sub(renewed.elapsed());
+            // The Lease counts from when the attempt began (its read), not from when the write
+            // came back: a slow answer must not stretch this replica's idea of its term.
+            let started = Instant::now();
             match tokio::time::timeout(left, self.attempt()).await {
-                Ok(Ok(Verdict::Take)) => renewed = Instant::now(),
+                Ok(Ok(Verdict::Take)) => renewed = started,
                 Ok(Ok(Verdict::HeldBy(h))) => {
                     warn!(lease = %self.lease, leader = %h, "another replica took the lease");
                     let _ = lost.send(true);
@@ -368,10 +383,18 @@ impl Term {
     /// Ends the term cleanly: stops renewing, removes the leader label and releases the Lease.
     pub async fn release(self) {
         let _ = self.stop.send(true);
+        // A label still being set must not land after it was removed.
+        self.labelling.abort();
+        let _ = self.labelling.await;
         if let Ok(mut elector) = self.task.await {
-            elector.label(None).await;
+            elector.clear_label().await;
             elector.release().await;
         }
+    }
+
+    /// True once the term ended (the Lease could not be renewed, or another replica took it).
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow()
     }
 }
 

@@ -53,6 +53,7 @@ pub mod store;
 pub mod storm;
 pub mod translate;
 pub mod watch;
+pub mod worker;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;

@@ -52,6 +52,11 @@ impl PodController {
         decide::refusal(&rules, pod)
     }
 
+    /// [`Self::reconcile_logged`] for a worker, which hands over the key.
+    pub(super) async fn reconcile_owned(&self, uid: String) {
+        self.reconcile_logged(&uid).await;
+    }
+
     /// Reconciles one pod and hands the outcome to the queue and the metrics.
     pub(super) async fn reconcile_logged(&self, uid: &str) {
         self.metrics.queue_depth.set(self.queue.len() as i64);

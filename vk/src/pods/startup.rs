@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tracing::info;
+use tracing::{error, info};
 
+use super::worker::{self, Lane};
 use super::{PodController, read};
+use crate::telemetry::ResultLabels;
 
 impl PodController {
     /// Waits for the pod store and the first list of every provider, then starts the workers.
@@ -38,22 +40,25 @@ impl PodController {
         self.ready.send_replace(true);
         let mut workers = tokio::task::JoinSet::new();
         // A share of the workers serves only pods that just arrived (or are being deleted).
-        for _ in 0..(self.cfg.workers / 4).max(1) {
+        let lanes = std::iter::repeat_n(Lane::First, (self.cfg.workers / 4).max(1))
+            .chain(std::iter::repeat_n(Lane::All, self.cfg.workers));
+        for lane in lanes {
             let pc = self.clone();
             workers.spawn(async move {
-                while let Some(uid) = pc.queue.next_first().await {
-                    pc.reconcile_logged(&uid).await;
-                    pc.queue.done(&uid);
-                }
-            });
-        }
-        for _ in 0..self.cfg.workers {
-            let pc = self.clone();
-            workers.spawn(async move {
-                while let Some(uid) = pc.queue.next().await {
-                    pc.reconcile_logged(&uid).await;
-                    pc.queue.done(&uid);
-                }
+                let panicked = |uid: &str, msg: &str| {
+                    error!(
+                        uid,
+                        panic = msg,
+                        "reconcile panicked (a bug): retrying with back-off"
+                    );
+                    pc.metrics
+                        .reconciles
+                        .get_or_create(&ResultLabels {
+                            result: "panic".into(),
+                        })
+                        .inc();
+                };
+                worker::serve(&pc.queue, lane, |uid| pc.reconcile_owned(uid), panicked).await;
             });
         }
         // Marks the end of the start-up reconcile (everything known at start handled once):
