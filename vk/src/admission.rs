@@ -72,7 +72,11 @@ pub async fn run(fw: Arc<PodController>, cfg: Arc<Config>, client: Client) -> an
         fw,
     };
     let listener = TlsListener::new(tcp, configs, Limits::new(256));
-    let server = tokio::spawn(async move { axum::serve(listener, router(judge)).await });
+    let server = tokio::spawn(crate::kubelet_api::tls::serve(
+        listener,
+        router(judge),
+        crate::kubelet_api::tls::Deadlines::default(),
+    ));
     info!(addr = %addr, "admission webhook listening");
     // The webhook is owned by the Node, so it waits for the node manager to register it.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -92,7 +96,8 @@ pub async fn run(fw: Arc<PodController>, cfg: Arc<Config>, client: Client) -> an
         delay = (delay * 2).min(Duration::from_secs(60));
     }
     info!(node = %cfg.node_name, "admission webhook registered");
-    server.await?.context("the admission webhook stopped")
+    server.await?;
+    anyhow::bail!("the admission webhook stopped")
 }
 
 fn router(judge: Judge) -> Router {

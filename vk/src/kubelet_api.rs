@@ -39,7 +39,7 @@ use jiff::Timestamp;
 use k8s_openapi::List;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::config::Config;
 use crate::pods::PodController;
@@ -175,10 +175,7 @@ pub async fn start(
         "kubelet API listening"
     );
     let task = tokio::spawn(async move {
-        let svc = app.into_make_service_with_connect_info::<tls::Peer>();
-        if let Err(e) = axum::serve(listener, svc).await {
-            warn!(error = %e, "kubelet API server stopped");
-        }
+        tls::serve(listener, app, tls::Deadlines::default()).await;
     });
     Ok(Server { local_addr, task })
 }

@@ -38,17 +38,20 @@
 //!
 //! - **Connections.** At most `kubeletApi.maxConnections` at once (handshaking or
 //!   established); a connection above it is closed as soon as it is accepted, without holding
-//!   up the accept loop. A client must finish its handshake within 10 seconds.
+//!   up the accept loop. A client must finish its handshake within 10 seconds, then send each
+//!   request's headers within 10 seconds; a connection with no request in flight for 90
+//!   seconds is closed (`serve`).
 //!
 //! The pieces: `serving` (loading, rotating or generating the serving certificate),
 //! `client_ca` (the CAs client certificates are verified against, and their reload), `config`
 //! (the rustls configuration, replaced when the client CA changes), `acceptor` (the listener
-//! and its limits) and `identity` (the client's identity from its certificate).
+//! and its limits), `serve` (the connections' deadlines) and `identity` (the client's identity from its certificate).
 
 mod acceptor;
 mod client_ca;
 mod config;
 mod identity;
+mod serve;
 mod serving;
 #[cfg(test)]
 mod testing;
@@ -59,6 +62,7 @@ pub use acceptor::{Limits, TlsConn, TlsListener};
 pub use client_ca::{CLIENT_CA_RELOAD_INTERVAL, install_client_ca};
 pub use config::{TlsConfigs, server_config};
 pub use identity::{Peer, subject, validity};
+pub use serve::{Deadlines, serve};
 pub use serving::{ServingCert, self_signed};
 
 /// Errors setting up TLS.

@@ -9,7 +9,7 @@ use x509_parser::asn1_rs::{FromDer, Tag};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::AttributeTypeAndValue;
 
-use super::TlsListener;
+use super::{TlsConn, TlsListener};
 use crate::kubelet_api::auth::User;
 
 #[cfg(test)]
@@ -23,18 +23,22 @@ pub struct Peer {
     pub cert_user: Option<User>,
 }
 
-impl Connected<IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        let (_, conn) = stream.io().tls().get_ref();
-        let cert_user = conn
+impl Peer {
+    /// The client of `conn`, connected from `addr`.
+    pub fn of(conn: &TlsConn, addr: SocketAddr) -> Self {
+        let (_, tls) = conn.tls().get_ref();
+        let cert_user = tls
             .peer_certificates()
             .and_then(|chain| chain.first())
             .and_then(|leaf| subject(leaf.as_ref()))
             .and_then(|(cn, orgs)| User::from_certificate(cn, orgs));
-        Self {
-            addr: *stream.remote_addr(),
-            cert_user,
-        }
+        Self { addr, cert_user }
+    }
+}
+
+impl Connected<IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        Self::of(stream.io(), *stream.remote_addr())
     }
 }
 

@@ -130,3 +130,24 @@ pub(super) async fn handshake(
         .await
         .expect("the handshake neither completed nor failed")
 }
+
+/// A TLS connection to `addr` trusting `serving`'s certificate, without a client certificate
+/// (no ALPN: HTTP/1.1).
+pub(super) async fn connect(
+    addr: SocketAddr,
+    serving: &ServingCert,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    roots.add(serving.leaf().unwrap()).unwrap();
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("vk-node").unwrap(), tcp)
+        .await
+        .unwrap()
+}
