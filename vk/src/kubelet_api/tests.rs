@@ -344,7 +344,9 @@ fn setup_with(endless: bool, limits: SessionLimits) -> Setup {
 
 /// [`setup_with`], the published port 8080 of `ml/model` (on `runpod`) forwarding to
 /// `127.0.0.1:<forward_to>`.
-fn setup_full(endless: bool, limits: SessionLimits, forward_to: u16) -> Setup {
+fn setup_full(endless: bool, mut limits: SessionLimits, forward_to: u16) -> Setup {
+    // The forward target is a loopback listener of the test.
+    limits.dial_local_targets = true;
     let mut with_logs = FakeProvider::new("slurm", Some(vec!["hello world", "second line"]));
     with_logs.endless = endless;
     let with_logs = Arc::new(with_logs);

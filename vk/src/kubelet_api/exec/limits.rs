@@ -26,6 +26,11 @@ pub struct SessionLimits {
     /// Largest WebSocket message or frame accepted from the client; a larger one ends the
     /// session (its size is known from the frame header, so it is never buffered).
     pub max_message_bytes: usize,
+    /// Whether port-forward may dial a loopback, link-local or unspecified address a provider
+    /// publishes. Off: such an address would let a pod's forward reach the VK's own host (its
+    /// metrics port, a local API server, the cloud's metadata service), as probes may not
+    /// either (`crate::pods::probe_target`); tests forwarding to loopback listeners turn it on.
+    pub dial_local_targets: bool,
 }
 
 impl Default for SessionLimits {
@@ -33,6 +38,7 @@ impl Default for SessionLimits {
         Self {
             idle_timeout: Some(KUBELET_IDLE_TIMEOUT),
             max_message_bytes: MAX_MESSAGE_BYTES,
+            dial_local_targets: false,
         }
     }
 }

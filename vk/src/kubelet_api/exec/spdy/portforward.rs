@@ -230,6 +230,14 @@ async fn forward<W: AsyncWrite + Unpin + Send>(
                 setup.provider, s.port
             ));
         };
+        if !setup.limits.dial_local_targets && crate::config::pod_ip::is_local_host(&endpoint.host)
+        {
+            return Err(format!(
+                "provider {} publishes {endpoint} for port {}, a loopback or link-local \
+                 address, which the virtual kubelet does not dial",
+                setup.provider, s.port
+            ));
+        }
         let dial = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port));
         let tcp = match tokio::time::timeout(DIAL_TIMEOUT, dial).await {
             Ok(Ok(t)) => t,
