@@ -30,6 +30,18 @@ async fn allows_secrets(w: &mut Vkw) {
 
 #[given(expr = "the virtual kubelet allows only the namespace {string}")]
 async fn only_namespace(w: &mut Vkw, ns: String) {
+    // The chart reads Secrets through a Role in each allowed namespace, which must exist.
+    if conformance::harness::pod::pod_mode() {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.c());
+        if namespaces.get_opt(&ns).await.unwrap().is_none() {
+            let body = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+            match namespaces.create(&PostParams::default(), &body).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => panic!("creating namespace {ns}: {e}"),
+            }
+        }
+    }
     w.vk()
         .reconfigure(|c| format!("{c}allowedNamespaces: [{ns}]\n"))
         .await;
