@@ -24,4 +24,6 @@ pub mod supervise;
 pub mod telemetry;
 
 #[cfg(test)]
+pub(crate) mod fuzz;
+#[cfg(test)]
 pub(crate) mod test_support;

@@ -42,6 +42,7 @@ pub mod observe;
 pub mod probe;
 pub mod probe_target;
 pub mod prober;
+pub mod quantity;
 pub mod queue;
 pub mod reconcile;
 pub mod restart;

@@ -7,6 +7,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::provider::{ContainerRole, GpuRequest, PodContainer, Workload};
 
+pub use super::quantity::{parse_cpu, parse_memory};
+
 /// Annotation prefix for everything the VK reads or writes on pods.
 pub const PREFIX: &str = "gpu-vk.io/";
 /// Pins the pod to one configured provider.
@@ -461,43 +463,6 @@ fn volume_kind(v: &k8s_openapi::api::core::v1::Volume) -> &'static str {
         .copied()
         .find(|k| json.get(*k).is_some())
         .unwrap_or("unknown")
-}
-
-/// Parses a CPU quantity (`500m`, `2`, `1.5`) into millicores.
-pub fn parse_cpu(q: &str) -> Result<u64, SpecError> {
-    let bad = || SpecError(format!("cpu quantity {q:?} is not valid"));
-    if let Some(m) = q.strip_suffix('m') {
-        return m.parse::<u64>().map_err(|_| bad());
-    }
-    let v: f64 = q.parse().map_err(|_| bad())?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(bad());
-    }
-    Ok((v * 1000.0).round() as u64)
-}
-
-/// Parses a memory quantity (`512Mi`, `1Gi`, `1G`, `1000`) into bytes.
-pub fn parse_memory(q: &str) -> Result<u64, SpecError> {
-    let bad = || SpecError(format!("memory quantity {q:?} is not valid"));
-    const UNITS: &[(&str, f64)] = &[
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-    ];
-    let (num, mult) = UNITS
-        .iter()
-        .find_map(|(u, m)| q.strip_suffix(u).map(|n| (n, *m)))
-        .unwrap_or((q, 1.0));
-    let v: f64 = num.parse().map_err(|_| bad())?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(bad());
-    }
-    Ok((v * mult).round() as u64)
 }
 
 /// Builds the neutral workload from a validated request and already resolved env: `env` of

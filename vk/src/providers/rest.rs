@@ -43,6 +43,13 @@ pub(crate) fn env_map(env: &[crate::provider::EnvVar]) -> BTreeMap<String, Strin
         .collect()
 }
 
+/// A usage figure a provider reported, rounded, if it is a number a counter can hold
+/// (finite, not negative, below `u64::MAX`); `None` makes the usage unknown rather than a
+/// saturated 18 EB.
+pub(crate) fn usage_figure(v: f64) -> Option<u64> {
+    (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then(|| v.round() as u64)
+}
+
 /// A timestamp from epoch seconds (fractional allowed).
 pub(crate) fn timestamp_from_epoch(secs: f64) -> Option<jiff::Timestamp> {
     if !secs.is_finite() || secs <= 0.0 {

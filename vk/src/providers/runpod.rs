@@ -70,6 +70,8 @@ mod adapter;
 mod catalog;
 mod config;
 mod exits;
+#[cfg(test)]
+mod fuzz;
 mod logs;
 mod state;
 mod wire;

@@ -55,6 +55,8 @@ mod adapter;
 mod client;
 mod config;
 pub mod exec;
+#[cfg(test)]
+mod fuzz;
 mod logs;
 mod nodes;
 pub mod script;

@@ -71,6 +71,8 @@
 mod adapter;
 mod claims;
 mod config;
+#[cfg(test)]
+mod fuzz;
 pub mod gpus;
 mod instances;
 mod limits;

@@ -11,6 +11,7 @@ use crate::pods::spec::{ANN_GPU_TYPE, ANN_PROVIDER};
 use crate::provider::{Capabilities, FailureReason, WorkloadState};
 use crate::test_support::{PodBuilder, observed, owner, ts};
 
+mod fuzz;
 mod restart;
 mod start_deadline;
 

@@ -158,11 +158,13 @@ fn usage(pod: &Pod) -> Option<Usage> {
     let vcpus = compute.and_then(|c| c.vcpu_count).unwrap_or(0.0).max(0.0);
     let mem_gb = compute.and_then(|c| c.memory).unwrap_or(0.0).max(0.0);
     let pct = |u: Option<f64>| u.unwrap_or(0.0).clamp(0.0, 100.0) / 100.0;
-    let cpu_millis = (pct(cpu_util) * vcpus * 1000.0).round() as u64;
-    let memory_bytes = (pct(mem_util) * mem_gb * GB).round() as u64;
+    // A figure no counter can hold is no figure: the usage is unknown.
+    let figure = crate::providers::rest::usage_figure;
+    let cpu_millis = figure(pct(cpu_util) * vcpus * 1000.0)?;
+    let memory_bytes = figure(pct(mem_util) * mem_gb * GB)?;
     let uptime = rt.uptime.unwrap_or(0.0).max(0.0);
     Some(Usage {
-        cpu_usage_nanos: (cpu_millis as f64 * uptime * 1_000_000.0).round() as u64,
+        cpu_usage_nanos: figure(cpu_millis as f64 * uptime * 1_000_000.0)?,
         cpu_millis,
         memory_bytes,
         timestamp: Timestamp::now(),

@@ -68,11 +68,12 @@ fn usage(inst: &Instance) -> Option<Usage> {
         return None;
     }
     let finite = |v: Option<f64>| v.filter(|x| x.is_finite()).unwrap_or(0.0).max(0.0);
-    let cpu_millis = (finite(inst.cpu_util) * 10.0).round() as u64;
-    let memory_bytes = (finite(inst.mem_usage) * 1e9).round() as u64;
+    // A figure no counter can hold is no figure: the usage is unknown.
+    let cpu_millis = rest::usage_figure(finite(inst.cpu_util) * 10.0)?;
+    let memory_bytes = rest::usage_figure(finite(inst.mem_usage) * 1e9)?;
     let uptime_s = finite(inst.uptime_mins) * 60.0;
     Some(Usage {
-        cpu_usage_nanos: (cpu_millis as f64 * uptime_s * 1_000_000.0).round() as u64,
+        cpu_usage_nanos: rest::usage_figure(cpu_millis as f64 * uptime_s * 1_000_000.0)?,
         cpu_millis,
         memory_bytes,
         timestamp: jiff::Timestamp::now(),
@@ -143,6 +144,16 @@ fn state_of(inst: &Instance) -> WorkloadState {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn usage_figures_no_counter_can_hold_make_the_usage_unknown() {
+        // Found by fuzzing (providers::vast::fuzz): 18446744074 GB saturated to u64::MAX bytes.
+        let huge = inst(json!({"actual_status": "running", "mem_usage": 18_446_744_074.0}));
+        assert!(usage(&huge).is_none());
+        let long =
+            inst(json!({"actual_status": "running", "cpu_util": 100.0, "uptime_mins": 1e300}));
+        assert!(usage(&long).is_none());
+    }
 
     #[test]
     fn running_instances_report_usage_in_kubelet_units() {
