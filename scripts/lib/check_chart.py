@@ -259,7 +259,22 @@ def check_overflow(docs):
             check(not all(labels.get(k) == v for k, v in sel.items()), f"{case}: the VK's selector {sel} selects the overflow pods")
     role = [d for d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"].endswith("-overflow")]
     hook_rule = [r for r in (role[0].get("rules", []) if role else []) if "mutatingwebhookconfigurations" in r.get("resources", [])]
-    check(hook_rule and hook_rule[0].get("resourceNames"), f"{case}: the companion may write any webhook configuration")
+    check(role and not hook_rule, f"{case}: the companion may write webhook configurations: {hook_rule}")
+    # Its certificate comes from the chart's CA, which the webhook configuration trusts.
+    secrets = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Secret"}
+    tls = [d for n, d in secrets.items() if n.endswith("-overflow-tls")]
+    check(len(tls) == 1 and tls[0].get("type") == "kubernetes.io/tls", f"{case}: no kubernetes.io/tls Secret for the webhook")
+    data = tls[0].get("data", {}) if tls else {}
+    ca = base64.b64decode(data.get("ca.crt", "")).decode(errors="replace")
+    check("BEGIN CERTIFICATE" in ca and hook.get("clientConfig", {}).get("caBundle") == data.get("ca.crt"),
+          f"{case}: the webhook's caBundle is not the chart CA of its Secret")
+    if companion:
+        pod = companion[0]["spec"]["template"]["spec"]
+        args = pod["containers"][0].get("args", [])
+        check("--tls-cert-file=/etc/gpu-vk/overflow-tls/tls.crt" in args and not any(a.startswith("--webhook-config") for a in args),
+              f"{case}: the companion does not serve the chart's certificate: {args}")
+        vols = [v for v in pod.get("volumes", []) if v.get("secret", {}).get("secretName", "").endswith("-overflow-tls")]
+        check(len(vols) == 1, f"{case}: the certificate Secret is not mounted")
 
 
 def main(default_path, creds_path, creds_values_path, existing_path, ha_path, overflow_path):
@@ -310,7 +325,7 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
     docs = load(overflow_path)
     check_overflow(docs)
     # config.allowedNamespaces set: Secrets and ConfigMaps readable there only.
-    vk_docs = [d for d in docs if not d["metadata"]["name"].endswith("-overflow")]
+    vk_docs = [d for d in docs if "-overflow" not in d["metadata"]["name"]]
     sa = one(vk_docs, "ServiceAccount", "overflow")["metadata"]["name"]
     check_rbac(vk_docs, "overflow", sa, one(vk_docs, "Secret", "overflow")["metadata"]["namespace"],
                allowed=["serving", "research"])

@@ -65,9 +65,22 @@ enum Command {
         /// `NAMESPACE/NAME` of the webhook's Service: the certificate's DNS names.
         #[arg(long, env = "VK_OVERFLOW_SERVICE", value_name = "NAMESPACE/NAME")]
         service: String,
-        /// The MutatingWebhookConfiguration whose `caBundle` gets this process's certificate.
-        #[arg(long, env = "VK_OVERFLOW_WEBHOOK_CONFIG")]
-        webhook_config: String,
+        /// The webhook's serving certificate (PEM chain), with `--tls-key-file`: re-read when
+        /// it changes; the API server trusts its CA through the webhook configuration's
+        /// `caBundle`, written by whoever made it (the Helm chart does), so this process needs
+        /// no right on that configuration.
+        #[arg(long, env = "VK_OVERFLOW_TLS_CERT_FILE", requires = "tls_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        #[arg(long, env = "VK_OVERFLOW_TLS_KEY_FILE", requires = "tls_cert_file")]
+        tls_key_file: Option<PathBuf>,
+        /// Without certificate files: the MutatingWebhookConfiguration whose `caBundle` gets a
+        /// self-signed certificate made at start (needs `get` and `update` on it).
+        #[arg(
+            long,
+            env = "VK_OVERFLOW_WEBHOOK_CONFIG",
+            required_unless_present = "tls_cert_file"
+        )]
+        webhook_config: Option<String>,
         /// Prometheus `/metrics` and `/healthz`.
         #[arg(long, env = "VK_METRICS_ADDR", default_value = "0.0.0.0:10256")]
         metrics_addr: SocketAddr,
@@ -128,6 +141,8 @@ fn main() -> anyhow::Result<()> {
             Command::Overflow {
                 webhook_addr,
                 service,
+                tls_cert_file,
+                tls_key_file,
                 webhook_config,
                 metrics_addr,
                 reclaim_settle_seconds,
@@ -140,14 +155,14 @@ fn main() -> anyhow::Result<()> {
                     interval: std::time::Duration::from_secs(reclaim_interval_seconds.max(1)),
                     virtual_node,
                 });
-                overflow(
-                    webhook_addr,
-                    &service,
-                    &webhook_config,
-                    metrics_addr,
-                    reclaim,
-                )
-                .await
+                let cert = match (tls_cert_file, tls_key_file, webhook_config) {
+                    (Some(cert), Some(key), _) => WebhookCert::Files { cert, key },
+                    (_, _, Some(config)) => WebhookCert::Publish { config },
+                    _ => anyhow::bail!(
+                        "give --tls-cert-file and --tls-key-file, or --webhook-config"
+                    ),
+                };
+                overflow(webhook_addr, &service, cert, metrics_addr, reclaim).await
             }
             Command::Run {
                 config,
@@ -328,12 +343,20 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `vk overflow`: publishes a fresh certificate as the webhook's caBundle, then serves the
-/// webhook and runs the reclaim controller until a signal.
+/// Where the overflow webhook's certificate comes from.
+enum WebhookCert {
+    /// Files someone else made and the webhook configuration already trusts (the chart's CA).
+    Files { cert: PathBuf, key: PathBuf },
+    /// Made at start, self-signed, and published into this webhook configuration's caBundle.
+    Publish { config: String },
+}
+
+/// `vk overflow`: serves the webhook (its certificate from files, or a fresh one published as
+/// the webhook's caBundle) and runs the reclaim controller until a signal.
 async fn overflow(
     webhook_addr: SocketAddr,
     service: &str,
-    webhook_config: &str,
+    cert: WebhookCert,
     metrics_addr: SocketAddr,
     reclaim: Option<vk::overflow::reclaim::Settings>,
 ) -> anyhow::Result<()> {
@@ -344,18 +367,31 @@ async fn overflow(
         .await
         .context("failed to build a Kubernetes client")?;
     let metrics = Metrics::new();
-    let cert = vk::overflow::certs::self_signed(name, namespace)?;
-    // The API server must trust this certificate before the webhook answers anything.
-    vk::overflow::certs::publish_ca_bundle(&client, webhook_config, &cert.pem)
-        .await
-        .context("cannot publish the webhook's certificate")?;
-    info!(
-        webhook = webhook_config,
-        service, "published the webhook certificate"
-    );
+    let serving = match cert {
+        WebhookCert::Files { cert, key } => {
+            let tls = vk::config::TlsConfig {
+                cert_file: Some(cert),
+                key_file: Some(key),
+                ..vk::config::TlsConfig::default()
+            };
+            let serving = vk::kubelet_api::tls::ServingCert::load(&tls, name, "127.0.0.1")
+                .context("cannot load the webhook's certificate files")?;
+            serving.watch();
+            serving
+        }
+        WebhookCert::Publish { config } => {
+            let cert = vk::overflow::certs::self_signed(name, namespace)?;
+            // The API server must trust this certificate before the webhook answers anything.
+            vk::overflow::certs::publish_ca_bundle(&client, &config, &cert.pem)
+                .await
+                .context("cannot publish the webhook's certificate")?;
+            info!(webhook = %config, service, "published the webhook certificate");
+            cert.serving
+        }
+    };
     let mut webhook = tokio::spawn(vk::overflow::webhook::serve(
         webhook_addr,
-        cert.serving,
+        serving,
         metrics.clone(),
     ));
     let mut metrics_task = tokio::spawn(metrics.clone().serve(metrics_addr));

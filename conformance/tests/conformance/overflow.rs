@@ -90,12 +90,10 @@ async fn vk_with_overflow(w: &mut Vkw, settle: u64) {
     let vk = Vk::start_with(
         providers,
         VkOptions {
-            // Overflow spends provider money: the chart wants the namespaces that may, and
-            // its webhook then sees pods of those only.
+            // Overflow spends provider money: the chart wants the namespaces that may.
             extra_config: format!("allowedNamespaces: [{ns}]\n"),
             chart_values: format!(
-                "overflow:\n  enabled: true\n  \
-                 reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}\n"
+                "overflow: {{enabled: true, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n"
             ),
             ..VkOptions::default()
         },

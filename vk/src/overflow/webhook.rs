@@ -14,7 +14,9 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use tracing::{info, warn};
 
 use super::mutate::{Decision, decide};
-use crate::kubelet_api::tls::{Limits, ServingCert, TlsConfigs, TlsListener};
+use crate::kubelet_api::tls::{
+    Deadlines, Limits, ServingCert, TlsConfigs, TlsListener, serve as serve_tls,
+};
 use crate::telemetry::{Metrics, OutcomeLabels};
 
 /// Serves the webhook on `addr` with `tls` until the process ends.
@@ -28,7 +30,8 @@ pub async fn serve(
     info!(addr = %addr, "overflow webhook listening");
     // Only the API server calls the webhook: a few connections at most.
     let listener = TlsListener::new(tcp, configs, Limits::new(256));
-    axum::serve(listener, router(metrics)).await
+    serve_tls(listener, router(metrics), Deadlines::default()).await;
+    Ok(())
 }
 
 /// `POST /mutate` and `GET /healthz`.

@@ -2,7 +2,8 @@
 //! two", item 3): DATA on streams it never opened, small header blocks that inflate to
 //! megabytes, thousands of streams, data sent before a port-forward pair or an exec session's
 //! streams are complete. Each is refused at a bound, so a session's memory stays within a few
-//! frames plus the bounds of `conn` and `portforward::pending`.
+//! frames plus the bounds of `conn` and `portforward::pending`. And a forward to an address a
+//! provider publishes on the VK's own host (item 7): never dialled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use bytes::Bytes;
 
 use super::conn::{MAX_HEADER_BLOCK, MAX_OPEN_STREAMS};
 use super::portforward;
-use super::tests::{Client, setup};
+use super::tests::{Client, Seen, setup};
 use super::*;
 use crate::kubelet_api::exec::SessionLimits;
 use crate::kubelet_api::spdy::{Frame, goaway, rst};
@@ -162,4 +163,73 @@ async fn exec_data_before_the_streams_are_complete_is_bounded() {
         ended || waited.is_ok(),
         "the session still holds {sent} bytes of early stdin"
     );
+}
+
+/// A provider that publishes a loopback or link-local address for a port (the VK's own host,
+/// the metadata service) gets no dial: the error stream says why, and nothing connects.
+#[tokio::test]
+async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (server, client) = tokio::io::duplex(64 * 1024);
+    let endpoint = |host: &str, port: u16| crate::provider::Endpoint {
+        host: host.into(),
+        port,
+    };
+    let setup = portforward::Setup {
+        pod: "ns/model".into(),
+        uid: "u-1".into(),
+        provider: "fake".into(),
+        ports: [
+            (8080, endpoint("127.0.0.1", port)),
+            (8081, endpoint("169.254.169.254", 80)),
+        ]
+        .into(),
+        limits: SessionLimits::default(),
+    };
+    tokio::spawn(portforward::run(server, setup));
+    let mut c = Client::new(client);
+    let h = |t: &'static str, port: &'static str, rid: &'static str| {
+        [("streamtype", t), ("port", port), ("requestid", rid)]
+    };
+    c.open_with(1, &h("error", "8080", "0")).await;
+    c.open_with(3, &h("data", "8080", "0")).await;
+    c.open_with(5, &h("error", "8081", "1")).await;
+    c.open_with(7, &h("data", "8081", "1")).await;
+    let mut seen = Seen::default();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(f) = c.next().await {
+            if let Frame::Data {
+                stream_id,
+                fin,
+                data,
+            } = f
+            {
+                seen.data
+                    .entry(stream_id)
+                    .or_default()
+                    .extend_from_slice(&data);
+                if fin {
+                    seen.fins.push(stream_id);
+                }
+            }
+            if [1, 5].iter().all(|id| seen.fins.contains(id)) {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no answer on the error streams: {seen:?}"));
+    for (stream, published) in [
+        (1, format!("127.0.0.1:{port}")),
+        (5, "169.254.169.254:80".into()),
+    ] {
+        let err = String::from_utf8_lossy(seen.data.get(&stream).unwrap()).into_owned();
+        assert!(
+            err.contains(&published) && err.contains("loopback or link-local"),
+            "{err}"
+        );
+    }
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "the loopback listener was dialled");
 }

@@ -137,11 +137,11 @@ impl Client {
 
 /// What the client saw until GOAWAY.
 #[derive(Default, Debug)]
-struct Seen {
-    replies: Vec<u32>,
-    data: std::collections::HashMap<u32, Vec<u8>>,
-    fins: Vec<u32>,
-    window_updates: Vec<(u32, u32)>,
+pub(super) struct Seen {
+    pub(super) replies: Vec<u32>,
+    pub(super) data: std::collections::HashMap<u32, Vec<u8>>,
+    pub(super) fins: Vec<u32>,
+    pub(super) window_updates: Vec<(u32, u32)>,
 }
 
 async fn exchange(c: &mut Client, mut on_frame: impl FnMut(&Frame, &Seen) -> Vec<Frame>) -> Seen {
@@ -366,7 +366,7 @@ fn resize_objects_may_span_frames() {
 }
 
 impl Client {
-    async fn open_with(&mut self, id: u32, headers: &[(&str, &str)]) {
+    pub(super) async fn open_with(&mut self, id: u32, headers: &[(&str, &str)]) {
         let pairs: Vec<(String, String)> = headers
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -479,73 +479,4 @@ async fn port_forward_copies_both_ways_and_reports_unpublished_ports() {
         .await
         .expect("the session ends with the client")
         .unwrap();
-}
-
-/// A provider that publishes a loopback or link-local address for a port (the VK's own host,
-/// the metadata service) gets no dial: the error stream says why, and nothing connects.
-#[tokio::test]
-async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (server, client) = tokio::io::duplex(64 * 1024);
-    let endpoint = |host: &str, port: u16| crate::provider::Endpoint {
-        host: host.into(),
-        port,
-    };
-    let setup = portforward::Setup {
-        pod: "ns/model".into(),
-        uid: "u-1".into(),
-        provider: "fake".into(),
-        ports: [
-            (8080, endpoint("127.0.0.1", port)),
-            (8081, endpoint("169.254.169.254", 80)),
-        ]
-        .into(),
-        limits: SessionLimits::default(),
-    };
-    tokio::spawn(portforward::run(server, setup));
-    let mut c = Client::new(client);
-    let h = |t: &'static str, port: &'static str, rid: &'static str| {
-        [("streamtype", t), ("port", port), ("requestid", rid)]
-    };
-    c.open_with(1, &h("error", "8080", "0")).await;
-    c.open_with(3, &h("data", "8080", "0")).await;
-    c.open_with(5, &h("error", "8081", "1")).await;
-    c.open_with(7, &h("data", "8081", "1")).await;
-    let mut seen = Seen::default();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(f) = c.next().await {
-            if let Frame::Data {
-                stream_id,
-                fin,
-                data,
-            } = f
-            {
-                seen.data
-                    .entry(stream_id)
-                    .or_default()
-                    .extend_from_slice(&data);
-                if fin {
-                    seen.fins.push(stream_id);
-                }
-            }
-            if [1, 5].iter().all(|id| seen.fins.contains(id)) {
-                break;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no answer on the error streams: {seen:?}"));
-    for (stream, published) in [
-        (1, format!("127.0.0.1:{port}")),
-        (5, "169.254.169.254:80".into()),
-    ] {
-        let err = String::from_utf8_lossy(seen.data.get(&stream).unwrap()).into_owned();
-        assert!(
-            err.contains(&published) && err.contains("loopback or link-local"),
-            "{err}"
-        );
-    }
-    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
-    assert!(accepted.is_err(), "the loopback listener was dialled");
 }
