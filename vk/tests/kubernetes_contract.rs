@@ -155,6 +155,23 @@ async fn a_workload_runs_as_one_remote_pod_reports_its_exit_logs_and_is_deleted(
     assert_eq!(c.args.as_deref().unwrap(), w.args.as_slice());
     let limits = c.resources.as_ref().unwrap().limits.clone().unwrap();
     assert_eq!(limits["nvidia.com/gpu"].0, "1");
+    // The value is not in the pod spec: it reads the workload's Secret, which the pod owns.
+    let env = c.env.clone().unwrap();
+    assert_eq!(env.len(), 1);
+    assert_eq!(env[0].value, None, "an env value in the remote pod spec");
+    let from = env[0].value_from.clone().unwrap().secret_key_ref.unwrap();
+    assert_eq!(
+        (from.name.as_str(), from.key.as_str()),
+        (w.id.as_str(), "MODE")
+    );
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(r.c.clone(), &r.ns)
+        .get(w.id.as_str())
+        .await
+        .unwrap();
+    assert_eq!(secret.data.unwrap()["MODE"].0, b"fast");
+    let owners = secret.metadata.owner_references.unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(Some(owners[0].uid.as_str()), pod.metadata.uid.as_deref());
 
     // The remote scheduler binds it to our VK node, which runs it.
     let running = wait_listed(&k, w.id.as_str(), "the remote pod to run", |o| {

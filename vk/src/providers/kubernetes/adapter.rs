@@ -7,8 +7,9 @@ use bytes::Bytes;
 use futures::SinkExt as _;
 use futures::future::BoxFuture;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::Api;
 use kube::api::{AttachParams, DeleteParams, ListParams, LogParams, PostParams, Preconditions};
 use tracing::{debug, info, warn};
 
@@ -51,6 +52,48 @@ impl Kubernetes {
             }
         };
         Some(parse_pod_metrics(&value))
+    }
+
+    /// Writes the environment Secret of `w`, owned by its just created remote pod `uid`. A
+    /// Secret of that name left by an earlier attempt is replaced. If it cannot be written, the
+    /// pod (which would wait for it for ever) is deleted and the create fails, to be retried.
+    async fn create_env_secret(
+        &self,
+        w: &Workload,
+        ns: &str,
+        uid: &str,
+    ) -> Result<(), ProviderError> {
+        let Some(secret) = spec::env_secret(&self.cfg, &self.owner, w, uid) else {
+            return Ok(());
+        };
+        let client = self.client().await?;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+        let what = "create remote environment Secret";
+        let name = w.id.as_str();
+        let written = match self
+            .call_raw(what, secrets.create(&PostParams::default(), &secret))
+            .await?
+        {
+            // Left by an earlier pod of this workload that the remote cluster has not collected
+            // yet: ours now (owner and values replaced, so the collector keeps it).
+            Err(e) if status_code(&e) == Some(409) => self
+                .call_raw(what, secrets.replace(name, &PostParams::default(), &secret))
+                .await?
+                .map(|_| ()),
+            r => r.map(|_| ()),
+        };
+        let Err(e) = written else {
+            return Ok(());
+        };
+        let err = api_error(what, e);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        if let Err(e) = self.pods(client, ns).delete(name, &dp).await {
+            warn!(provider = %self.name, workload = %w.id, error = %e, "cannot delete the remote pod whose Secret failed");
+        }
+        Err(err)
     }
 }
 
@@ -188,8 +231,9 @@ impl Provider for Kubernetes {
             .await?
         {
             Ok(created) => {
-                info!(provider = %self.name, workload = %w.id, namespace = %ns, uid = created.metadata.uid.as_deref().unwrap_or(""), "created remote pod");
-                Ok(())
+                let uid = created.metadata.uid.clone().unwrap_or_default();
+                info!(provider = %self.name, workload = %w.id, namespace = %ns, uid, "created remote pod");
+                self.create_env_secret(w, &ns, &uid).await
             }
             Err(e) if status_code(&e) == Some(404) => Err(ProviderError::transient(format!(
                 "{what}: the remote namespace {ns} does not exist"

@@ -3,9 +3,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, LocalObjectReference, Pod, PodSpec, ResourceRequirements,
+    Container, ContainerPort, EnvVar, EnvVarSource, LocalObjectReference, Pod, PodSpec,
+    ResourceRequirements, Secret, SecretKeySelector,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 
 use super::KubernetesConfig;
@@ -76,13 +78,22 @@ pub fn remote_pod(
         command: nonempty(&w.command),
         args: nonempty(&w.args),
         working_dir: w.working_dir.clone(),
+        // Values may be Secret values: they travel in the workload's own remote Secret
+        // ([`env_secret`]), never in the pod spec that anyone who may read pods there can see.
         env: (!w.env.is_empty()).then(|| {
             w.env
                 .iter()
                 .map(|e| EnvVar {
                     name: e.name.clone(),
-                    value: Some(e.value.clone()),
-                    value_from: None,
+                    value: None,
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: w.id.as_str().to_owned(),
+                            key: e.name.clone(),
+                            optional: Some(false),
+                        }),
+                        ..EnvVarSource::default()
+                    }),
                 })
                 .collect()
         }),
@@ -141,5 +152,46 @@ pub fn remote_pod(
             ..PodSpec::default()
         }),
         status: None,
+    })
+}
+
+/// The Secret holding `w`'s environment values (named after the workload, one key per variable;
+/// a later variable of the same name wins, as in a pod), owned by the remote pod `pod_uid` so
+/// the remote cluster deletes it with the pod; `None` without environment.
+pub fn env_secret(
+    cfg: &KubernetesConfig,
+    owner: &Owner,
+    w: &Workload,
+    pod_uid: &str,
+) -> Option<Secret> {
+    if w.env.is_empty() {
+        return None;
+    }
+    let data: BTreeMap<String, String> = w
+        .env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone()))
+        .collect();
+    let mut labels = cfg.labels.clone();
+    labels.insert(LABEL_OWNER.to_owned(), owner.tag().to_owned());
+    labels.insert(LABEL_POD_UID.to_owned(), w.id.pod_uid().to_owned());
+    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
+    Some(Secret {
+        metadata: ObjectMeta {
+            name: Some(w.id.as_str().to_owned()),
+            namespace: Some(cfg.remote_namespace(&w.namespace).to_owned()),
+            labels: Some(labels),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: w.id.as_str().to_owned(),
+                uid: pod_uid.to_owned(),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(data),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
     })
 }

@@ -6,10 +6,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde_json::{Value, json};
 
 use super::adapter::{exit_code, parse_pod_metrics};
-use super::spec::{LABEL_OWNER, remote_pod, selector};
+use super::spec::{LABEL_OWNER, env_secret, remote_pod, selector};
 use super::state::{PodUsage, observe, parse_provider_id};
 use super::{KubernetesConfig, api_error};
-use crate::provider::{FailureReason, ProviderError, WorkloadState};
+use crate::provider::{FailureReason, ProviderError, Workload, WorkloadState};
 use crate::test_support::{owner, workload, workload_id};
 
 fn cfg() -> KubernetesConfig {
@@ -96,7 +96,32 @@ fn the_remote_pod_copies_the_container_and_carries_the_owner() {
     assert_eq!(c["command"], json!(["python", "-m", "train"]));
     assert_eq!(c["args"], json!(["--epochs", "3"]));
     assert_eq!(c["workingDir"], "/work");
-    assert_eq!(c["env"], json!([{"name": "MODE", "value": "fast"}]));
+    // Values stay out of the pod spec: each variable reads the workload's own Secret.
+    assert_eq!(
+        c["env"],
+        json!([{"name": "MODE", "valueFrom": {"secretKeyRef": {
+            "name": w.id.as_str(), "key": "MODE", "optional": false}}}])
+    );
+    let secret = serde_json::to_value(env_secret(&cfg(), &owner(), &w, "uid-1").unwrap()).unwrap();
+    assert_eq!(secret["metadata"]["name"], w.id.as_str());
+    assert_eq!(
+        secret["metadata"]["namespace"],
+        p.metadata.namespace.clone().unwrap()
+    );
+    assert_eq!(secret["stringData"], json!({"MODE": "fast"}));
+    assert_eq!(
+        secret["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": w.id.as_str(), "uid": "uid-1"}])
+    );
+    assert_eq!(
+        secret["metadata"]["labels"]["gpu-vk.io/owner"],
+        owner().tag()
+    );
+    let no_env = Workload {
+        env: Vec::new(),
+        ..w.clone()
+    };
+    assert!(env_secret(&cfg(), &owner(), &no_env, "uid-1").is_none());
     assert_eq!(c["ports"], json!([{"containerPort": 8080}]));
     assert_eq!(
         c["resources"],
