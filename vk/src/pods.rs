@@ -36,6 +36,7 @@ pub mod events;
 pub mod evidence;
 pub mod gc;
 pub mod guard;
+pub mod hardening;
 pub mod inventory;
 pub mod memory;
 pub mod observe;

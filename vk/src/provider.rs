@@ -81,6 +81,34 @@ pub struct Workload {
     /// `command`/`args` (the main container, with same-image init containers folded in).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<PodContainer>,
+    /// The restrictive security settings the pod asks for (a provider that runs the container
+    /// in a pod of its own, the kubernetes one, keeps them).
+    #[serde(skip_serializing_if = "Hardening::is_empty")]
+    pub hardening: Hardening,
+}
+
+/// Security settings that only ever narrow what a container may do, from the pod's and the
+/// main container's `securityContext` (the container's own win, as on a kubelet). Settings
+/// that widen it are not here: a privileged container is refused, added capabilities and
+/// privilege escalation are never copied.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Hardening {
+    pub run_as_non_root: bool,
+    pub run_as_user: Option<i64>,
+    pub run_as_group: Option<i64>,
+    pub read_only_root_filesystem: bool,
+    /// `allowPrivilegeEscalation: false`.
+    pub no_privilege_escalation: bool,
+    /// Capabilities dropped (`ALL` included as written).
+    pub drop_capabilities: Vec<String>,
+    /// `seccompProfile: RuntimeDefault`.
+    pub seccomp_runtime_default: bool,
+}
+
+impl Hardening {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// What a container is to the pod.

@@ -272,5 +272,6 @@ pub fn workload() -> Workload {
         ports: vec![],
         options: BTreeMap::new(),
         containers: Vec::new(),
+        hardening: Default::default(),
     }
 }

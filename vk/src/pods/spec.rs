@@ -534,6 +534,7 @@ pub fn workload(
             .collect(),
         options: req.options.clone(),
         containers,
+        hardening: super::hardening::of(pod, &c),
     }
 }
 

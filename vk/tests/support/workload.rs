@@ -48,6 +48,7 @@ impl WorkloadBuilder {
                 ports: vec![],
                 options: Default::default(),
                 containers: Vec::new(),
+                hardening: Default::default(),
             },
         }
     }

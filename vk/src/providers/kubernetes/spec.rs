@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, LocalObjectReference, Pod, PodSpec,
-    ResourceRequirements, Secret, SecretKeySelector,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, LocalObjectReference, Pod,
+    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
+    SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -12,7 +13,7 @@ use kube::api::ObjectMeta;
 
 use super::KubernetesConfig;
 use crate::naming::Owner;
-use crate::provider::{ProviderError, Workload};
+use crate::provider::{Hardening, ProviderError, Workload};
 
 /// Label carrying the ownership tag: `list()` selects on it.
 pub const LABEL_OWNER: &str = "gpu-vk.io/owner";
@@ -106,6 +107,7 @@ pub fn remote_pod(
                 })
                 .collect()
         }),
+        security_context: security_context(&w.hardening),
         resources: (!limits.is_empty() || !requests.is_empty()).then(|| ResourceRequirements {
             limits: (!limits.is_empty()).then_some(limits),
             requests: (!requests.is_empty()).then_some(requests),
@@ -124,6 +126,16 @@ pub fn remote_pod(
         ANN_SOURCE_POD.to_owned(),
         format!("{}/{}", w.namespace, w.pod_name),
     );
+    let h = &w.hardening;
+    let pod_security =
+        (h.run_as_non_root || h.seccomp_runtime_default).then(|| PodSecurityContext {
+            run_as_non_root: h.run_as_non_root.then_some(true),
+            seccomp_profile: h.seccomp_runtime_default.then(|| SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..PodSecurityContext::default()
+        });
     Ok(Pod {
         metadata: ObjectMeta {
             name: Some(w.id.as_str().to_owned()),
@@ -138,6 +150,7 @@ pub fn remote_pod(
             restart_policy: Some("Never".into()),
             // No credentials of the remote cluster inside the workload.
             automount_service_account_token: Some(false),
+            security_context: pod_security,
             enable_service_links: Some(false),
             node_selector: (!node_selector.is_empty()).then_some(node_selector),
             tolerations: (!cfg.tolerations.is_empty()).then(|| cfg.tolerations.clone()),
@@ -193,5 +206,22 @@ pub fn env_secret(
         string_data: Some(data),
         type_: Some("Opaque".into()),
         ..Secret::default()
+    })
+}
+
+/// The remote container's `securityContext`: the local pod's narrowing settings, so the remote
+/// cluster's admission (Pod Security "restricted") and runtime hold the workload to them too.
+fn security_context(h: &Hardening) -> Option<SecurityContext> {
+    (!h.is_empty()).then(|| SecurityContext {
+        run_as_non_root: h.run_as_non_root.then_some(true),
+        run_as_user: h.run_as_user,
+        run_as_group: h.run_as_group,
+        read_only_root_filesystem: h.read_only_root_filesystem.then_some(true),
+        allow_privilege_escalation: h.no_privilege_escalation.then_some(false),
+        capabilities: (!h.drop_capabilities.is_empty()).then(|| Capabilities {
+            drop: Some(h.drop_capabilities.clone()),
+            add: None,
+        }),
+        ..SecurityContext::default()
     })
 }

@@ -447,3 +447,30 @@ fn the_cpu_counter_integrates_the_metrics_rate_and_never_falls() {
     super::state::count_cpu(&mut cpu, &mut back, ts("2026-11-29T10:02:10Z"));
     assert_eq!(nanos(&back), 50 * 130 * 1_000_000);
 }
+
+#[test]
+fn the_pods_narrowing_security_settings_are_kept_and_nothing_else() {
+    let mut w = workload();
+    let p = serde_json::to_value(remote_pod(&cfg(), &owner(), &w).unwrap()).unwrap();
+    assert_eq!(p["spec"]["containers"][0].get("securityContext"), None);
+    assert_eq!(p["spec"].get("securityContext"), None);
+    w.hardening = crate::provider::Hardening {
+        run_as_non_root: true,
+        run_as_user: Some(65532),
+        run_as_group: None,
+        read_only_root_filesystem: true,
+        no_privilege_escalation: true,
+        drop_capabilities: vec!["ALL".into()],
+        seccomp_runtime_default: true,
+    };
+    let p = serde_json::to_value(remote_pod(&cfg(), &owner(), &w).unwrap()).unwrap();
+    assert_eq!(
+        p["spec"]["containers"][0]["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 65532, "readOnlyRootFilesystem": true,
+               "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+    );
+    assert_eq!(
+        p["spec"]["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+}

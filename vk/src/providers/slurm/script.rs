@@ -419,6 +419,7 @@ mod tests {
             ports: vec![],
             options: BTreeMap::new(),
             containers: Vec::new(),
+            hardening: Default::default(),
         }
     }
 

@@ -325,6 +325,7 @@ mod tests {
             ports: vec![],
             options: BTreeMap::new(),
             containers,
+            hardening: Default::default(),
         }
     }
 

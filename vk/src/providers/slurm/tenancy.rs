@@ -80,6 +80,7 @@ mod tests {
             ports: vec![],
             options: Default::default(),
             containers: vec![],
+            hardening: Default::default(),
         }
     }
 
