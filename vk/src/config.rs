@@ -75,6 +75,11 @@ pub struct Config {
     /// and never met the scheduler's taint check.
     #[serde(default)]
     pub allowed_namespaces: Vec<String>,
+    /// The cluster's own networks (its Service and pod ranges, CIDRs): probes and
+    /// port-forward never dial a published address in them, which would reach the cluster's
+    /// services from the VK's network position.
+    #[serde(default)]
+    pub cluster_networks: Vec<ipnet::IpNet>,
     /// Take over an existing Node of this name that this VK did not register (by default the
     /// VK refuses to start: that Node's pods would be offloaded).
     #[serde(default)]
@@ -844,6 +849,18 @@ mod tests {
             cfg.kubelet_api.exec_idle_timeout(),
             Some(Duration::from_secs(14_400))
         );
+    }
+
+    #[test]
+    fn cluster_networks_are_cidrs() {
+        let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+        let cfg = parse(&format!(
+            "{base}clusterNetworks: [10.96.0.0/12, \"fd00::/8\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.cluster_networks.len(), 2);
+        assert!(parse(&format!("{base}clusterNetworks: [10.96.0.0]\n")).is_err());
+        assert!(parse(&format!("{base}clusterNetworks: [cluster]\n")).is_err());
     }
 
     #[test]

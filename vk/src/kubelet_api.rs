@@ -106,6 +106,8 @@ pub(crate) struct Shared {
     pub(crate) auth: auth::Auth,
     pub(crate) ledger: Mutex<stats::CpuLedger>,
     pub(crate) exec: exec::SessionLimits,
+    /// The cluster's own networks (`clusterNetworks`): port-forward never dials them.
+    pub(crate) cluster_networks: Arc<[ipnet::IpNet]>,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -165,7 +167,13 @@ pub async fn start(
         idle_timeout: cfg.kubelet_api.exec_idle_timeout(),
         ..exec::SessionLimits::default()
     };
-    let app = router_with(fw, cfg.node_name.clone(), auth, exec_limits);
+    let app = router_with(
+        fw,
+        cfg.node_name.clone(),
+        auth,
+        exec_limits,
+        cfg.cluster_networks.clone().into(),
+    );
     info!(
         addr = %local_addr,
         x509_client_auth = x509,
@@ -183,7 +191,13 @@ pub async fn start(
 /// The API's routes behind authentication and authorization, exec sessions with the default
 /// limits.
 pub fn router(host: Arc<dyn Host>, node_name: String, auth: auth::Auth) -> Router {
-    router_with(host, node_name, auth, exec::SessionLimits::default())
+    router_with(
+        host,
+        node_name,
+        auth,
+        exec::SessionLimits::default(),
+        Arc::from([]),
+    )
 }
 
 /// The API's routes behind authentication and authorization.
@@ -192,6 +206,7 @@ pub fn router_with(
     node_name: String,
     auth: auth::Auth,
     exec: exec::SessionLimits,
+    cluster_networks: Arc<[ipnet::IpNet]>,
 ) -> Router {
     let state: AppState = Arc::new(Shared {
         host,
@@ -200,6 +215,7 @@ pub fn router_with(
         auth,
         ledger: Mutex::default(),
         exec,
+        cluster_networks,
     });
     Router::new()
         .route("/healthz", get(healthz))

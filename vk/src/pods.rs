@@ -252,6 +252,7 @@ impl PodController {
             })
             .collect();
         let storms = storm::Storms::new(&cfg.refusals);
+        let prober = prober::Prober::new(cfg.cluster_networks.clone().into());
         Arc::new(Self {
             client,
             cfg,
@@ -268,7 +269,7 @@ impl PodController {
             queue: Queue::new(),
             events,
             guard,
-            prober: prober::Prober::default(),
+            prober,
             storms,
             metrics,
         })

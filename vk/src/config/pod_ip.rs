@@ -26,6 +26,14 @@ pub fn is_local_host(host: &str) -> bool {
     }
 }
 
+/// Whether `host` (an address as an endpoint or URL writes it) lies in one of `nets`; a name
+/// is not judged (false).
+pub fn in_networks(host: &str, nets: &[ipnet::IpNet]) -> bool {
+    host.trim_matches(['[', ']'])
+        .parse::<IpAddr>()
+        .is_ok_and(|ip| nets.iter().any(|n| n.contains(&ip)))
+}
+
 /// Why `ip` cannot be a pod IP on a node whose address is `node`, or `None` when it can: the
 /// API server refuses unspecified, loopback, link-local and multicast addresses in
 /// EndpointSlices, and the node's own address would make the pod look like a host-network

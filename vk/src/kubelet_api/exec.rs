@@ -594,6 +594,7 @@ fn port_forward(
         provider: provider.to_owned(),
         ports: observed.ports.clone(),
         limits: s.exec,
+        cluster_networks: s.cluster_networks.clone(),
     };
     if let Some(offered) = tunnel::offered(headers) {
         if offered.is_empty() {

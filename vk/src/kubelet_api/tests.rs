@@ -406,7 +406,13 @@ fn setup_full(endless: bool, mut limits: SessionLimits, forward_to: u16) -> Setu
     };
     let auth = Auth::new(Arc::new(FakeReviewer), false);
     Setup {
-        app: router_with(Arc::new(host), "vk-node".into(), auth, limits),
+        app: router_with(
+            Arc::new(host),
+            "vk-node".into(),
+            auth,
+            limits,
+            Arc::from([]),
+        ),
         logs_provider: with_logs,
         exec_provider: with_exec,
     }

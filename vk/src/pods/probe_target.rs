@@ -15,6 +15,7 @@ pub fn target(
     pod_host: Option<&str>,
     published: Option<&Endpoint>,
     provider: &str,
+    cluster_networks: &[ipnet::IpNet],
 ) -> Result<Endpoint, String> {
     if let Some(h) = pod_host {
         let h: String = h.chars().take(64).collect();
@@ -33,6 +34,13 @@ pub fn target(
         return Err(format!(
             "{handler} on port {number}: provider {provider} publishes {}, a loopback or \
              link-local address, which the virtual kubelet does not dial",
+            e.host
+        ));
+    }
+    if crate::config::pod_ip::in_networks(&e.host, cluster_networks) {
+        return Err(format!(
+            "{handler} on port {number}: provider {provider} publishes {}, an address of the \
+             cluster's own networks (clusterNetworks), which the virtual kubelet does not dial",
             e.host
         ));
     }
@@ -60,10 +68,10 @@ mod tests {
     #[test]
     fn only_the_published_address_is_dialled() {
         let published = ep("203.0.113.7");
-        let ok = target("httpGet", 8080, None, Some(&published), "rp").unwrap();
+        let ok = target("httpGet", 8080, None, Some(&published), "rp", &[]).unwrap();
         assert_eq!(ok, published);
         for host in ["169.254.169.254", "kubernetes.default.svc", "127.0.0.1"] {
-            let err = target("httpGet", 8080, Some(host), Some(&published), "rp").unwrap_err();
+            let err = target("httpGet", 8080, Some(host), Some(&published), "rp", &[]).unwrap_err();
             assert!(err.contains(host) && err.contains("dials only"), "{err}");
         }
         for bad in [
@@ -73,11 +81,18 @@ mod tests {
             "::1",
             "[fe80::1]",
         ] {
-            let err = target("tcpSocket", 22, None, Some(&ep(bad)), "rp").unwrap_err();
+            let err = target("tcpSocket", 22, None, Some(&ep(bad)), "rp", &[]).unwrap_err();
             assert!(err.contains("loopback or link-local"), "{bad}: {err}");
         }
+        let cluster: Vec<ipnet::IpNet> =
+            vec!["10.96.0.0/12".parse().unwrap(), "fd00::/8".parse().unwrap()];
+        for inside in ["10.96.0.10", "10.111.2.3", "[fd00::1]"] {
+            let err = target("httpGet", 80, None, Some(&ep(inside)), "rp", &cluster).unwrap_err();
+            assert!(err.contains("cluster's own networks"), "{inside}: {err}");
+        }
+        assert!(target("httpGet", 80, None, Some(&ep("10.112.0.1")), "rp", &cluster).is_ok());
         assert!(
-            target("tcpSocket", 22, None, None, "rp")
+            target("tcpSocket", 22, None, None, "rp", &[])
                 .unwrap_err()
                 .contains("no address")
         );

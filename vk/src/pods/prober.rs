@@ -74,15 +74,13 @@ pub struct Prober {
     entries: Mutex<HashMap<(String, Kind), Entry>>,
     limit: Arc<Semaphore>,
     http: OnceLock<Option<reqwest::Client>>,
+    /// The cluster's own networks (`clusterNetworks`): never dialled.
+    cluster_networks: Arc<[ipnet::IpNet]>,
 }
 
 impl Default for Prober {
     fn default() -> Self {
-        Self {
-            entries: Mutex::default(),
-            limit: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
-            http: OnceLock::new(),
-        }
+        Self::new(Arc::from([]))
     }
 }
 
@@ -98,6 +96,16 @@ pub struct Synced {
 }
 
 impl Prober {
+    /// A prober that never dials an address in `cluster_networks`.
+    pub fn new(cluster_networks: Arc<[ipnet::IpNet]>) -> Self {
+        Self {
+            entries: Mutex::default(),
+            limit: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
+            http: OnceLock::new(),
+            cluster_networks,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Kind), Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -211,7 +219,13 @@ impl Prober {
             self.lock().remove(&key);
             return (None, None);
         };
-        let reach = reach(&spec, container, provider.as_ref(), obs);
+        let reach = reach(
+            &spec,
+            container,
+            provider.as_ref(),
+            obs,
+            &self.cluster_networks,
+        );
         let target = Target {
             provider_id: obs.provider_id.clone(),
             started_at: obs.started_at,
@@ -280,6 +294,7 @@ fn reach(
     container: Option<&k8s_openapi::api::core::v1::Container>,
     provider: &dyn DynProvider,
     obs: &Observed,
+    cluster_networks: &[ipnet::IpNet],
 ) -> Result<Reach, String> {
     let kind = spec.kind.as_str();
     let fallback = "Ready follows the provider's running state instead";
@@ -316,6 +331,7 @@ fn reach(
         host.as_deref(),
         obs.ports.get(&number),
         provider.name(),
+        cluster_networks,
     )
     .map(Reach::Connect)
     .map_err(|why| format!("{why}; {fallback}"))

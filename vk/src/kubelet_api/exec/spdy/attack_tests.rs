@@ -24,6 +24,7 @@ fn forward_setup() -> portforward::Setup {
         provider: "fake".into(),
         ports: BTreeMap::new(),
         limits: SessionLimits::default(),
+        cluster_networks: std::sync::Arc::from([]),
     }
 }
 
@@ -166,7 +167,7 @@ async fn exec_data_before_the_streams_are_complete_is_bounded() {
 }
 
 /// A provider that publishes a loopback or link-local address for a port (the VK's own host,
-/// the metadata service) gets no dial: the error stream says why, and nothing connects.
+/// the metadata service), or one of the cluster's own networks, gets no dial: the error stream says why, and nothing connects.
 #[tokio::test]
 async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -183,9 +184,11 @@ async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
         ports: [
             (8080, endpoint("127.0.0.1", port)),
             (8081, endpoint("169.254.169.254", 80)),
+            (8082, endpoint("10.96.0.1", 443)),
         ]
         .into(),
         limits: SessionLimits::default(),
+        cluster_networks: std::sync::Arc::from(["10.96.0.0/12".parse::<ipnet::IpNet>().unwrap()]),
     };
     tokio::spawn(portforward::run(server, setup));
     let mut c = Client::new(client);
@@ -196,6 +199,8 @@ async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
     c.open_with(3, &h("data", "8080", "0")).await;
     c.open_with(5, &h("error", "8081", "1")).await;
     c.open_with(7, &h("data", "8081", "1")).await;
+    c.open_with(9, &h("error", "8082", "2")).await;
+    c.open_with(11, &h("data", "8082", "2")).await;
     let mut seen = Seen::default();
     tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(f) = c.next().await {
@@ -213,7 +218,7 @@ async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
                     seen.fins.push(stream_id);
                 }
             }
-            if [1, 5].iter().all(|id| seen.fins.contains(id)) {
+            if [1, 5, 9].iter().all(|id| seen.fins.contains(id)) {
                 break;
             }
         }
@@ -230,6 +235,11 @@ async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
             "{err}"
         );
     }
+    let err = String::from_utf8_lossy(seen.data.get(&9).unwrap()).into_owned();
+    assert!(
+        err.contains("10.96.0.1:443") && err.contains("cluster's own networks"),
+        "{err}"
+    );
     let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
     assert!(accepted.is_err(), "the loopback listener was dialled");
 }

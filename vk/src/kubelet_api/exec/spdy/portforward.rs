@@ -53,6 +53,8 @@ pub struct Setup {
     /// Where the provider publishes each container port.
     pub ports: BTreeMap<u16, Endpoint>,
     pub limits: SessionLimits,
+    /// The cluster's own networks (`clusterNetworks`): never dialled.
+    pub cluster_networks: std::sync::Arc<[ipnet::IpNet]>,
 }
 
 /// Picks the protocol as the kubelet's handshake does; `Err` is the refusal's message (400
@@ -235,6 +237,13 @@ async fn forward<W: AsyncWrite + Unpin + Send>(
             return Err(format!(
                 "provider {} publishes {endpoint} for port {}, a loopback or link-local \
                  address, which the virtual kubelet does not dial",
+                setup.provider, s.port
+            ));
+        }
+        if crate::config::pod_ip::in_networks(&endpoint.host, &setup.cluster_networks) {
+            return Err(format!(
+                "provider {} publishes {endpoint} for port {}, an address of the cluster's own \
+                 networks (clusterNetworks), which the virtual kubelet does not dial",
                 setup.provider, s.port
             ));
         }

@@ -416,6 +416,7 @@ async fn port_forward_copies_both_ways_and_reports_unpublished_ports() {
             dial_local_targets: true,
             ..SessionLimits::default()
         },
+        cluster_networks: std::sync::Arc::from([]),
     };
     let task = tokio::spawn(portforward::run(server, setup));
     let mut c = Client::new(client);
