@@ -1,0 +1,151 @@
+//! One configured provider (`providers[]`): kind, credentials, settings, Secret policy and
+//! start deadline.
+
+use super::*;
+
+/// One configured provider instance.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderConfig {
+    /// Name used in annotations, labels and metrics (`gpu-vk.io/provider: <name>`).
+    pub name: String,
+    /// Which adapter: `runpod`, `vast`, `slurm` or `kubernetes`.
+    pub kind: String,
+    /// Environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// File holding the API key (trailing whitespace trimmed).
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// Adapter-specific settings (base URL, defaults), passed to the adapter as is.
+    #[serde(default)]
+    pub settings: serde_yaml::Value,
+    /// Extra node labels contributed by this provider.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Whether pods whose environment comes from a Secret may run here (their values are sent
+    /// to the provider). Unset: [`SecretEnv::default_for`] the kind.
+    #[serde(default)]
+    pub secret_env: Option<SecretEnv>,
+    /// Guardrails of this provider alone.
+    #[serde(default)]
+    pub limits: Limits,
+    /// A workload still queued or starting (image pulling, container being created) this long
+    /// after the provider created it fails the pod (`StartDeadlineExceeded`) and is deleted:
+    /// an image that never pulls leaves a RunPod pod STARTING and a Vast instance `loading`
+    /// forever, billing. Default 1800 for `runpod`, `vast` and `kubernetes`; none for `slurm`, where a queue
+    /// wait is normal. 0: no deadline.
+    #[serde(default)]
+    pub start_deadline_seconds: Option<u64>,
+    /// The most a pod may ask for with `gpu-vk.io/start-deadline-seconds` (default: the
+    /// provider's deadline; a pod may always ask for less).
+    #[serde(default)]
+    pub max_start_deadline_seconds: Option<u64>,
+    /// The pod IP of a workload this provider lists no usable address for (see
+    /// `pods::address`); the pod's `gpu-vk.io/PodIPRoutable` condition is then False. Unset:
+    /// such a pod has no IP.
+    #[serde(default)]
+    pub pod_ip_fallback: Option<std::net::IpAddr>,
+}
+
+/// A provider's start deadline and the ceiling of a pod's own (see
+/// [`ProviderConfig::start_deadline`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartDeadline {
+    pub default: Option<Duration>,
+    pub max: Option<Duration>,
+}
+
+/// May a provider receive Secret-sourced environment values?
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretEnv {
+    Allow,
+    Deny,
+}
+
+impl SecretEnv {
+    /// The default of a provider kind on a VK serving `allowed_namespaces` (empty: all):
+    /// `deny` for the GPU clouds (`runpod`, `vast`, `kubernetes`), whose machines are run by
+    /// third parties (Vast's hosts are individuals with root on the machine), so a Secret
+    /// reaches them only once the operator says so. For `slurm`, `allow` only when the VK
+    /// serves one namespace: every pod's job runs as the VK's one Slurm user, so a pod of one
+    /// namespace can read the environment (the Secret values) of another's job with `srun
+    /// --jobid=<job> --overlap`, read its output or cancel it; with one tenant there is no
+    /// other namespace to read from (docs/slurm.md, "Who can read what").
+    pub fn default_for(kind: &str, allowed_namespaces: &[String]) -> Self {
+        if kind == "slurm" && allowed_namespaces.len() == 1 {
+            Self::Allow
+        } else {
+            Self::Deny
+        }
+    }
+}
+
+/// A credential resolved from the environment or a file; `Debug` never shows it.
+#[derive(Clone, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl ProviderConfig {
+    /// This provider's start deadline (its kind's default unless set) and the pod ceiling.
+    pub fn start_deadline(&self) -> StartDeadline {
+        let kind_default = match self.kind.as_str() {
+            // A remote Kubernetes pod whose image never pulls holds its GPU node forever.
+            "runpod" | "vast" | "kubernetes" => Some(1800),
+            _ => None,
+        };
+        let secs = self
+            .start_deadline_seconds
+            .or(kind_default)
+            .filter(|s| *s > 0);
+        let max = self.max_start_deadline_seconds.or(secs).filter(|s| *s > 0);
+        StartDeadline {
+            default: secs.map(Duration::from_secs),
+            max: max.map(Duration::from_secs),
+        }
+    }
+
+    /// This provider's `secretEnv`, or its kind's default on a VK serving
+    /// `allowed_namespaces`.
+    pub fn secret_env(&self, allowed_namespaces: &[String]) -> SecretEnv {
+        self.secret_env
+            .unwrap_or_else(|| SecretEnv::default_for(&self.kind, allowed_namespaces))
+    }
+
+    /// Reads the provider's API key from its environment variable or file (empty if neither).
+    pub fn api_key(&self) -> Result<Secret, Error> {
+        if let Some(var) = &self.api_key_env {
+            return std::env::var(var)
+                .map(Secret)
+                .map_err(|_| Error::MissingEnv {
+                    provider: self.name.clone(),
+                    var: var.clone(),
+                });
+        }
+        if let Some(path) = &self.api_key_file {
+            return std::fs::read_to_string(path)
+                .map(|s| Secret(s.trim_end().to_owned()))
+                .map_err(|source| Error::ReadCredentialFile {
+                    provider: self.name.clone(),
+                    path: path.clone(),
+                    source,
+                });
+        }
+        Ok(Secret::default())
+    }
+}

@@ -1,0 +1,183 @@
+//! Unit tests of the configuration file: defaults, validation and refusals.
+
+use super::*;
+
+fn parse(s: &str) -> Result<Config, Error> {
+    let cfg: Config = serde_yaml::from_str(s).map_err(|source| Error::Parse {
+        path: "test".into(),
+        source,
+    })?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let cfg =
+        parse("nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n").unwrap();
+    assert_eq!(cfg.kubelet_port, 10250);
+    assert_eq!(cfg.capacity.gpus, "1000");
+    assert!(cfg.taint);
+    assert_eq!(cfg.timings.poll_interval_ms, 2000);
+    assert_eq!(cfg.kubelet_api.max_connections, 1024);
+    assert_eq!(
+        cfg.kubelet_api.exec_idle_timeout(),
+        Some(Duration::from_secs(14_400))
+    );
+}
+
+#[test]
+fn cluster_networks_are_cidrs() {
+    let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+    let cfg = parse(&format!(
+        "{base}clusterNetworks: [10.96.0.0/12, \"fd00::/8\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.cluster_networks.len(), 2);
+    assert!(parse(&format!("{base}clusterNetworks: [10.96.0.0]\n")).is_err());
+    assert!(parse(&format!("{base}clusterNetworks: [cluster]\n")).is_err());
+}
+
+#[test]
+fn kubelet_api_limits_are_read_and_checked() {
+    let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+    let cfg = parse(&format!(
+        "{base}kubeletApi: {{maxConnections: 8, execIdleTimeoutSeconds: 0}}\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.kubelet_api.max_connections, 8);
+    assert_eq!(cfg.kubelet_api.exec_idle_timeout(), None);
+    assert!(parse(&format!("{base}kubeletApi: {{maxConnections: 0}}\n")).is_err());
+    assert!(parse(&format!("{base}kubeletApi: {{maxConnection: 8}}\n")).is_err());
+}
+
+#[test]
+fn rejects_duplicate_names_unknown_fields_and_no_providers() {
+    assert!(parse("nodeName: vk\nclusterId: c\nproviders: []\n").is_err());
+    assert!(
+        parse("nodeName: vk\nclusterId: c\nproviders:\n- {name: a, kind: runpod}\n- {name: a, kind: vast}\n")
+            .is_err()
+    );
+    assert!(
+        parse("nodeName: vk\nclusterId: c\nbogus: 1\nproviders:\n- {name: a, kind: runpod}\n")
+            .is_err()
+    );
+}
+
+#[test]
+fn leader_election_timings_must_let_a_leader_stop_before_a_standby_takes_over() {
+    let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+    let cfg = parse(base).unwrap();
+    assert!(!cfg.leader_election.enabled);
+    assert_eq!(cfg.leader_election.lease_duration_seconds(), 15);
+    let with = |le: &str| parse(&format!("{base}leaderElection: {le}\n"));
+    assert!(
+        with("{enabled: true, leaseDurationMs: 4000, renewDeadlineMs: 3000, retryPeriodMs: 500}")
+            .is_ok()
+    );
+    // A renew deadline at or past the duration would let two replicas lead at once.
+    let err = with("{enabled: true, leaseDurationMs: 4000, renewDeadlineMs: 4000}").unwrap_err();
+    assert!(err.to_string().contains("renewDeadlineMs"), "{err}");
+    // 3.5 s is recorded as 4 whole seconds: the deadline compares against that.
+    assert!(with("{leaseDurationMs: 3500, renewDeadlineMs: 3800, retryPeriodMs: 500}").is_ok());
+    assert!(with("{retryPeriodMs: 0}").is_err());
+}
+
+#[test]
+fn secret_env_defaults_by_kind_and_is_overridden() {
+    let cfg = parse(
+        "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
+         - {name: v, kind: vast}\n- {name: hpc, kind: slurm}\n\
+         - {name: rp2, kind: runpod, secretEnv: allow}\n- {name: hpc2, kind: slurm, secretEnv: deny}\n",
+    )
+    .unwrap();
+    let got = |ns: &[String]| -> Vec<SecretEnv> {
+        cfg.providers.iter().map(|p| p.secret_env(ns)).collect()
+    };
+    use SecretEnv::{Allow, Deny};
+    // Slurm: its jobs share one Slurm user, so Secrets only for a single tenant.
+    assert_eq!(got(&[]), [Deny, Deny, Deny, Allow, Deny]);
+    assert_eq!(
+        got(&["a".into(), "b".into()]),
+        [Deny, Deny, Deny, Allow, Deny]
+    );
+    assert_eq!(got(&["ml".into()]), [Deny, Deny, Allow, Allow, Deny]);
+    assert_eq!(cfg.shared_slurm_secret_warnings(), Vec::<String>::new());
+    let shared = parse(
+        "nodeName: vk\nclusterId: c\nproviders:\n- {name: hpc, kind: slurm, secretEnv: allow}\n",
+    )
+    .unwrap();
+    let w = shared.shared_slurm_secret_warnings();
+    assert!(w.len() == 1 && w[0].contains("provider hpc"), "{w:?}");
+    assert!(!cfg.secret_failover);
+    let on = parse(
+        "nodeName: vk\nclusterId: c\nsecretFailover: true\nproviders:\n- {name: a, kind: runpod}\n",
+    )
+    .unwrap();
+    assert!(on.secret_failover);
+    assert!(
+        parse(
+            "nodeName: vk\nclusterId: c\nproviders:\n- {name: a, kind: runpod, secretEnv: maybe}\n"
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn dispatch_and_limits_are_read_and_checked() {
+    let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod, limits: {maxWorkloads: 3}}\n";
+    let cfg = parse(base).unwrap();
+    assert_eq!(cfg.dispatch.policy, DispatchPolicy::Preference);
+    assert!(cfg.dispatch.pod_policy);
+    assert_eq!(cfg.providers[0].limits.max_workloads, Some(3));
+    assert_eq!(cfg.limits, Limits::default());
+    let cfg = parse(&format!(
+        "{base}dispatch: {{policy: cheapest, breaker: {{failures: 2}}}}\nlimits: {{maxSpendPerHour: 2.5}}\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.dispatch.policy, DispatchPolicy::Cheapest);
+    assert_eq!(cfg.dispatch.breaker.rules().failures, 2);
+    assert_eq!(cfg.limits.max_spend_per_hour, Some(2.5));
+    assert!(parse(&format!("{base}dispatch: {{policy: random}}\n")).is_err());
+    assert!(parse(&format!("{base}limits: {{maxSpendPerHour: -1}}\n")).is_err());
+    assert!(parse(&format!("{base}dispatch: {{breaker: {{failures: 0}}}}\n")).is_err());
+}
+
+#[test]
+fn start_deadlines_default_by_kind_and_are_overridden() {
+    let cfg = parse(
+        "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
+         - {name: hpc, kind: slurm}\n- {name: v, kind: vast, startDeadlineSeconds: 0}\n\
+         - {name: hpc2, kind: slurm, startDeadlineSeconds: 600, maxStartDeadlineSeconds: 3600}\n",
+    )
+    .unwrap();
+    let d: Vec<StartDeadline> = cfg.providers.iter().map(|p| p.start_deadline()).collect();
+    let s = |n| Some(Duration::from_secs(n));
+    assert_eq!(
+        d[0],
+        StartDeadline {
+            default: s(1800),
+            max: s(1800)
+        }
+    );
+    assert_eq!(
+        d[1],
+        StartDeadline::default(),
+        "a Slurm queue wait is normal"
+    );
+    assert_eq!(d[2], StartDeadline::default(), "0 turns it off");
+    assert_eq!(
+        d[3],
+        StartDeadline {
+            default: s(600),
+            max: s(3600)
+        }
+    );
+}
+
+#[test]
+fn secret_debug_is_redacted() {
+    let s = Secret::new("hunter2".into());
+    assert!(!format!("{s:?}").contains("hunter2"));
+    assert_eq!(s.expose(), "hunter2");
+}
