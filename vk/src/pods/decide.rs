@@ -19,6 +19,15 @@ use crate::config::{DispatchConfig, StartDeadline, Timings};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
+mod deadline;
+mod facts;
+
+use deadline::start_deadline;
+pub use deadline::start_deadline_due_in;
+pub use facts::{
+    AfterCreateError, after_create_error, assigned, controller_of, current_container, restart_count,
+};
+
 /// The workload a provider lists for the pod.
 #[derive(Clone, Copy, Debug)]
 pub struct Found<'a> {
@@ -413,67 +422,6 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
     }
 }
 
-/// How long until the start deadline of a workload still queued or starting is due: the
-/// pipeline looks at the pod again then, since a workload stuck starting changes nothing a
-/// list would report.
-pub fn start_deadline_due_in(
-    rules: &Rules<'_>,
-    pod: &Pod,
-    f: Found<'_>,
-    now: Timestamp,
-) -> Option<Duration> {
-    if !matches!(
-        f.observed.state,
-        WorkloadState::Queued { .. } | WorkloadState::Starting
-    ) {
-        return None;
-    }
-    let deadline = start_deadline(rules, pod, f).ok()??;
-    let created = f.observed.created_at?;
-    // Checked: a deadline near the largest duration, with a creation time the provider puts
-    // in the future (clock skew), would overflow; such a deadline is never due.
-    let left = deadline.checked_sub(now.duration_since(created))?;
-    Some(
-        Duration::try_from(left)
-            .unwrap_or_default()
-            .max(Duration::from_millis(100)),
-    )
-}
-
-/// The start deadline of the pod's workload at its provider: the pod's own
-/// (`gpu-vk.io/start-deadline-seconds`, up to the provider's ceiling) or the provider's.
-fn start_deadline(
-    rules: &Rules<'_>,
-    pod: &Pod,
-    f: Found<'_>,
-) -> Result<Option<jiff::SignedDuration>, String> {
-    let d = rules
-        .start_deadlines
-        .get(f.provider)
-        .copied()
-        .unwrap_or_default();
-    let asked = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(spec::ANN_START_DEADLINE))
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let chosen = match (asked, d.max) {
-        (Some(a), Some(max)) if a > max => {
-            return Err(format!(
-                "annotation {} asks for {}s, more than the {}s this provider allows",
-                spec::ANN_START_DEADLINE,
-                a.as_secs(),
-                max.as_secs()
-            ));
-        }
-        (Some(a), _) => Some(a),
-        (None, _) => d.default,
-    };
-    Ok(chosen.and_then(|c| jiff::SignedDuration::try_from(c).ok()))
-}
-
 /// The provider bills a finished workload and offers nothing to keep it for.
 fn deletes_finished(rules: &Rules<'_>, provider: usize) -> bool {
     rules
@@ -500,73 +448,6 @@ fn refuse(rules: &Rules<'_>, pod: &Pod, reason: &'static str, message: String) -
     }
 }
 
-/// The owner that would replace the pod if it failed (its controller reference).
-pub fn controller_of(
-    pod: &Pod,
-) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.controller == Some(true))
-}
-
-/// The provider the VK recorded on the pod.
-pub fn assigned(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(ANN_ASSIGNED)
-        .map(String::as_str)
-}
-
-/// The status of the container the provider runs.
-pub fn current_container(pod: &Pod) -> Option<&ContainerStatus> {
-    let name = &crate::pods::spec::main_container(pod)?.name;
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == *name)
-}
-
-/// Container restarts recorded on the pod.
-pub fn restart_count(pod: &Pod) -> i32 {
-    current_container(pod).map(|c| c.restart_count).unwrap_or(0)
-}
-
-/// What a failed create attempt on one candidate means for the pod.
-#[derive(Clone, Debug, PartialEq)]
-pub enum AfterCreateError {
-    /// The provider has no room: try the next candidate.
-    NextCandidate,
-    /// The provider says the pod can never run as it is.
-    Fail {
-        reason: &'static str,
-        message: String,
-    },
-    /// Try the same provider again: after `Some(delay)` (the provider's Retry-After), or
-    /// with the queue's back-off.
-    Retry(Option<Duration>),
-}
-
-/// Failover: how a provider's create error is acted on.
-pub fn after_create_error(provider: &str, e: &ProviderError) -> AfterCreateError {
-    match e {
-        ProviderError::Capacity { .. } => AfterCreateError::NextCandidate,
-        ProviderError::Invalid { message } => AfterCreateError::Fail {
-            reason: reason::INVALID_SPEC,
-            message: format!("provider {provider} rejected the pod: {message}"),
-        },
-        ProviderError::Transient {
-            retry_after: Some(d),
-            ..
-        } => AfterCreateError::Retry(Some(*d)),
-        _ => AfterCreateError::Retry(None),
-    }
-}
-
 #[cfg(test)]
 mod tests;
 
@@ -574,154 +455,7 @@ mod tests;
 mod secret_tests;
 
 #[cfg(test)]
-mod failover_tests {
-    use super::*;
-
-    #[test]
-    fn create_errors_fail_over_on_capacity_only() {
-        let capacity = ProviderError::Capacity {
-            message: "no RTX4090".into(),
-        };
-        assert_eq!(
-            after_create_error("vast", &capacity),
-            AfterCreateError::NextCandidate
-        );
-        let invalid = ProviderError::Invalid {
-            message: "image too large".into(),
-        };
-        assert_eq!(
-            after_create_error("vast", &invalid),
-            AfterCreateError::Fail {
-                reason: "InvalidSpec",
-                message: "provider vast rejected the pod: image too large".into()
-            }
-        );
-        let limited = ProviderError::Transient {
-            message: "429".into(),
-            retry_after: Some(Duration::from_secs(7)),
-        };
-        assert_eq!(
-            after_create_error("vast", &limited),
-            AfterCreateError::Retry(Some(Duration::from_secs(7)))
-        );
-        for e in [
-            ProviderError::transient("503"),
-            ProviderError::Auth {
-                message: "expired".into(),
-            },
-            ProviderError::NotFound,
-        ] {
-            assert_eq!(
-                after_create_error("vast", &e),
-                AfterCreateError::Retry(None),
-                "{e:?}"
-            );
-        }
-    }
-}
+mod failover_tests;
 
 #[cfg(test)]
-mod admission_tests {
-    use super::*;
-    use crate::test_support::PodBuilder;
-    use k8s_openapi::api::core::v1::Toleration;
-
-    fn admission(namespaces: &[&str]) -> Admission {
-        Admission {
-            taint: Some(("virtual-kubelet.io/provider".into(), "vk-gpu".into())),
-            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
-    fn tolerating(t: Toleration) -> Pod {
-        PodBuilder::new()
-            .spec(|s| s.tolerations = Some(vec![t]))
-            .build()
-    }
-
-    fn exists(key: Option<&str>, effect: Option<&str>) -> Toleration {
-        Toleration {
-            key: key.map(str::to_owned),
-            operator: Some("Exists".into()),
-            effect: effect.map(str::to_owned),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_pod_must_tolerate_the_nodes_taint() {
-        let a = admission(&[]);
-        let none = a.check(&PodBuilder::new().build()).unwrap_err();
-        assert!(
-            none.contains("virtual-kubelet.io/provider=vk-gpu"),
-            "{none}"
-        );
-        let key = Some("virtual-kubelet.io/provider");
-        assert_eq!(
-            a.check(&tolerating(exists(key, Some("NoSchedule")))),
-            Ok(())
-        );
-        assert_eq!(a.check(&tolerating(exists(key, None))), Ok(()));
-        // An empty key with Exists tolerates every taint.
-        assert_eq!(a.check(&tolerating(exists(None, None))), Ok(()));
-        assert!(
-            a.check(&tolerating(exists(key, Some("NoExecute"))))
-                .is_err()
-        );
-        assert!(a.check(&tolerating(exists(Some("other"), None))).is_err());
-        let equal = |value: &str| Toleration {
-            key: key.map(str::to_owned),
-            operator: Some("Equal".into()),
-            value: Some(value.into()),
-            ..Default::default()
-        };
-        assert_eq!(a.check(&tolerating(equal("vk-gpu"))), Ok(()));
-        assert!(a.check(&tolerating(equal("other-node"))).is_err());
-        // An untainted node asks for nothing.
-        let untainted = Admission::default();
-        assert_eq!(untainted.check(&PodBuilder::new().build()), Ok(()));
-    }
-
-    #[test]
-    fn only_allowed_namespaces_may_spend_provider_money() {
-        let pod = tolerating(exists(Some("virtual-kubelet.io/provider"), None));
-        assert_eq!(admission(&[]).check(&pod), Ok(()));
-        assert_eq!(admission(&["prod", "research"]).check(&pod), Ok(()));
-        let e = admission(&["prod"]).check(&pod).unwrap_err();
-        assert!(
-            e.contains("\"research\"") && e.contains("allowedNamespaces"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_pod_not_allowed_fails_before_anything_is_created() {
-        let owner = crate::test_support::owner();
-        let timings = Timings::default();
-        let a = admission(&["prod"]);
-        let rules = Rules {
-            owner: &owner,
-            offers: &[],
-            timings: &timings,
-            admission: &a,
-            secret_failover: false,
-            standing: &[],
-            dispatch: &crate::config::DispatchConfig::default(),
-            start_deadlines: &[],
-            hold_retry: Duration::from_secs(60),
-        };
-        let memory = Memory::fresh();
-        let pod = PodBuilder::new().gpus("1").build();
-        let step = decide(&rules, Some(&pod), None, &memory, Timestamp::now());
-        assert!(
-            matches!(
-                &step,
-                Step::Fail {
-                    reason: "NotAllowed",
-                    ..
-                }
-            ),
-            "{step:?}"
-        );
-    }
-}
+mod admission_tests;

@@ -1,0 +1,104 @@
+//! Unit tests of the admission rules in `decide` (namespaces, taint).
+
+use super::*;
+use crate::test_support::PodBuilder;
+use k8s_openapi::api::core::v1::Toleration;
+
+fn admission(namespaces: &[&str]) -> Admission {
+    Admission {
+        taint: Some(("virtual-kubelet.io/provider".into(), "vk-gpu".into())),
+        namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn tolerating(t: Toleration) -> Pod {
+    PodBuilder::new()
+        .spec(|s| s.tolerations = Some(vec![t]))
+        .build()
+}
+
+fn exists(key: Option<&str>, effect: Option<&str>) -> Toleration {
+    Toleration {
+        key: key.map(str::to_owned),
+        operator: Some("Exists".into()),
+        effect: effect.map(str::to_owned),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_pod_must_tolerate_the_nodes_taint() {
+    let a = admission(&[]);
+    let none = a.check(&PodBuilder::new().build()).unwrap_err();
+    assert!(
+        none.contains("virtual-kubelet.io/provider=vk-gpu"),
+        "{none}"
+    );
+    let key = Some("virtual-kubelet.io/provider");
+    assert_eq!(
+        a.check(&tolerating(exists(key, Some("NoSchedule")))),
+        Ok(())
+    );
+    assert_eq!(a.check(&tolerating(exists(key, None))), Ok(()));
+    // An empty key with Exists tolerates every taint.
+    assert_eq!(a.check(&tolerating(exists(None, None))), Ok(()));
+    assert!(
+        a.check(&tolerating(exists(key, Some("NoExecute"))))
+            .is_err()
+    );
+    assert!(a.check(&tolerating(exists(Some("other"), None))).is_err());
+    let equal = |value: &str| Toleration {
+        key: key.map(str::to_owned),
+        operator: Some("Equal".into()),
+        value: Some(value.into()),
+        ..Default::default()
+    };
+    assert_eq!(a.check(&tolerating(equal("vk-gpu"))), Ok(()));
+    assert!(a.check(&tolerating(equal("other-node"))).is_err());
+    // An untainted node asks for nothing.
+    let untainted = Admission::default();
+    assert_eq!(untainted.check(&PodBuilder::new().build()), Ok(()));
+}
+
+#[test]
+fn only_allowed_namespaces_may_spend_provider_money() {
+    let pod = tolerating(exists(Some("virtual-kubelet.io/provider"), None));
+    assert_eq!(admission(&[]).check(&pod), Ok(()));
+    assert_eq!(admission(&["prod", "research"]).check(&pod), Ok(()));
+    let e = admission(&["prod"]).check(&pod).unwrap_err();
+    assert!(
+        e.contains("\"research\"") && e.contains("allowedNamespaces"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_pod_not_allowed_fails_before_anything_is_created() {
+    let owner = crate::test_support::owner();
+    let timings = Timings::default();
+    let a = admission(&["prod"]);
+    let rules = Rules {
+        owner: &owner,
+        offers: &[],
+        timings: &timings,
+        admission: &a,
+        secret_failover: false,
+        standing: &[],
+        dispatch: &crate::config::DispatchConfig::default(),
+        start_deadlines: &[],
+        hold_retry: Duration::from_secs(60),
+    };
+    let memory = Memory::fresh();
+    let pod = PodBuilder::new().gpus("1").build();
+    let step = decide(&rules, Some(&pod), None, &memory, Timestamp::now());
+    assert!(
+        matches!(
+            &step,
+            Step::Fail {
+                reason: "NotAllowed",
+                ..
+            }
+        ),
+        "{step:?}"
+    );
+}
