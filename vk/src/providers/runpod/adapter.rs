@@ -103,6 +103,7 @@ impl Provider for RunPod {
     }
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
+        let sent = Instant::now();
         let pods = self.list_pods().await?;
         let now = Instant::now();
         let mut exits = self.exits.lock().unwrap_or_else(|e| e.into_inner());
@@ -117,6 +118,7 @@ impl Provider for RunPod {
                         id,
                         p.runtime.as_ref().and_then(|r| r.uptime),
                         p.started_at.as_deref(),
+                        sent,
                         now,
                     ),
                     _ => false,

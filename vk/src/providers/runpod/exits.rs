@@ -30,13 +30,20 @@ pub(super) struct Exits {
 }
 
 impl Exits {
-    /// Notes a RUNNING pod's `runtime.uptime` and `startedAt` as answered at `now`; true once
-    /// its container has exited (and been restarted by RunPod) since we first saw it.
+    /// Notes a RUNNING pod's `runtime.uptime` and `startedAt` from a list asked for at `sent`
+    /// and answered at `now`; true once its container has exited (and been restarted by RunPod)
+    /// since we first saw it.
+    ///
+    /// The uptime was read somewhere between `sent` and `now`, so between two answers it grew
+    /// by at least `sent - previous now`: that is what it is held to. Held to `now - previous
+    /// now` instead, an answer slower than the one before (a list of thousands of pods, a busy
+    /// API) looked like a fall and restarted healthy workloads (`make bench` at 10,000 pods).
     pub(super) fn note(
         &mut self,
         pod_id: &str,
         uptime: Option<f64>,
         started_at: Option<&str>,
+        sent: Instant,
         now: Instant,
     ) -> bool {
         let Some(uptime) = uptime.filter(|u| u.is_finite() && *u >= 0.0) else {
@@ -47,7 +54,7 @@ impl Exits {
         let exited = match self.seen.get(pod_id) {
             None => false,
             Some(prev) => {
-                let expected = prev.uptime + now.saturating_duration_since(prev.at).as_secs_f64();
+                let expected = prev.uptime + sent.saturating_duration_since(prev.at).as_secs_f64();
                 let fell = uptime + SLACK_SECS < expected;
                 let restarted = prev.started_at.is_some()
                     && started_at.is_some()
@@ -89,13 +96,13 @@ mod tests {
         let mut e = Exits::default();
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        assert!(!e.note("p", Some(10.0), Some("T1"), at(0)));
+        assert!(!e.note("p", Some(10.0), Some("T1"), at(0), at(0)));
         // Uptime grew as the clock did: the same container.
-        assert!(!e.note("p", Some(20.0), Some("T1"), at(10)));
+        assert!(!e.note("p", Some(20.0), Some("T1"), at(10), at(10)));
         // 10 s later it reads 4: the container started again 4 s ago.
-        assert!(e.note("p", Some(4.0), Some("T1"), at(20)));
+        assert!(e.note("p", Some(4.0), Some("T1"), at(20), at(20)));
         // Sticky: the pod keeps counting as exited.
-        assert!(e.note("p", Some(14.0), Some("T1"), at(30)));
+        assert!(e.note("p", Some(14.0), Some("T1"), at(30), at(30)));
         assert!(e.seen_exit("p"));
     }
 
@@ -103,28 +110,60 @@ mod tests {
     fn an_uptime_that_grew_less_than_the_clock_is_an_exit_even_if_higher() {
         let mut e = Exits::default();
         let t0 = Instant::now();
-        assert!(!e.note("p", Some(2.0), None, t0));
+        assert!(!e.note("p", Some(2.0), None, t0, t0));
         // 30 s later only 20 s of uptime: it restarted 20 s ago.
-        assert!(e.note("p", Some(20.0), None, t0 + Duration::from_secs(30)));
+        assert!(e.note(
+            "p",
+            Some(20.0),
+            None,
+            t0 + Duration::from_secs(30),
+            t0 + Duration::from_secs(30)
+        ));
     }
 
     #[test]
     fn a_new_start_time_is_an_exit_and_rounding_is_not() {
         let mut e = Exits::default();
         let t0 = Instant::now();
-        assert!(!e.note("p", Some(100.0), Some("T1"), t0));
-        assert!(!e.note("p", Some(101.0), Some("T1"), t0 + Duration::from_secs(3)));
-        assert!(e.note("p", Some(200.0), Some("T2"), t0 + Duration::from_secs(5)));
+        assert!(!e.note("p", Some(100.0), Some("T1"), t0, t0));
+        assert!(!e.note(
+            "p",
+            Some(101.0),
+            Some("T1"),
+            t0 + Duration::from_secs(3),
+            t0 + Duration::from_secs(3)
+        ));
+        assert!(e.note(
+            "p",
+            Some(200.0),
+            Some("T2"),
+            t0 + Duration::from_secs(5),
+            t0 + Duration::from_secs(5)
+        ));
     }
 
     #[test]
     fn unknown_pods_and_missing_uptime_are_not_exits() {
         let mut e = Exits::default();
         let t0 = Instant::now();
-        assert!(!e.note("p", None, None, t0));
-        assert!(!e.note("p", Some(f64::NAN), None, t0));
-        assert!(!e.note("q", Some(0.0), None, t0));
+        assert!(!e.note("p", None, None, t0, t0));
+        assert!(!e.note("p", Some(f64::NAN), None, t0, t0));
+        assert!(!e.note("q", Some(0.0), None, t0, t0));
         e.retain(&[]);
         assert!(!e.seen_exit("q"));
+    }
+
+    #[test]
+    fn an_answer_slower_than_the_one_before_is_not_an_exit() {
+        let mut e = Exits::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Asked and answered at once: uptime 100.
+        assert!(!e.note("p", Some(100.0), None, at(0), at(0)));
+        // Asked 2 s later, answered 6 s after that (a list of thousands of pods): the uptime
+        // was read soon after the request, 102.5; 8 s passed between the answers.
+        assert!(!e.note("p", Some(102.5), None, at(2000), at(8000)));
+        // A real restart still shows: asked 10 s later, uptime 1.
+        assert!(e.note("p", Some(1.0), None, at(18_000), at(18_100)));
     }
 }
