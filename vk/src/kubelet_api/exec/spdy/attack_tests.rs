@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::conn::{MAX_HEADER_BLOCK, MAX_OPEN_STREAMS};
 use super::portforward;
-use super::tests::{Client, Seen, setup};
+use super::tests::{Client, data_until_fins, ends, setup};
 use super::*;
 use crate::kubelet_api::exec::SessionLimits;
 use crate::kubelet_api::spdy::{Frame, goaway, rst};
@@ -64,10 +64,7 @@ async fn data_on_streams_never_opened_is_reset_and_not_kept() {
     .await;
     assert_eq!(resets, n as usize);
     drop(c);
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the session ends with its client")
-        .unwrap();
+    ends(task, "the session ends with its client").await;
 }
 
 #[tokio::test]
@@ -100,10 +97,7 @@ async fn a_small_header_block_that_inflates_past_the_limit_ends_the_connection()
     }
     assert_eq!(status, Some(goaway::PROTOCOL_ERROR));
     const { assert!(MAX_HEADER_BLOCK < 1 << 20) };
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the session ends")
-        .unwrap();
+    ends(task, "the session ends").await;
 }
 
 #[tokio::test]
@@ -125,10 +119,7 @@ async fn streams_beyond_the_open_limit_are_refused() {
     .await;
     assert_eq!(refused, extra);
     drop(c);
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the session ends with its client")
-        .unwrap();
+    ends(task, "the session ends with its client").await;
 }
 
 #[tokio::test]
@@ -201,30 +192,7 @@ async fn port_forward_never_dials_a_loopback_or_link_local_published_address() {
     c.open_with(7, &h("data", "8081", "1")).await;
     c.open_with(9, &h("error", "8082", "2")).await;
     c.open_with(11, &h("data", "8082", "2")).await;
-    let mut seen = Seen::default();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(f) = c.next().await {
-            if let Frame::Data {
-                stream_id,
-                fin,
-                data,
-            } = f
-            {
-                seen.data
-                    .entry(stream_id)
-                    .or_default()
-                    .extend_from_slice(&data);
-                if fin {
-                    seen.fins.push(stream_id);
-                }
-            }
-            if [1, 5, 9].iter().all(|id| seen.fins.contains(id)) {
-                break;
-            }
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("no answer on the error streams: {seen:?}"));
+    let seen = data_until_fins(&mut c, &[1, 5, 9]).await;
     for (stream, published) in [
         (1, format!("127.0.0.1:{port}")),
         (5, "169.254.169.254:80".into()),

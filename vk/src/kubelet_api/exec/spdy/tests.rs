@@ -135,6 +135,44 @@ impl Client {
     }
 }
 
+/// The DATA of each stream until every stream of `fins` has ended (10 s at most: a panic
+/// showing what came).
+pub(super) async fn data_until_fins(c: &mut Client, fins: &[u32]) -> Seen {
+    let mut seen = Seen::default();
+    let done = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(f) = c.next().await {
+            if let Frame::Data {
+                stream_id,
+                fin,
+                data,
+            } = f
+            {
+                seen.data
+                    .entry(stream_id)
+                    .or_default()
+                    .extend_from_slice(&data);
+                if fin {
+                    seen.fins.push(stream_id);
+                }
+            }
+            if fins.iter().all(|id| seen.fins.contains(id)) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "streams {fins:?} did not all end: {seen:?}");
+    seen
+}
+
+/// Waits (5 s at most) for a session task to end, and for it not to have panicked.
+pub(super) async fn ends(task: tokio::task::JoinHandle<()>, what: &str) {
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .unwrap();
+}
+
 /// What the client saw until GOAWAY.
 #[derive(Default, Debug)]
 pub(super) struct Seen {
@@ -440,30 +478,7 @@ async fn port_forward_copies_both_ways_and_reports_unpublished_ports() {
     // A second connection to a port the pod does not publish.
     c.open_with(5, &h("error", "9999", "1")).await;
     c.open_with(7, &h("data", "9999", "1")).await;
-    let mut seen = Seen::default();
-    let done = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(f) = c.next().await {
-            if let Frame::Data {
-                stream_id,
-                fin,
-                data,
-            } = f
-            {
-                seen.data
-                    .entry(stream_id)
-                    .or_default()
-                    .extend_from_slice(&data);
-                if fin {
-                    seen.fins.push(stream_id);
-                }
-            }
-            if [1, 3, 5, 7].iter().all(|id| seen.fins.contains(id)) {
-                break;
-            }
-        }
-    })
-    .await;
-    assert!(done.is_ok(), "{seen:?}");
+    let seen = data_until_fins(&mut c, &[1, 3, 5, 7]).await;
     assert_eq!(
         seen.data.get(&3).map(Vec::as_slice),
         Some(&b"echo:hello"[..])
@@ -476,8 +491,5 @@ async fn port_forward_copies_both_ways_and_reports_unpublished_ports() {
          address for port 9999"
     );
     drop(c);
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the session ends with the client")
-        .unwrap();
+    ends(task, "the session ends with the client").await;
 }
