@@ -158,22 +158,7 @@ impl Scenario {
 
 /// A resource quantity as the metrics API prints them (`1999123456n`, `2`, `7812500Ki`).
 fn quantity(q: &str) -> f64 {
-    let split = q.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(q.len());
-    let (n, unit) = q.split_at(split);
-    let factor = match unit {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        other => panic!("unexpected quantity unit {other} in {q}"),
-    };
-    n.parse::<f64>().unwrap() * factor
+    vk::pods::quantity::value(q).unwrap_or_else(|| panic!("not a quantity: {q}"))
 }
 
 /// The value of the first sample of `metric` whose labels contain `labels`.

@@ -12,20 +12,20 @@ pub fn parse_cpu(q: &str) -> Result<u64, SpecError> {
     {
         return Ok(m);
     }
-    quantity(q).and_then(|v| whole(v * 1000.0)).ok_or_else(bad)
+    value(q).and_then(|v| whole(v * 1000.0)).ok_or_else(bad)
 }
 
 /// Parses a memory quantity (`512Mi`, `1Gi`, `1G`, `1000`, `1.5Pi`, `1e9`) into bytes.
 pub fn parse_memory(q: &str) -> Result<u64, SpecError> {
     let bad = || SpecError(format!("memory quantity {q:?} is not valid"));
-    quantity(q).and_then(whole).ok_or_else(bad)
+    value(q).and_then(whole).ok_or_else(bad)
 }
 
 /// The value of a Kubernetes quantity in its base unit: a number followed by a binary SI
 /// suffix (`Ki` to `Ei`), a decimal SI one (`n`, `u`, `m`, none, `k`, `M`, `G`, `T`, `P`, `E`)
 /// or a decimal exponent (`e3`, `E-2`), as the API server's quantity grammar has it; `None`
 /// for anything else or a negative value.
-fn quantity(q: &str) -> Option<f64> {
+pub fn value(q: &str) -> Option<f64> {
     let split = q
         .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
         .unwrap_or(q.len());
