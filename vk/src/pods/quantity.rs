@@ -23,8 +23,9 @@ pub fn parse_memory(q: &str) -> Result<u64, SpecError> {
 
 /// The value of a Kubernetes quantity in its base unit: a number followed by a binary SI
 /// suffix (`Ki` to `Ei`), a decimal SI one (`n`, `u`, `m`, none, `k`, `M`, `G`, `T`, `P`, `E`)
-/// or a decimal exponent (`e3`, `E-2`), as the API server's quantity grammar has it; `None`
-/// for anything else or a negative value.
+/// or a decimal exponent (`e3`, `E-2`), as the API server's quantity grammar has it (the
+/// serialization format in the comment of `Quantity`, k8s.io/apimachinery
+/// `pkg/api/resource/quantity.go`); `None` for anything else or a negative value.
 pub fn value(q: &str) -> Option<f64> {
     let split = q
         .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
