@@ -13,4 +13,4 @@ Feature: Least privilege
     Then as the virtual kubelet, updating and deleting pod "mine" are allowed
     And as the virtual kubelet, updating and deleting pod "elsewhere" are refused: "writes only pods bound to that node"
     And as the virtual kubelet, its own Node and Lease can be read, another node's cannot
-    And as the virtual kubelet, Secrets can be read in this scenario's namespace, not in namespace "default"
+    And as the virtual kubelet, Secrets can be read and EndpointSlices written in this scenario's namespace, not in namespace "default"

@@ -1,18 +1,23 @@
 Feature: Pod IPs
-  Every Running pod has a pod IP, as on a real kubelet: the address its provider lists for the
-  workload (RunPod's public IP, Vast's public_ipaddr, the Slurm node's address, the remote
-  pod's IP), never loopback, link-local or the node's own. A provider that lists none, or one
-  that cannot be a pod IP, gives the provider's configured fallback, and the pod's condition
-  gpu-vk.io/PodIPRoutable says the address is not where the workload is reached.
+  Every Running pod is reached where its provider serves it, as on a real kubelet. Where the
+  provider serves the container ports at the address it lists for the workload (a Slurm job's
+  node), that address is the pod IP, and the Service controller lists the pod by it. Where it
+  publishes them at other port numbers (RunPod's public ports, Vast's port mappings, and so a
+  remote cluster whose pods run there), nothing answers at that address on the container port:
+  the pod has no IP, its condition gpu-vk.io/PodIPRoutable says where the ports are, and the
+  virtual kubelet writes its Services' EndpointSlices with the published address and port. Never
+  loopback, link-local or the node's own address; a provider that lists none, or one that
+  cannot be a pod IP, gives the provider's configured fallback, and the condition says why.
 
   Background:
     Given a virtual kubelet with the provider under test
 
-  Scenario: Running pods have the addresses their provider lists, and their Service's EndpointSlice lists them
+  Scenario: Running pods are in their Service's EndpointSlices where they are reached, and answer there
     When I create GPU pods "ip-a" and "ip-b" publishing port 8080, selected by a Service "ips"
-    Then pods "ip-a" and "ip-b" are Running with the pod IPs their provider lists for their workloads
-    And pods "ip-a" and "ip-b" have different pod IPs where the provider gives each workload its own
-    And the EndpointSlice of Service "ips" lists the pod IPs of "ip-a" and "ip-b"
+    Then pods "ip-a" and "ip-b" are Running with the addresses their provider gives their workloads
+    And pods "ip-a" and "ip-b" have different addresses where the provider gives each workload its own
+    And the EndpointSlices of Service "ips" list "ip-a" and "ip-b" where they are reached
+    And Service "ips" answers from "ip-a" and "ip-b"
 
   Scenario Outline: A provider that lists <what> for its workloads gives the fallback address, with the reason
     Given the provider supports setting the addresses it lists

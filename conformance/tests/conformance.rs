@@ -21,6 +21,8 @@ mod limits;
 mod observability;
 #[path = "conformance/overflow.rs"]
 mod overflow;
+#[path = "conformance/overflow_refused.rs"]
+mod overflow_refused;
 #[path = "conformance/pod_ip.rs"]
 mod pod_ip;
 #[path = "conformance/privilege.rs"]
@@ -31,6 +33,8 @@ mod replacement;
 mod resilience;
 #[path = "conformance/storms.rs"]
 mod storms;
+#[path = "conformance/traffic.rs"]
+mod traffic;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -371,9 +375,13 @@ async fn setup(w: &mut Vkw) {
 
 /// The client, the provider under test and the scenario's namespace (no VK yet).
 async fn setup_provider(w: &mut Vkw) {
+    setup_provider_with(w, ExecutionMode::simulated(100, 100, None)).await;
+}
+
+/// [`setup_provider`] with emulated workloads in `mode` (their start time).
+async fn setup_provider_with(w: &mut Vkw, mode: ExecutionMode) {
     let c = client().await;
     w.client = Some(c.clone());
-    let mode = ExecutionMode::simulated(100, 100, None);
     w.provider = Some(match target().as_str() {
         "runpod" => Observer::Emulator(Emulator::runpod(mode, emulator_gpus()).await),
         "vast" => Observer::Emulator(Emulator::vast(mode, emulator_gpus()).await),

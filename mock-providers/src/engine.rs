@@ -860,6 +860,8 @@ impl Engine {
     pub fn remove_locked(&self, inner: &mut Inner, seq: u64) -> Option<Workload> {
         let mut w = inner.workloads.remove(&seq)?;
         inner.by_id.remove(&w.id);
+        // Its published ports stop answering with it.
+        self.served.close(&w.id);
         w.proc.kill();
         if let Some(p) = w.placement.take() {
             inner.inventory.release(p);

@@ -1,5 +1,7 @@
 //! `mock-providers`: serve the RunPod v2 and/or Vast.ai emulators (plus `/_admin`) on local
-//! addresses, for demos, the testbed and conformance runs.
+//! addresses, for demos, the testbed and conformance runs. `mock-providers stand-in [ADDR]`
+//! serves only what answers on an emulated workload's published ports (`serve::stand_in`, on
+//! 0.0.0.0:8080 by default), for in-cluster replicas of a test's Deployment.
 
 use std::net::SocketAddr;
 
@@ -128,6 +130,18 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some("stand-in") {
+        let addr: SocketAddr = argv
+            .next()
+            .unwrap_or_else(|| "0.0.0.0:8080".into())
+            .parse()
+            .context("stand-in ADDR: an address and port, e.g. 0.0.0.0:8080")?;
+        // A pod's name, as a workload's id names it on a provider.
+        let name = std::env::var("HOSTNAME").unwrap_or_else(|_| "stand-in".into());
+        tracing::info!(%addr, name, "serving the stand-in");
+        return Ok(mock_providers::serve::stand_in(addr, name).await?);
+    }
     let args = Args::parse();
     if args.runpod.is_none() && args.vast.is_none() && args.slurm.is_none() {
         bail!("nothing to serve: give --runpod ADDR, --vast ADDR and/or --slurm ADDR");

@@ -250,7 +250,7 @@ impl Served {
         let task = tokio::spawn(async move {
             while let Ok((conn, peer)) = listener.accept().await {
                 let status = answer_of(&served.lock(), &workload).http_status;
-                tokio::spawn(respond(conn, peer, status));
+                tokio::spawn(respond(conn, peer, status, workload.clone()));
             }
         });
         Ok((public, Some(task.abort_handle())))
@@ -273,8 +273,26 @@ fn answer_of(inner: &Inner, workload: &str) -> Answer {
         .unwrap_or(inner.default)
 }
 
-/// Reads the request head (if any) and writes one response, then closes.
-async fn respond(mut conn: tokio::net::TcpStream, _peer: SocketAddr, status: u16) {
+/// Serves the stand-in alone on `addr` until the process ends, answering 200 with `name` in
+/// the body (`mock-providers stand-in`): an in-cluster replica of a test's Deployment answers as
+/// its replicas on an emulated provider do, so a client of their Service can tell them apart.
+pub async fn stand_in(addr: SocketAddr, name: String) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    loop {
+        let (conn, peer) = listener.accept().await?;
+        tokio::spawn(respond(conn, peer, 200, name.clone()));
+    }
+}
+
+/// Reads the request head (if any) and writes one response, then closes. The body names the
+/// workload (whose id carries its pod's UID), so a client of a Service can tell which replica
+/// answered.
+async fn respond(
+    mut conn: tokio::net::TcpStream,
+    _peer: SocketAddr,
+    status: u16,
+    workload: String,
+) {
     let mut buf = vec![0u8; 8192];
     let mut read = 0;
     let head = tokio::time::timeout(std::time::Duration::from_secs(2), async {
@@ -298,7 +316,7 @@ async fn respond(mut conn: tokio::net::TcpStream, _peer: SocketAddr, status: u16
         503 => "Service Unavailable",
         _ => "Status",
     };
-    let body = format!("{status} {reason}\n");
+    let body = format!("{status} {reason} {workload}\n");
     let resp = format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
          connection: close\r\n\r\n{body}",

@@ -908,16 +908,29 @@ fn render_instance(engine: &Engine, w: &mut Workload, now: Instant) -> Map<Strin
     let running = phase == Phase::Running;
     let mut extra_env: Vec<Value> = extra.env_pairs.iter().map(|(k, v)| json!([k, v])).collect();
     extra_env.extend(extra.ports.iter().map(|p| json!([format!("-p {p}"), "1"])));
+    // Each open internal port is mapped to a *random* external port of the machine's public
+    // IP ("Networking & Ports", docs.vast.ai guides/instances/connect/networking): a real
+    // listener answers there (`crate::serve`), nothing on the internal port number.
     let ports = if running {
         let mut m = Map::new();
-        for p in &extra.ports {
-            let (host, container) = p.split_once(':').unwrap_or((p.as_str(), p.as_str()));
-            let key = if container.contains('/') {
-                container.to_owned()
-            } else {
-                format!("{container}/tcp")
-            };
-            m.insert(key, json!([{"HostIp": "0.0.0.0", "HostPort": host}]));
+        let tcp: Vec<u16> = extra
+            .ports
+            .iter()
+            .filter_map(|p| {
+                let internal = p.split_once(':').map_or(p.as_str(), |(_, c)| c);
+                internal
+                    .strip_suffix("/tcp")
+                    .unwrap_or(internal)
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        let host = crate::serve::workload_address(w.seq);
+        for (internal, external) in engine.served.open(&w.id, &host, &tcp) {
+            m.insert(
+                format!("{internal}/tcp"),
+                json!([{"HostIp": "0.0.0.0", "HostPort": external.to_string()}]),
+            );
         }
         if extra.runtype.starts_with("ssh") {
             m.insert(
@@ -927,6 +940,7 @@ fn render_instance(engine: &Engine, w: &mut Workload, now: Instant) -> Map<Strin
         }
         Value::Object(m)
     } else {
+        engine.served.close(&w.id);
         Value::Null
     };
     let uptime_mins = if running {

@@ -24,6 +24,8 @@ CLUSTER_RULES = [
     ([""], ["pods"], ["get", "list", "watch", "patch", "delete"], None),
     ([""], ["pods/status"], ["get", "patch", "update"], None),
     ([""], ["configmaps", "secrets"], ["get"], None),
+    ([""], ["services"], ["get", "list", "watch"], None),
+    (["discovery.k8s.io"], ["endpointslices"], ["get", "list", "watch", "create", "patch", "update", "delete"], None),
     (["events.k8s.io"], ["events"], ["create", "patch"], None),
     ([""], ["events"], ["create", "patch"], None),
     (["authentication.k8s.io"], ["tokenreviews"], ["create"], None),
@@ -32,8 +34,13 @@ CLUSTER_RULES = [
     # The admission check's own ValidatingWebhookConfiguration.
     (["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], ["get", "create", "patch", "update"], ["gpu-vk-NODE"]),
 ]
-# With config.allowedNamespaces, Secrets and ConfigMaps are read through a Role in each of them.
-ENV_RULE = ([""], ["configmaps", "secrets"], ["get"], None)
+# With config.allowedNamespaces, Secrets and ConfigMaps are read, and the Services and
+# EndpointSlices of offloaded pods read and written, through a Role in each of them.
+ENV_RULES = [
+    ([""], ["configmaps", "secrets"], ["get"], None),
+    ([""], ["services"], ["get", "list", "watch"], None),
+    (["discovery.k8s.io"], ["endpointslices"], ["get", "list", "watch", "create", "patch", "update", "delete"], None),
+]
 LEASE_RULES = [
     (["coordination.k8s.io"], ["leases"], ["get", "patch", "update"], ["NODE", "gpu-vk-leader-NODE"]),
     (["coordination.k8s.io"], ["leases"], ["create"], None),
@@ -77,7 +84,7 @@ def check_rbac(docs, case, sa_name, namespace, allowed=()):
     config = yaml.safe_load(one(docs, "ConfigMap", case).get("data", {}).get("config.yaml", "")) or {}
     node = config.get("nodeName", "")
     cluster_role = one(docs, "ClusterRole", case)
-    want = [r for r in CLUSTER_RULES if not (allowed and r == ENV_RULE)]
+    want = [r for r in CLUSTER_RULES if not (allowed and r in ENV_RULES)]
     check(rules(cluster_role) == expect(want, node), f"{case}: ClusterRole rules differ from the least-privilege set: {rules(cluster_role)}")
     roles = {}
     for d in docs:
@@ -96,7 +103,7 @@ def check_rbac(docs, case, sa_name, namespace, allowed=()):
     check(sorted(r["metadata"].get("namespace") for r in env) == sorted(allowed),
           f"{case}: the Secret-reading Roles are in {[r['metadata'].get('namespace') for r in env]}, not {sorted(allowed)}")
     for r in env:
-        check(rules(r) == [ENV_RULE], f"{case}: env Role in {r['metadata'].get('namespace')} has {rules(r)}")
+        check(rules(r) == ENV_RULES, f"{case}: env Role in {r['metadata'].get('namespace')} has {rules(r)}")
     bindings = [d for d in docs if d.get("kind") in ("ClusterRoleBinding", "RoleBinding")]
     check(len(bindings) == 4 + len(allowed), f"{case}: expected {4 + len(allowed)} bindings, found {len(bindings)}")
     auth_reader = [b for b in bindings if b["roleRef"]["name"] == "extension-apiserver-authentication-reader"]
@@ -238,8 +245,14 @@ def check_overflow(docs):
     """The overflow companion: never blocks pods, sees only opted-in ones, and its pods are not the VK's."""
     case = "overflow"
     hooks = one(docs, "MutatingWebhookConfiguration", case).get("webhooks", [{}])
-    check(len(hooks) == 1, f"{case}: expected one webhook")
+    check(len(hooks) == 2, f"{case}: expected the overflow and hand-off webhooks")
     hook = hooks[0]
+    # The hand-off's gate: research pods that opt in, in any namespace, never blocked.
+    gate = hooks[1] if len(hooks) > 1 else {}
+    check(gate.get("objectSelector") == {"matchLabels": {"gpu-vk.io/handoff": "true"}}
+          and gate.get("failurePolicy") == "Ignore"
+          and gate.get("clientConfig", {}).get("service", {}).get("path") == "/gate",
+          f"{case}: the hand-off webhook is not limited to opted-in research pods on /gate: {gate}")
     check(hook.get("failurePolicy") == "Ignore", f"{case}: a failing webhook would block pods (failurePolicy is not Ignore)")
     check(hook.get("objectSelector") == {"matchLabels": {"gpu-vk.io/overflow": "true"}}, f"{case}: the webhook sees pods that did not opt in")
     check(hook.get("namespaceSelector") == {

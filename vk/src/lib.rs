@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod endpoints;
 pub mod kubelet_api;
 pub mod leader;
 pub mod naming;

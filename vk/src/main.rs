@@ -97,6 +97,11 @@ enum Command {
         /// virtual node's when absent.
         #[arg(long, env = "VK_RECLAIM_VIRTUAL_NODE")]
         virtual_node: Option<String>,
+        /// Make-before-break: research pods labelled `gpu-vk.io/handoff=true` wait (gated) up
+        /// to this long while production's replicas they displace start on the virtual node
+        /// (`--virtual-node`) first; 0 turns it off.
+        #[arg(long, env = "VK_HANDOFF_MAX_DELAY_SECONDS", default_value_t = 0)]
+        handoff_max_delay_seconds: u64,
     },
     /// Validate a configuration file (and that every provider's credentials can be read);
     /// warns about GPU types a provider cannot map to its own exact names.
@@ -149,7 +154,15 @@ fn main() -> anyhow::Result<()> {
                 reclaim_interval_seconds,
                 no_reclaim,
                 virtual_node,
+                handoff_max_delay_seconds,
             } => {
+                let handoff = virtual_node
+                    .clone()
+                    .filter(|_| handoff_max_delay_seconds > 0)
+                    .map(|node| vk::overflow::handoff::Settings {
+                        max_delay: std::time::Duration::from_secs(handoff_max_delay_seconds),
+                        virtual_node: node,
+                    });
                 let reclaim = (!no_reclaim).then(|| vk::overflow::reclaim::Settings {
                     settle: std::time::Duration::from_secs(reclaim_settle_seconds),
                     interval: std::time::Duration::from_secs(reclaim_interval_seconds.max(1)),
@@ -162,7 +175,7 @@ fn main() -> anyhow::Result<()> {
                         "give --tls-cert-file and --tls-key-file, or --webhook-config"
                     ),
                 };
-                overflow(webhook_addr, &service, cert, metrics_addr, reclaim).await
+                overflow(webhook_addr, &service, cert, metrics_addr, reclaim, handoff).await
             }
             Command::Run {
                 config,
@@ -307,6 +320,9 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
             }
         }
     });
+    // Service traffic to offloaded pods; like the admission check, not a core task: a failure
+    // is logged and retried, never the node's end.
+    let endpoints_task = tokio::spawn(vk::endpoints::run(fw.clone(), cfg.clone(), client.clone()));
     let mut fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
     info!(node = %cfg.node_name, cluster = %cfg.cluster_id, owner = owner.tag(), "virtual kubelet started");
 
@@ -326,6 +342,7 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
         () = lost => Some("lost the leader lease (another replica leads now)".to_owned()),
     };
     admission_task.abort();
+    endpoints_task.abort();
     let _ = stop_tx.send(true);
     if let Some(why) = failed {
         kubelet_api.abort();
@@ -352,13 +369,14 @@ enum WebhookCert {
 }
 
 /// `vk overflow`: serves the webhook (its certificate from files, or a fresh one published as
-/// the webhook's caBundle) and runs the reclaim controller until a signal.
+/// the webhook's caBundle) and runs the reclaim and hand-off controllers until a signal.
 async fn overflow(
     webhook_addr: SocketAddr,
     service: &str,
     cert: WebhookCert,
     metrics_addr: SocketAddr,
     reclaim: Option<vk::overflow::reclaim::Settings>,
+    handoff: Option<vk::overflow::handoff::Settings>,
 ) -> anyhow::Result<()> {
     let (namespace, name) = service
         .split_once('/')
@@ -395,13 +413,26 @@ async fn overflow(
         metrics.clone(),
     ));
     let mut metrics_task = tokio::spawn(metrics.clone().serve(metrics_addr));
-    let mut reclaim_task = tokio::spawn(async move {
-        match reclaim {
-            Some(settings) => {
-                let instance = std::env::var("VK_POD_NAME").unwrap_or_else(|_| default_identity());
-                vk::overflow::reclaim::run(client, settings, metrics, instance).await;
+    let instance = std::env::var("VK_POD_NAME").unwrap_or_else(|_| default_identity());
+    let caches =
+        (reclaim.is_some() || handoff.is_some()).then(|| vk::overflow::reclaim::caches(&client));
+    let mut handoff_task = tokio::spawn({
+        let (client, caches, instance) = (client.clone(), caches.clone(), instance.clone());
+        async move {
+            match (handoff, caches) {
+                (Some(settings), Some((nodes, pods))) => {
+                    vk::overflow::handoff::run::run(client, settings, nodes, pods, instance).await;
+                }
+                _ => std::future::pending().await,
             }
-            None => std::future::pending().await,
+        }
+    });
+    let mut reclaim_task = tokio::spawn(async move {
+        match (reclaim, caches) {
+            (Some(settings), Some(caches)) => {
+                vk::overflow::reclaim::run(client, settings, metrics, instance, caches).await;
+            }
+            _ => std::future::pending().await,
         }
     });
     info!("overflow companion started");
@@ -410,8 +441,10 @@ async fn overflow(
         r = &mut webhook => Some(format!("the webhook stopped: {r:?}")),
         r = &mut metrics_task => Some(format!("the metrics listener stopped: {r:?}")),
         r = &mut reclaim_task => Some(format!("the reclaim controller stopped: {r:?}")),
+        r = &mut handoff_task => Some(format!("the hand-off controller stopped: {r:?}")),
     };
     webhook.abort();
+    handoff_task.abort();
     metrics_task.abort();
     reclaim_task.abort();
     match failed {

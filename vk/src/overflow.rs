@@ -7,10 +7,13 @@
 //! virtual node only when none does (for example after a higher-priority research job preempted
 //! it). The reclaim controller ([`reclaim`]) moves offloaded replicas back, one at a time through
 //! the Eviction API (PodDisruptionBudgets respected), once in-cluster GPUs have been free for a
-//! settle period. Both run in `vk overflow`, a companion of the virtual kubelet (the Helm chart's
+//! settle period. With a maximum research delay set, research pods that opt in wait behind a
+//! scheduling gate while production's replicas are handed off to the virtual node first
+//! ([`handoff`]: make-before-break). All run in `vk overflow`, a companion of the virtual kubelet (the Helm chart's
 //! `overflow` values), so a VK outage never stops admission and the other way round.
 
 pub mod certs;
+pub mod handoff;
 pub mod mutate;
 pub mod reclaim;
 pub mod webhook;

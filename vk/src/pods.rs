@@ -302,6 +302,18 @@ impl PodController {
             .collect()
     }
 
+    /// The pods of this node whose container ports their provider publishes elsewhere (the
+    /// `gpu-vk.io/published-ports` annotation), decoded: the pods `crate::endpoints` writes
+    /// EndpointSlices for.
+    pub fn published_pods(&self) -> Vec<Pod> {
+        let stored: Vec<Arc<StoredPod>> = read(&self.pods)
+            .values()
+            .filter(|p| p.published)
+            .cloned()
+            .collect();
+        stored.iter().filter_map(|p| p.pod()).collect()
+    }
+
     /// The stored pods whose UID passes `want` (a snapshot: the lock is not held after).
     fn stored(&self, want: &dyn Fn(&str) -> bool) -> Vec<Arc<StoredPod>> {
         read(&self.pods)

@@ -36,17 +36,9 @@ pub struct Overflow {
     lowest_ready: usize,
 }
 
-fn image() -> String {
-    format!(
-        "{}:{}",
-        std::env::var("VK_IMAGE_REPOSITORY").unwrap_or_else(|_| "gpu-vk/vk".into()),
-        std::env::var("VK_IMAGE_TAG").unwrap_or_else(|_| "dev".into())
-    )
-}
-
 /// Nodes a scenario's pods may use: the fake-GPU workers, and this scenario's virtual node only
 /// (other scenarios' virtual nodes run side by side).
-fn placement(vnode: &str) -> Value {
+pub fn placement(vnode: &str) -> Value {
     json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "gpu-vk.io/fake-gpu", "operator": "In", "values": ["true"]}]},
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [vnode]}]}
@@ -85,6 +77,24 @@ fn ready(p: &Pod) -> bool {
 )]
 async fn vk_with_overflow(w: &mut Vkw, settle: u64) {
     crate::setup_provider(w).await;
+    overflow_vk(w, settle, 0).await;
+}
+
+#[given(
+    expr = "a virtual kubelet with the overflow companion handing off within {int} seconds, settling for {int} seconds, its provider taking {int} seconds to start a workload"
+)]
+async fn vk_with_handoff(w: &mut Vkw, max_delay: u64, settle: u64, start: u64) {
+    // Realistic: minutes to pull and start a multi-GB inference image on a GPU cloud.
+    let half = start * 500;
+    crate::setup_provider_with(
+        w,
+        mock_providers::ExecutionMode::simulated(half, half, None),
+    )
+    .await;
+    overflow_vk(w, settle, max_delay).await;
+}
+
+async fn overflow_vk(w: &mut Vkw, settle: u64, max_delay: u64) {
     let ns = w.ns.clone();
     let providers = w.obs().provider_yaml(&crate::target());
     let vk = Vk::start_with(
@@ -93,7 +103,7 @@ async fn vk_with_overflow(w: &mut Vkw, settle: u64) {
             // Overflow spends provider money: the chart wants the namespaces that may.
             extra_config: format!("allowedNamespaces: [{ns}]\n"),
             chart_values: format!(
-                "overflow: {{enabled: true, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n"
+                "overflow: {{enabled: true, handoff: {{maxResearchDelaySeconds: {max_delay}}}, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n"
             ),
             ..VkOptions::default()
         },
@@ -107,7 +117,7 @@ async fn vk_with_overflow(w: &mut Vkw, settle: u64) {
     // opts in comes back mutated.
     let probe: Pod = serde_json::from_value(json!({
         "metadata": {"generateName": "probe-", "labels": {"gpu-vk.io/overflow": "true"}},
-        "spec": {"containers": [{"name": "c", "image": image(),
+        "spec": {"containers": [{"name": "c", "image": crate::traffic::image("vk"),
             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
     }))
     .unwrap();
@@ -191,10 +201,16 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
         "spec": {"replicas": n, "selector": {"matchLabels": {"app": app}},
             "template": {"metadata": {"labels": labels}, "spec": {
                 "priorityClassName": o.production_pc,
-                "terminationGracePeriodSeconds": 2,
+                // As serving Deployments do: a preStop sleep, so the Service lets go of a
+                // replica before its server stops.
+                "terminationGracePeriodSeconds": 5,
                 "affinity": placement(&vnode),
-                "containers": [{"name": "model", "image": image(), "imagePullPolicy": "Never",
-                    "command": ["sleep", "infinity"],
+                // A model server as the stand-in of its emulated replicas answers: by name.
+                "containers": [{"name": "model", "image": crate::traffic::image("mock-providers"),
+                    "imagePullPolicy": "Never", "args": ["stand-in"],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
+                    "lifecycle": {"preStop": {"sleep": {"seconds": 2}}},
                     "resources": {"requests": {"cpu": "100m"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}
     }))
     .unwrap();
@@ -221,6 +237,9 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
         .create(&PostParams::default(), &hpa)
         .await
         .unwrap();
+    // Its Service, asked by a client in the cluster every 200 ms for the whole scenario.
+    crate::traffic::service(w, &app).await;
+    crate::traffic::start_client(w, &app, None).await;
     let pods = w.wait_replicas(&app, n as usize).await;
     for p in &pods {
         assert!(
@@ -270,11 +289,11 @@ async fn research(w: &mut Vkw, secs: u32) {
     let job: Job = serde_json::from_value(json!({
         "metadata": {"name": o.research},
         "spec": {"parallelism": gpus, "completions": gpus, "backoffLimit": 0,
-            "template": {"metadata": {"labels": {"app": o.research}}, "spec": {
+            "template": {"metadata": {"labels": {"app": o.research, "gpu-vk.io/handoff": "true"}}, "spec": {
                 "restartPolicy": "Never",
                 "priorityClassName": o.research_pc,
                 "nodeSelector": {"gpu-vk.io/fake-gpu": "true"},
-                "containers": [{"name": "train", "image": image(), "imagePullPolicy": "Never",
+                "containers": [{"name": "train", "image": crate::traffic::image("vk"), "imagePullPolicy": "Never",
                     "command": ["sleep", secs.to_string()],
                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
     }))
@@ -367,6 +386,16 @@ async fn shortfall(w: &mut Vkw, _app: String, _min: usize, secs: u64) {
     );
 }
 
+#[then(expr = "{string} never had fewer than {int} ready replicas")]
+async fn never_short(w: &mut Vkw, app: String, min: usize) {
+    let o = w.overflow.as_ref().unwrap();
+    assert!(
+        o.lowest_ready >= min,
+        "{app} had {} ready replicas at its lowest",
+        o.lowest_ready
+    );
+}
+
 #[when("the research job has completed")]
 async fn research_done(w: &mut Vkw) {
     let mut o = w.overflow.take().unwrap();
@@ -452,54 +481,5 @@ pub async fn cleanup(w: &Vkw) {
                 .delete(pc, &DeleteParams::default())
                 .await;
         }
-    }
-}
-
-#[when(expr = "I create an opted-in pod {string} with host networking that asks for {int} GPUs")]
-async fn opted_in_refused(w: &mut Vkw, name: String, gpus: u32) {
-    let vnode = w.node();
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"gpu-vk.io/overflow": "true"}},
-        "spec": {"hostNetwork": true, "affinity": placement(&vnode),
-            "containers": [{"name": "c", "image": image(), "imagePullPolicy": "Never",
-                "command": ["sleep", "infinity"],
-                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}
-    }))
-    .unwrap();
-    let created = w.create_pod(p).await;
-    let decision = created
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("overflow.gpu-vk.io/decision"))
-        .cloned()
-        .unwrap_or_default();
-    assert!(
-        decision.starts_with("refused: ") && decision.contains("hostNetwork"),
-        "the webhook's decision: {decision:?}"
-    );
-    let tolerates = created
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .is_some_and(|ts| {
-            ts.iter()
-                .any(|t| t.key.as_deref() == Some("virtual-kubelet.io/provider"))
-        });
-    assert!(
-        !tolerates,
-        "a refused pod must not tolerate the virtual node"
-    );
-}
-
-#[then(expr = "pod {string} stays Pending and unscheduled for {int} seconds")]
-async fn stays_pending(w: &mut Vkw, name: String, secs: u64) {
-    let until = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < until {
-        let p = w.get(&name).await.expect("the pod exists");
-        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-        assert_eq!(node, None, "pod {name} was scheduled");
-        assert_eq!(phase(&p), "Pending");
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -1,6 +1,7 @@
-//! Steps of `pod_ip.feature`: a Running pod's IP is the address its provider lists for the
-//! workload (or the provider's fallback, with a condition and an Event saying why), and a
-//! Service's EndpointSlice lists the pods by it.
+//! Steps of `pod_ip.feature`: a Running pod is reached where its provider serves it (its pod
+//! IP, or the published ports of a provider that maps them elsewhere), or gets the provider's
+//! fallback with a condition and an Event saying why; its Service's EndpointSlices list it
+//! there, and answer there.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -17,6 +18,9 @@ use super::{Vkw, target};
 
 const WAIT: Duration = Duration::from_secs(60);
 const ROUTABLE: &str = "gpu-vk.io/PodIPRoutable";
+/// Where the VK says a pod's ports are published (docs/providers.md, "Pod IPs"):
+/// `8080=198.18.0.7:43210,...`.
+const PUBLISHED: &str = "gpu-vk.io/published-ports";
 
 /// A GPU pod publishing TCP `port` (RunPod gives a pod a public IP only with a `tcp` port),
 /// labelled `ips: <group>`.
@@ -73,41 +77,82 @@ fn pod_ip(p: &Pod) -> Option<String> {
     p.status.as_ref().and_then(|s| s.pod_ip.clone())
 }
 
+/// Targets whose provider publishes container ports at other port numbers (RunPod's public
+/// ports, Vast's port mappings; the kubernetes target's remote cluster runs its pods on the
+/// RunPod emulator): their pods have no IP and the published ports in an annotation.
+fn publishes_elsewhere() -> bool {
+    matches!(target().as_str(), "runpod" | "vast" | "kubernetes")
+}
+
+/// Where a pod is reached on container port `port`: its pod IP and that port, or the published
+/// address and port of its annotation.
+fn reached_at(p: &Pod, port: u16) -> Option<(String, u16)> {
+    if let Some(ip) = pod_ip(p) {
+        return Some((ip, port));
+    }
+    let text = p.metadata.annotations.as_ref()?.get(PUBLISHED)?;
+    text.split(',').find_map(|entry| {
+        let (container, at) = entry.split_once('=')?;
+        let at: std::net::SocketAddr = at.parse().ok()?;
+        (container.parse() == Ok(port)).then(|| (at.ip().to_string(), at.port()))
+    })
+}
+
 #[then(
-    expr = "pods {string} and {string} are Running with the pod IPs their provider lists for their workloads"
+    expr = "pods {string} and {string} are Running with the addresses their provider gives their workloads"
 )]
 async fn provider_ips(w: &mut Vkw, a: String, b: String) {
     let host = node_ip(w).await;
+    let elsewhere = publishes_elsewhere();
     for name in [&a, &b] {
-        // Running, with the address the provider lists for the pod's workload.
-        let what = format!("pod {name} Running with its workload's address");
-        let (p, listed) = wait_seeing(WAIT, &what, || async {
+        // Running, reached where the provider says the pod's workload is.
+        let what = format!("pod {name} Running where its workload is published");
+        let (p, at) = wait_seeing(WAIT, &what, || async {
             let p = w.get(name).await.ok_or("no pod")?;
             let live = w.live_of(&uid(&p)).await;
             let listed = live
                 .first()
                 .and_then(|x| x["address"].as_str().map(str::to_owned));
-            match listed {
-                Some(l) if phase(&p) == "Running" && pod_ip(&p).as_deref() == Some(l.as_str()) => {
-                    Ok((p, l))
+            let at = reached_at(&p, 8080);
+            let seen = format!(
+                "phase {}, podIP {:?}, published {:?}, workload address {listed:?}",
+                phase(&p),
+                pod_ip(&p),
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(PUBLISHED)),
+            );
+            match (&at, elsewhere) {
+                _ if phase(&p) != "Running" => Err(seen),
+                // Another port of the workload's address (on the kubernetes target, of the
+                // remote pod's own published address, which lists no pod IP).
+                (Some((h, port)), true)
+                    if pod_ip(&p).is_none()
+                        && *port != 8080
+                        && (listed.as_deref() == Some(h.as_str()) || target() == "kubernetes") =>
+                {
+                    Ok((p, at.unwrap()))
                 }
-                l => Err(format!(
-                    "phase {}, podIP {:?}, workload address {l:?}",
-                    phase(&p),
-                    pod_ip(&p)
-                )),
+                (Some((h, 8080)), false) if listed.as_deref() == Some(h.as_str()) => {
+                    Ok((p, at.unwrap()))
+                }
+                _ => Err(seen),
             }
         })
         .await;
-        let ip: IpAddr = listed
-            .parse()
-            .unwrap_or_else(|e| panic!("{name}: {listed:?}: {e}"));
+        let ip: IpAddr =
+            at.0.parse()
+                .unwrap_or_else(|e| panic!("{name}: {at:?}: {e}"));
         assert!(
-            !ip.is_loopback() && !ip.is_unspecified() && listed != host,
-            "pod {name}: pod IP {ip} is loopback, unspecified or the node's address {host}"
+            !ip.is_loopback() && !ip.is_unspecified() && at.0 != host,
+            "pod {name}: reached at {ip}, loopback, unspecified or the node's address {host}"
         );
         if let IpAddr::V4(v4) = ip {
-            assert!(!v4.is_link_local(), "pod {name}: pod IP {ip} is link-local");
+            assert!(
+                !v4.is_link_local(),
+                "pod {name}: reached at {ip}, link-local"
+            );
         }
         let st = p.status.clone().unwrap();
         let ips: Vec<String> = st
@@ -116,7 +161,12 @@ async fn provider_ips(w: &mut Vkw, a: String, b: String) {
             .into_iter()
             .map(|i| i.ip)
             .collect();
-        assert_eq!(ips, vec![listed.clone()], "pod {name}: podIPs");
+        let want: Vec<String> = if elsewhere {
+            vec![]
+        } else {
+            vec![at.0.clone()]
+        };
+        assert_eq!(ips, want, "pod {name}: podIPs");
         assert_eq!(
             st.host_ip.as_deref(),
             Some(host.as_str()),
@@ -126,52 +176,95 @@ async fn provider_ips(w: &mut Vkw, a: String, b: String) {
             .conditions
             .unwrap_or_default()
             .into_iter()
-            .find(|c| c.type_ == ROUTABLE);
-        assert_eq!(
-            routable.map(|c| c.status),
-            Some("True".to_owned()),
-            "pod {name}: condition {ROUTABLE}"
+            .find(|c| c.type_ == ROUTABLE)
+            .map(|c| {
+                (
+                    c.status,
+                    c.reason.unwrap_or_default(),
+                    c.message.unwrap_or_default(),
+                )
+            });
+        let (status, reason, message) = routable.unwrap_or_default();
+        if elsewhere {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", "PortsPublishedElsewhere"),
+                "pod {name}: condition {ROUTABLE}: {message}"
+            );
+            let said = format!("8080 at {}:{}", at.0, at.1);
+            assert!(
+                message.contains(&said),
+                "pod {name}: {ROUTABLE} does not say {said:?}: {message}"
+            );
+        } else {
+            assert_eq!(
+                status, "True",
+                "pod {name}: condition {ROUTABLE}: {message}"
+            );
+        }
+    }
+}
+
+#[then(
+    expr = "pods {string} and {string} have different addresses where the provider gives each workload its own"
+)]
+async fn distinct(w: &mut Vkw, a: String, b: String) {
+    // RunPod and Vast emulators (and the remote cluster, on RunPod) give each workload an
+    // address of its own where the test range is routed here; a Slurm job has its node's.
+    let own = publishes_elsewhere() && mock_providers::serve::range_is_local();
+    let (pa, pb) = (w.get(&a).await.unwrap(), w.get(&b).await.unwrap());
+    let (at_a, at_b) = (reached_at(&pa, 8080), reached_at(&pb, 8080));
+    assert!(
+        at_a.is_some() && at_b.is_some(),
+        "{a} at {at_a:?}, {b} at {at_b:?}"
+    );
+    if own {
+        assert_ne!(
+            at_a.map(|x| x.0),
+            at_b.map(|x| x.0),
+            "pods {a} and {b} share an address"
         );
     }
 }
 
 #[then(
-    expr = "pods {string} and {string} have different pod IPs where the provider gives each workload its own"
+    expr = "the EndpointSlices of Service {string} list {string} and {string} where they are reached"
 )]
-async fn distinct(w: &mut Vkw, a: String, b: String) {
-    // RunPod and Vast emulators (and the remote cluster, on RunPod) give each workload an
-    // address of its own where the test range is routed here; a Slurm job has its node's.
-    let own = matches!(target().as_str(), "runpod" | "vast" | "kubernetes")
-        && mock_providers::serve::range_is_local();
-    let (pa, pb) = (w.get(&a).await.unwrap(), w.get(&b).await.unwrap());
-    if own {
-        assert_ne!(pod_ip(&pa), pod_ip(&pb), "pods {a} and {b} share a pod IP");
-    }
-}
-
-#[then(expr = "the EndpointSlice of Service {string} lists the pod IPs of {string} and {string}")]
 async fn endpoint_slice(w: &mut Vkw, svc: String, a: String, b: String) {
     let mut want = Vec::new();
     for name in [&a, &b] {
-        want.push(pod_ip(&w.get(name).await.unwrap()).expect("a pod IP"));
+        let p = w.get(name).await.unwrap();
+        let (host, port) = reached_at(&p, 8080).expect("an address");
+        want.push((name.clone(), host, port));
     }
     want.sort();
-    want.dedup();
     let api = Api::<EndpointSlice>::namespaced(w.c(), &w.ns);
     let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
     wait_seeing(
         WAIT,
-        &format!("EndpointSlice of {svc} listing {want:?}"),
+        &format!("EndpointSlices of {svc} listing {want:?}"),
         || async {
             let slices = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
-            let mut ready: Vec<String> = slices
-                .iter()
-                .flat_map(|s| s.endpoints.iter().flatten())
-                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
-                .flat_map(|e| e.addresses.clone())
-                .collect();
+            // Every ready endpoint, with the port of the Service's only port: none where nothing
+            // answers (a pod IP with the container port of a pod published elsewhere).
+            let mut ready: Vec<(String, String, u16)> = Vec::new();
+            for s in &slices {
+                let port = s.ports.iter().flatten().find_map(|p| p.port).unwrap_or(0) as u16;
+                for e in s.endpoints.iter().flatten() {
+                    if e.conditions.as_ref().and_then(|c| c.ready) != Some(true) {
+                        continue;
+                    }
+                    let pod = e
+                        .target_ref
+                        .as_ref()
+                        .and_then(|t| t.name.clone())
+                        .unwrap_or_default();
+                    for addr in &e.addresses {
+                        ready.push((pod.clone(), addr.clone(), port));
+                    }
+                }
+            }
             ready.sort();
-            ready.dedup();
             if ready == want {
                 Ok(())
             } else {
@@ -180,6 +273,104 @@ async fn endpoint_slice(w: &mut Vkw, svc: String, a: String, b: String) {
         },
     )
     .await;
+}
+
+#[then(expr = "Service {string} answers from {string} and {string}")]
+async fn service_answers(w: &mut Vkw, svc: String, a: String, b: String) {
+    if !publishes_elsewhere() {
+        // Nothing of the Slurm emulator or the real Slurms listens on a job's port.
+        return;
+    }
+    let mut ids = Vec::new();
+    for name in [&a, &b] {
+        let p = w.get(name).await.unwrap();
+        let (host, port) = reached_at(&p, 8080).expect("an address");
+        // What kube-proxy does for the Service: connect to the endpoint.
+        let answer = http_get(&host, port).await;
+        assert!(
+            answer.starts_with("200 OK"),
+            "{name} at {host}:{port} answered {answer:?}"
+        );
+        if target() != "kubernetes" {
+            let id = w
+                .live_of(&uid(&p))
+                .await
+                .first()
+                .and_then(|x| x["id"].as_str().map(str::to_owned));
+            let id = id.expect("a live workload");
+            assert!(
+                answer.contains(&id),
+                "{name} at {host}:{port}: {answer:?} is not workload {id}'s"
+            );
+            ids.push(id);
+        }
+    }
+    if conformance::harness::pod::pod_mode() {
+        through_cluster_ip(w, &svc, &ids).await;
+    }
+}
+
+/// One HTTP GET to `host:port`; the response's body.
+async fn http_get(host: &str, port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let go = async {
+        let mut c = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        c.write_all(b"GET / HTTP/1.0\r\nhost: x\r\n\r\n")
+            .await
+            .ok()?;
+        let mut s = String::new();
+        c.read_to_string(&mut s).await.ok()?;
+        s.split("\r\n\r\n").nth(1).map(str::to_owned)
+    };
+    tokio::time::timeout(Duration::from_secs(5), go)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// On kind: a pod on a worker asks the Service by name (CoreDNS, then kube-proxy's rules for
+/// the ClusterIP) 60 times; each of `ids` answers, and from the first answer on every request is
+/// answered (kube-proxy programs the rules a moment after the slices change).
+async fn through_cluster_ip(w: &mut Vkw, svc: &str, ids: &[String]) {
+    let client = super::traffic::start_client(w, svc, Some(60)).await;
+    let answers = wait_seeing(
+        Duration::from_secs(150),
+        "60 requests through the Service",
+        || async {
+            let a = super::traffic::answers(w, &client).await;
+            if a.len() >= 60 {
+                Ok(a)
+            } else {
+                Err(format!("{} answers so far", a.len()))
+            }
+        },
+    )
+    .await;
+    let first = answers.iter().position(|a| a.ok());
+    let texts: Vec<&String> = answers.iter().map(|a| &a.text).collect();
+    assert!(
+        first.is_some_and(|i| i < 15),
+        "Service {svc} did not answer within 15 requests: {texts:?}"
+    );
+    let failed: Vec<&String> = answers
+        .iter()
+        .skip(first.unwrap_or(0))
+        .filter(|a| !a.ok())
+        .map(|a| &a.text)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests through Service {svc} failed: {failed:?}",
+        failed.len(),
+        answers.len()
+    );
+    for id in ids {
+        assert!(
+            texts.iter().any(|a| a.contains(id.as_str())),
+            "workload {id} never answered through Service {svc}"
+        );
+    }
 }
 
 #[given(expr = "the provider under test has the podIpFallback {string}")]

@@ -145,7 +145,7 @@ async fn nodes_and_leases(w: &mut Vkw) {
 }
 
 #[then(
-    expr = "as the virtual kubelet, Secrets can be read in this scenario's namespace, not in namespace {string}"
+    expr = "as the virtual kubelet, Secrets can be read and EndpointSlices written in this scenario's namespace, not in namespace {string}"
 )]
 async fn secrets_where_allowed(w: &mut Vkw, other: String) {
     let c = as_vk(w).await;
@@ -155,6 +155,30 @@ async fn secrets_where_allowed(w: &mut Vkw, other: String) {
             .get("absent")
             .await,
     );
-    let theirs = status(Api::<Secret>::namespaced(c, &other).get("absent").await);
+    let theirs = status(
+        Api::<Secret>::namespaced(c.clone(), &other)
+            .get("absent")
+            .await,
+    );
     assert_eq!((mine.0, theirs.0), (404, 403), "{mine:?} {theirs:?}");
+    // The EndpointSlices of offloaded pods' Services: written where pods may run, not elsewhere.
+    let slices =
+        |ns: &str| Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(c.clone(), ns);
+    let mine = status(
+        slices(&w.ns)
+            .delete("absent", &Default::default())
+            .await
+            .map(|_| ()),
+    );
+    let theirs = status(
+        slices(&other)
+            .delete("absent", &Default::default())
+            .await
+            .map(|_| ()),
+    );
+    assert_eq!(
+        (mine.0, theirs.0),
+        (404, 403),
+        "EndpointSlices: {mine:?} {theirs:?}"
+    );
 }

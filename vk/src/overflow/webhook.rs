@@ -1,6 +1,7 @@
 //! The mutating admission webhook: `POST /mutate` takes an AdmissionReview of a Pod and answers
 //! with the patch of [`super::mutate::decide`]; it never denies a pod (a refusal only keeps the
-//! pod in-cluster and says why, in an annotation and an admission warning).
+//! pod in-cluster and says why, in an annotation and an admission warning). `POST /gate` gives a
+//! research pod that opts in to the hand-off its scheduling gate ([`super::handoff`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,10 +35,11 @@ pub async fn serve(
     Ok(())
 }
 
-/// `POST /mutate` and `GET /healthz`.
+/// `POST /mutate`, `POST /gate` (research pods that opt in to the hand-off) and `GET /healthz`.
 pub fn router(metrics: Metrics) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
+        .route("/gate", post(gate))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(metrics)
 }
@@ -55,6 +57,30 @@ async fn mutate(
         }
     };
     Json(answer(&req, &metrics).into_review())
+}
+
+async fn gate(Json(review): Json<AdmissionReview<Pod>>) -> Json<AdmissionReview<DynamicObject>> {
+    let req: AdmissionRequest<Pod> = match review.try_into() {
+        Ok(r) => r,
+        Err(_) => {
+            return Json(
+                AdmissionResponse::invalid("not an AdmissionReview request").into_review(),
+            );
+        }
+    };
+    let resp = AdmissionResponse::from(&req);
+    let ops = req
+        .object
+        .as_ref()
+        .map(super::handoff::gate_patch)
+        .unwrap_or_default();
+    let resp = match serde_json::from_value::<json_patch::Patch>(serde_json::Value::Array(ops)) {
+        Ok(p) => resp
+            .with_patch(p)
+            .unwrap_or_else(|_| AdmissionResponse::from(&req)),
+        Err(_) => resp,
+    };
+    Json(resp.into_review())
 }
 
 /// The response to one admission request (allowed, with the patch of the decision).

@@ -21,6 +21,7 @@ use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
 mod deadline;
 mod facts;
+mod stopping;
 
 use deadline::start_deadline;
 pub use deadline::start_deadline_due_in;
@@ -170,6 +171,12 @@ pub fn decide(
         };
     };
     if pod.metadata.deletion_timestamp.is_some() {
+        // Its containers' preStop sleep first, while the Service lets go of it.
+        if found.is_some()
+            && let Some(left) = stopping::pre_stop_wait(pod, now)
+        {
+            return Step::Wait(left);
+        }
         return Step::FinishDeletion;
     }
     let phase = pod

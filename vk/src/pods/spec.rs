@@ -30,6 +30,11 @@ pub const ANN_DISPATCH_POLICY: &str = "gpu-vk.io/dispatch-policy";
 pub const ANN_START_DEADLINE: &str = "gpu-vk.io/start-deadline-seconds";
 /// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
 pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
+/// Written by the VK (with the status): where the provider publishes the pod's container ports
+/// when that is not the pod's own address and port (`8080=203.0.113.7:43210,...`, RunPod's and
+/// Vast's public port mappings); the EndpointSlices of the pod's Services are written from it
+/// (`crate::endpoints`).
+pub const ANN_PUBLISHED: &str = crate::provider::PUBLISHED_ANNOTATION;
 /// Containers and native sidecars the provider leaves out, comma-separated (`metrics,logs`):
 /// a provider runs one container, and a chart's exporter or log shipper need not come along.
 pub const ANN_OMIT_CONTAINERS: &str = "gpu-vk.io/omit-containers";
@@ -151,7 +156,7 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
                 }
                 pinned_provider = Some(v.clone());
             }
-            ANN_ASSIGNED | ANN_DISPATCH | ANN_OMIT_CONTAINERS => {}
+            ANN_ASSIGNED | ANN_DISPATCH | ANN_PUBLISHED | ANN_OMIT_CONTAINERS => {}
             ANN_GPU_TYPE => {
                 let set: Vec<&str> = v.split(',').collect();
                 if set

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::address;
 use super::decide::{assigned, restart_count};
 use super::events::EventType;
-use super::spec::{ANN_ASSIGNED, ANN_DISPATCH};
+use super::spec::{ANN_ASSIGNED, ANN_DISPATCH, ANN_PUBLISHED};
 use super::translate::{self, Situation, reason};
 use super::{Error, PodController, StoredPod, read, write};
 use crate::provider::{Observed, WorkloadState};
@@ -131,11 +131,23 @@ impl PodController {
                 .is_some_and(|slot| slot.provider.capabilities().containers),
         };
         let mut status = translate::pod_status(pod, s, &cx);
-        match s {
-            Situation::Observed(o) => self.apply_address(pod, o, provider, &mut status),
+        // The published ports ride on the status write too, only when they change.
+        let publish = match s {
+            Situation::Observed(o) => {
+                let want = self.apply_address(pod, o, provider, &mut status);
+                let have = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANN_PUBLISHED));
+                (want.as_ref() != have).then_some(want)
+            }
             // No workload to have an address: neither has the condition about it.
-            _ => address::forget(&mut status),
-        }
+            _ => {
+                address::forget(&mut status);
+                None
+            }
+        };
         // The chosen provider rides on the status write (the pods/status subresource accepts
         // annotations), so creating a workload costs no extra API request before or after.
         let annotate = !provider.is_empty() && assigned(pod) != Some(provider);
@@ -151,7 +163,10 @@ impl PodController {
                 .and_then(|a| a.get(ANN_DISPATCH))
                 != Some(d)
         });
-        if !annotate && decide.is_none() && !translate::status_changed(pod.status.as_ref(), &status)
+        if !annotate
+            && decide.is_none()
+            && publish.is_none()
+            && !translate::status_changed(pod.status.as_ref(), &status)
         {
             return Ok(());
         }
@@ -171,6 +186,9 @@ impl PodController {
         }
         if let Some(d) = &decide {
             metadata["annotations"][ANN_DISPATCH] = serde_json::json!(d);
+        }
+        if let Some(p) = &publish {
+            metadata["annotations"][ANN_PUBLISHED] = serde_json::json!(p);
         }
         let patch = serde_json::json!({ "metadata": metadata, "status": value });
         let api: Api<Pod> =
@@ -220,14 +238,26 @@ impl PodController {
     /// Sets the pod IP the provider lists for the workload (or the provider's fallback) and
     /// the [`address::CONDITION`]; an address that cannot be a pod IP is an Event the first
     /// time it is seen.
-    fn apply_address(&self, pod: &Pod, o: &Observed, provider: &str, status: &mut PodStatus) {
+    /// Returns the `gpu-vk.io/published-ports` annotation the pod should carry.
+    fn apply_address(
+        &self,
+        pod: &Pod,
+        o: &Observed,
+        provider: &str,
+        status: &mut PodStatus,
+    ) -> Option<String> {
         let fallback = self
             .cfg
             .providers
             .iter()
             .find(|p| p.name == provider)
             .and_then(|p| p.pod_ip_fallback);
-        let choice = address::choose(o.ip.as_deref(), fallback, self.cfg.internal_ip.parse().ok());
+        let choice = address::choose(
+            o.ip.as_deref(),
+            &o.ports,
+            fallback,
+            self.cfg.internal_ip.parse().ok(),
+        );
         let message = choice.message(provider);
         let seen = pod
             .status
@@ -247,17 +277,11 @@ impl PodController {
             );
         }
         choice.apply(status, provider, &Time(Timestamp::now()));
+        address::published_text(&choice.published)
     }
 
     /// Publishes an Event on the pod (in the background; see [`super::events`]).
-    pub(super) fn event(
-        &self,
-        pod: &Pod,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
+    pub fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: &str) {
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),

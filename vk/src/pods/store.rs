@@ -12,7 +12,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::error;
 
-use crate::pods::spec::ANN_ASSIGNED;
+use crate::pods::spec::{ANN_ASSIGNED, ANN_PUBLISHED};
 
 /// A stored pod. Cheap to keep, decoded on demand with [`StoredPod::pod`].
 pub struct StoredPod {
@@ -27,6 +27,8 @@ pub struct StoredPod {
     pub phase: Option<Box<str>>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// The `gpu-vk.io/published-ports` annotation is set (its Services need EndpointSlices).
+    pub published: bool,
     /// When this process first saw the pod (kept across updates by [`StoredPod::seen_since`]).
     pub seen: Instant,
     /// Digest of what makes a watch update worth a reconcile (see [`StoredPod::same_generation`]).
@@ -76,6 +78,10 @@ impl StoredPod {
                 .and_then(|s| s.phase.as_deref())
                 .map(Into::into),
             deleting: m.deletion_timestamp.is_some(),
+            published: m
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(ANN_PUBLISHED)),
             seen: Instant::now(),
             digest,
             json,

@@ -49,6 +49,28 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+/// The pod annotation where a virtual kubelet of ours writes where a pod's container ports are
+/// published when that is not the pod's own address (`pods::address`); the kubernetes provider
+/// reads it on a remote pod run by another of ours.
+pub const PUBLISHED_ANNOTATION: &str = "gpu-vk.io/published-ports";
+
+/// Reads the [`PUBLISHED_ANNOTATION`]'s text, `8080=203.0.113.7:43210,80=[2001:db8::7]:40000`,
+/// by container port. Entries that do not parse (or name port 0) are left out: whoever wrote
+/// it, it is only what it says, never an error.
+pub fn parse_published(text: &str) -> BTreeMap<u16, Endpoint> {
+    text.split(',')
+        .filter_map(|entry| {
+            let (port, at) = entry.trim().split_once('=')?;
+            let addr: std::net::SocketAddr = at.parse().ok()?;
+            let e = Endpoint {
+                host: addr.ip().to_string(),
+                port: addr.port(),
+            };
+            Some((port.parse().ok()?, e)).filter(|(p, e)| *p != 0 && e.port != 0)
+        })
+        .collect()
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.host.contains(':') {

@@ -5,7 +5,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 
 use crate::naming::{Owner, WorkloadId};
-use crate::provider::{FailureReason, Observed, Price, Usage, WorkloadState};
+use crate::provider::{
+    FailureReason, Observed, PUBLISHED_ANNOTATION, Price, Usage, WorkloadState, parse_published,
+};
 use crate::providers::http;
 
 /// CPU (millicores) and memory (bytes) of a remote pod now, from `metrics.k8s.io`.
@@ -115,8 +117,15 @@ pub fn observe(
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
         provider_restarts: 0,
         // A remote pod's IP is inside the remote cluster's network, not reachable from the VK
-        // in general; probes of such pods say they cannot be evaluated.
-        ports: Default::default(),
+        // in general; probes of such pods say they cannot be evaluated. A remote pod run by a
+        // virtual kubelet of ours on a provider that publishes its ports elsewhere says where.
+        ports: pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PUBLISHED_ANNOTATION))
+            .map(|t| parse_published(t))
+            .unwrap_or_default(),
         usage,
         price: price_per_gpu.map(|p| p.times(gpus.max(1))),
         container_exits: Default::default(),

@@ -6,7 +6,9 @@ use tracing::warn;
 use super::ERROR_EXIT_CODE;
 use super::wire::Instance;
 use crate::naming::WorkloadId;
-use crate::provider::{FailureReason, Observed, Price, Usage, WorkloadState};
+use std::collections::BTreeMap;
+
+use crate::provider::{Endpoint, FailureReason, Observed, Price, Usage, WorkloadState};
 use crate::providers::{http, rest};
 
 /// Translates one listed instance; `None` when its label is not a workload id.
@@ -41,18 +43,55 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
         created_at: inst.start_date.and_then(rest::timestamp_from_epoch),
         started_at: None,
         finished_at: None,
+        ports: published(&inst),
         ip: inst
             .public_ipaddr
             .clone()
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty()),
         provider_restarts: 0,
-        ports: Default::default(),
         usage,
         // `dph_total`: what the instance costs per hour, GPU and storage (show-instances).
         price: inst.dph_total.and_then(Price::from_dollars),
         container_exits: Default::default(),
     })
+}
+
+/// The internal TCP ports of a running instance and where each is published: the external
+/// port of its `ports` map at `public_ipaddr` (not the map's `HostIp`, which is the bind
+/// address on the machine, `0.0.0.0`). Entries that do not parse are left out.
+fn published(inst: &Instance) -> BTreeMap<u16, Endpoint> {
+    let Some(host) = inst
+        .public_ipaddr
+        .as_deref()
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+    else {
+        return BTreeMap::new();
+    };
+    let port = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.trim().parse::<u16>().ok(),
+        serde_json::Value::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
+        _ => None,
+    };
+    inst.ports
+        .iter()
+        .flatten()
+        .filter_map(|(key, bindings)| {
+            let internal: u16 = key.strip_suffix("/tcp")?.parse().ok()?;
+            let external = bindings
+                .as_array()?
+                .iter()
+                .find_map(|b| port(b.get("HostPort")?))?;
+            (external != 0).then(|| {
+                let e = Endpoint {
+                    host: host.to_owned(),
+                    port: external,
+                };
+                (internal, e)
+            })
+        })
+        .collect()
 }
 
 /// Usage from the instance's `cpu_util` and `mem_usage`; `None` when Vast reports neither.
@@ -166,6 +205,24 @@ mod tests {
         let loading = inst(json!({"actual_status": "loading", "cpu_util": 5.0}));
         assert_eq!(state_of(&loading), WorkloadState::Starting);
         assert!(usage(&inst(json!({"actual_status": "running"}))).is_none());
+    }
+
+    #[test]
+    fn published_ports_are_the_external_ports_at_the_public_address() {
+        let i = inst(
+            json!({"actual_status": "running", "public_ipaddr": " 203.0.113.9 ",
+            "ports": {"8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": "33526"}],
+                      "22/tcp": [{"HostIp": "0.0.0.0", "HostPort": 41022}],
+                      "8082/udp": [{"HostIp": "0.0.0.0", "HostPort": "33527"}],
+                      "9090/tcp": [], "bad/tcp": [{"HostPort": "1"}], "7000/tcp": [{"HostPort": "x"}]}}),
+        );
+        let p = published(&i);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(p[&8080].to_string(), "203.0.113.9:33526");
+        assert_eq!(p[&22].to_string(), "203.0.113.9:41022");
+        // No public address, or a map of another type: nothing published.
+        assert!(published(&inst(json!({"ports": {"8080/tcp": [{"HostPort": "1"}]}}))).is_empty());
+        assert!(published(&inst(json!({"public_ipaddr": "1.2.3.4", "ports": "8080"}))).is_empty());
     }
 
     fn inst(v: serde_json::Value) -> Instance {

@@ -171,6 +171,11 @@ pub(super) struct Instance {
     /// Total $/hour of the instance (show-instances `dph_total`).
     #[serde(default, deserialize_with = "lenient")]
     pub(super) dph_total: Option<f64>,
+    /// Docker's port map of a running instance: `{"8080/tcp": [{"HostIp": "0.0.0.0",
+    /// "HostPort": "33526"}]}`, each internal port at a random external port of
+    /// `public_ipaddr` (docs.vast.ai, "Networking & Ports").
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) ports: Option<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 /// `{success: false, error, msg}`, or `{detail}` on 429.

@@ -1,0 +1,367 @@
+//! Make-before-break: production keeps serving while research takes its GPUs.
+//!
+//! Preemption kills production's replicas first and lets their ReplicaSet replace them, so a
+//! Service has fewer replicas (none, when research takes every GPU) for as long as a provider
+//! takes to start the replacements: minutes for a large inference image. Instead, a research pod
+//! that opts in (label [`PREEMPTOR_LABEL`]`=true`) is admitted with the scheduling gate [`GATE`]
+//! (the webhook's `/gate`), and while it waits this controller:
+//! 1. chooses the opted-in production replicas the pod would displace (lower priority, on one
+//!    in-cluster node whose free GPUs plus theirs fit it, fewest first);
+//! 2. starts a stand-in for each on the virtual node: a copy of the replica without its
+//!    `pod-template-hash` label, so no ReplicaSet counts it yet, which its Service already
+//!    selects once Ready;
+//! 3. when every stand-in is Ready, gives each replaced replica the lowest
+//!    `controller.kubernetes.io/pod-deletion-cost` and adds the hash label to its stand-in: the
+//!    ReplicaSet adopts the stand-in (a matching pod without a controller), has one replica too
+//!    many, and deletes the one of lowest cost ("ReplicaSet", Pod deletion cost, in the Kubernetes
+//!    docs), which leaves gracefully (its endpoint `terminating`) while the stand-in serves;
+//! 4. releases the gate once the pod's GPUs are free, so it schedules without preempting.
+//!
+//! A pod still gated [`Settings::max_delay`] after its creation is released anyway (normal
+//! preemption then), with its stand-ins not yet adopted deleted. Everything is recomputed from
+//! the cluster at each look (the stand-ins carry what was chosen), so a restart loses nothing.
+//! Pure: [`plan`] returns actions, `handoff/run.rs` carries them out.
+
+pub mod run;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::OPT_IN_LABEL;
+use super::reclaim::{gpus, snapshot};
+
+/// The label a research pod carries to have production handed off before it schedules.
+pub const PREEMPTOR_LABEL: &str = "gpu-vk.io/handoff";
+/// The scheduling gate such a pod is admitted with.
+pub const GATE: &str = "gpu-vk.io/handoff";
+/// Label of a stand-in (`true`).
+pub const STANDIN_LABEL: &str = "handoff.gpu-vk.io/standin";
+/// On a stand-in: the UID of the gated pod it makes room for.
+pub const FOR_ANNOTATION: &str = "handoff.gpu-vk.io/for";
+/// On a stand-in: the name of the replica it replaces.
+pub const REPLACES_ANNOTATION: &str = "handoff.gpu-vk.io/replaces";
+/// The ReplicaSet controller deletes pods of lower cost first.
+pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// The cost given to a replaced replica (the lowest an int32 holds).
+pub const LOWEST_COST: &str = "-2147483648";
+const HASH_LABEL: &str = "pod-template-hash";
+
+/// The controller's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How long a research pod may wait for its hand-off.
+    pub max_delay: Duration,
+    /// The virtual node stand-ins run on.
+    pub virtual_node: String,
+}
+
+/// A pod by namespace and name.
+pub type Key = (String, String);
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Remove the gate; `why` goes into an Event on the pod (a warning when `timed_out`).
+    Release {
+        pod: Key,
+        why: String,
+        timed_out: bool,
+    },
+    /// Create this stand-in.
+    Start(Box<Pod>),
+    /// Give `replaced` the lowest deletion cost, then label `standin` with `hash`.
+    Adopt {
+        standin: Key,
+        replaced: Key,
+        hash: String,
+    },
+    /// Delete a stand-in no longer needed (not adopted).
+    Drop(Key),
+}
+
+fn key(p: &Pod) -> Key {
+    (
+        p.metadata.namespace.clone().unwrap_or_default(),
+        p.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn label<'a>(m: &'a ObjectMeta, k: &str) -> Option<&'a str> {
+    m.labels.as_ref()?.get(k).map(String::as_str)
+}
+
+fn annotation<'a>(m: &'a ObjectMeta, k: &str) -> Option<&'a str> {
+    m.annotations.as_ref()?.get(k).map(String::as_str)
+}
+
+/// The JSON patch (RFC 6902) the webhook's `/gate` answers for a research pod: [`GATE`] added
+/// to its scheduling gates (a gate can only be added at creation: "Pod Scheduling Readiness" in
+/// the Kubernetes docs).
+pub fn gate_patch(pod: &Pod) -> Vec<serde_json::Value> {
+    let gate = serde_json::json!({"name": GATE});
+    match pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()) {
+        Some(g) if g.iter().any(|g| g.name == GATE) => vec![],
+        Some(_) => {
+            vec![serde_json::json!({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})]
+        }
+        None => {
+            vec![serde_json::json!({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})]
+        }
+    }
+}
+
+/// The pod waits behind [`GATE`].
+pub fn gated(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == GATE))
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn adopted(p: &Pod) -> bool {
+    p.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true))
+}
+
+fn priority(p: &Pod) -> i32 {
+    p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// Opted-in production replicas `p` could displace, by in-cluster node: lower priority, owned
+/// by a ReplicaSet, asking for GPUs, not leaving, not already replaced.
+fn displaceable<'a>(
+    p: &Pod,
+    pods: &'a [Pod],
+    free: &BTreeMap<String, i64>,
+    taken: &BTreeSet<Key>,
+) -> BTreeMap<String, Vec<&'a Pod>> {
+    let mut by_node: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    for v in pods {
+        let Some(node) = v.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        let rs = v
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "ReplicaSet" && o.controller == Some(true));
+        let phase = v.status.as_ref().and_then(|s| s.phase.as_deref());
+        if free.contains_key(&node)
+            && rs
+            && label(&v.metadata, OPT_IN_LABEL) == Some("true")
+            && label(&v.metadata, HASH_LABEL).is_some()
+            && priority(v) < priority(p)
+            && gpus(v) > 0
+            && v.metadata.deletion_timestamp.is_none()
+            && !matches!(phase, Some("Succeeded" | "Failed"))
+            && !taken.contains(&key(v))
+        {
+            by_node.entry(node).or_default().push(v);
+        }
+    }
+    // Lowest priority first, then the youngest (the ReplicaSet's own preference when scaling
+    // down).
+    for vs in by_node.values_mut() {
+        vs.sort_by_key(|v| {
+            let created = v.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            (priority(v), std::cmp::Reverse(created))
+        });
+    }
+    by_node
+}
+
+/// The fewest replicas whose GPUs, with a node's free ones, fit `need` on that node.
+fn choose<'a>(
+    need: i64,
+    by_node: &BTreeMap<String, Vec<&'a Pod>>,
+    free: &BTreeMap<String, i64>,
+) -> Option<Vec<&'a Pod>> {
+    let mut best: Option<Vec<&Pod>> = None;
+    for (node, vs) in by_node {
+        let mut have = free.get(node).copied().unwrap_or(0);
+        let mut chosen = Vec::new();
+        for v in vs {
+            if have >= need {
+                break;
+            }
+            have += gpus(v);
+            chosen.push(*v);
+        }
+        if have >= need && best.as_ref().is_none_or(|b| chosen.len() < b.len()) {
+            best = Some(chosen);
+        }
+    }
+    best
+}
+
+/// A stand-in for `replaced`, for the gated pod `for_uid`, bound to the virtual node.
+pub fn standin(replaced: &Pod, for_uid: &str, virtual_node: &str) -> Pod {
+    let m = &replaced.metadata;
+    let mut labels = m.labels.clone().unwrap_or_default();
+    labels.remove(HASH_LABEL);
+    labels.insert(STANDIN_LABEL.into(), "true".into());
+    let mut annotations = m.annotations.clone().unwrap_or_default();
+    annotations.remove(DELETION_COST);
+    annotations.insert(FOR_ANNOTATION.into(), for_uid.into());
+    annotations.insert(
+        REPLACES_ANNOTATION.into(),
+        m.name.clone().unwrap_or_default(),
+    );
+    let name: String = format!("{}-handoff", m.name.as_deref().unwrap_or_default())
+        .chars()
+        .take(253)
+        .collect();
+    let mut spec = replaced.spec.clone().unwrap_or_default();
+    spec.node_name = Some(virtual_node.into());
+    spec.scheduling_gates = None;
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: m.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// What to do now, for every gated pod, from the nodes and pods of the cluster.
+pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<Action> {
+    let mut free = snapshot(nodes, pods).free;
+    let mut actions = Vec::new();
+    let standins: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| label(&p.metadata, STANDIN_LABEL) == Some("true"))
+        .collect();
+    let of = |uid: &str| -> Vec<&Pod> {
+        standins
+            .iter()
+            .copied()
+            .filter(|x| annotation(&x.metadata, FOR_ANNOTATION) == Some(uid))
+            .collect()
+    };
+    // Replicas already being replaced are not chosen twice.
+    let mut taken: BTreeSet<Key> = standins
+        .iter()
+        .filter_map(|x| {
+            let replaced = annotation(&x.metadata, REPLACES_ANNOTATION)?;
+            Some((key(x).0, replaced.to_owned()))
+        })
+        .collect();
+    let mut waiting: Vec<&Pod> = pods.iter().filter(|p| gated(p)).collect();
+    waiting.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let mut live_uids = BTreeSet::new();
+    for p in waiting {
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let mine = of(&uid);
+        let need = gpus(p);
+        let release = |why: String, timed_out: bool, actions: &mut Vec<Action>| {
+            actions.push(Action::Release {
+                pod: key(p),
+                why,
+                timed_out,
+            });
+            for x in mine.iter().filter(|x| !adopted(x)) {
+                actions.push(Action::Drop(key(x)));
+            }
+        };
+        if let Some(node) = free
+            .iter()
+            .find(|(_, f)| **f >= need)
+            .map(|(n, _)| n.clone())
+        {
+            *free.entry(node.clone()).or_default() -= need;
+            release(
+                format!("{need} GPU(s) free on node {node}"),
+                false,
+                &mut actions,
+            );
+            continue;
+        }
+        let waited = p
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| now.duration_since(t.0).as_secs_f64())
+            .unwrap_or(0.0);
+        if waited >= s.max_delay.as_secs_f64() {
+            let why = format!(
+                "production's stand-ins were not all Ready within {} s \
+                 (overflow.handoff.maxResearchDelaySeconds): scheduling without the hand-off",
+                s.max_delay.as_secs()
+            );
+            release(why, true, &mut actions);
+            continue;
+        }
+        live_uids.insert(uid.clone());
+        if mine.is_empty() {
+            let by_node = displaceable(p, pods, &free, &taken);
+            match choose(need, &by_node, &free) {
+                Some(victims) => {
+                    for v in victims {
+                        taken.insert(key(v));
+                        actions.push(Action::Start(Box::new(standin(v, &uid, &s.virtual_node))));
+                    }
+                }
+                None => release(
+                    "no opted-in production replica of lower priority to hand off".into(),
+                    false,
+                    &mut actions,
+                ),
+            }
+            continue;
+        }
+        if !mine.iter().all(|x| ready(x)) {
+            continue;
+        }
+        for x in mine.iter().filter(|x| !adopted(x)) {
+            let ns = key(x).0;
+            let replaced = annotation(&x.metadata, REPLACES_ANNOTATION).unwrap_or_default();
+            let v = pods
+                .iter()
+                .find(|v| key(v) == (ns.clone(), replaced.to_owned()));
+            match v.and_then(|v| label(&v.metadata, HASH_LABEL)) {
+                Some(hash) => actions.push(Action::Adopt {
+                    standin: key(x),
+                    replaced: (ns, replaced.to_owned()),
+                    hash: hash.to_owned(),
+                }),
+                // The replica left on its own: its ReplicaSet replaced it already.
+                None => actions.push(Action::Drop(key(x))),
+            }
+        }
+    }
+    // Stand-ins of pods no longer waiting, never adopted.
+    for x in standins {
+        let for_uid = annotation(&x.metadata, FOR_ANNOTATION).unwrap_or_default();
+        let gone = !live_uids.contains(for_uid)
+            && !pods
+                .iter()
+                .any(|p| p.metadata.uid.as_deref() == Some(for_uid) && gated(p));
+        if gone && !adopted(x) && x.metadata.deletion_timestamp.is_none() {
+            actions.push(Action::Drop(key(x)));
+        }
+    }
+    actions.dedup();
+    actions
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! The hand-off controller's loop: every second, [`super::plan`] on the watched nodes and pods,
+//! then its actions, each with an Event saying what happened and why.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, Resource};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{Action, DELETION_COST, GATE, Key, LOWEST_COST, REPLACES_ANNOTATION, Settings, plan};
+use crate::telemetry::ErrorChain;
+
+const TICK: Duration = Duration::from_secs(1);
+
+/// Runs until the process ends; a failed action is logged and planned again at the next look.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    instance: String,
+) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpu-vk-handoff".into(),
+            instance: Some(instance),
+        },
+    );
+    loop {
+        tokio::time::sleep(TICK).await;
+        if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
+            warn!("handoff: the node and pod watches ended");
+            return;
+        }
+        let n: Vec<Node> = nodes.state().iter().map(|x| (**x).clone()).collect();
+        let p: Vec<Pod> = pods.state().iter().map(|x| (**x).clone()).collect();
+        for action in plan(&n, &p, &settings, jiff::Timestamp::now()) {
+            if let Err(e) = carry_out(&client, &recorder, &p, &action).await {
+                warn!(error = %ErrorChain(&e), ?action, "handoff: action failed; planning again");
+            }
+        }
+    }
+}
+
+async fn carry_out(
+    client: &Client,
+    recorder: &Recorder,
+    pods: &[Pod],
+    action: &Action,
+) -> Result<(), kube::Error> {
+    let api = |ns: &str| Api::<Pod>::namespaced(client.clone(), ns);
+    let find = |k: &Key| {
+        pods.iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(k.0.as_str())
+                && p.metadata.name.as_deref() == Some(k.1.as_str())
+        })
+    };
+    match action {
+        Action::Release {
+            pod,
+            why,
+            timed_out,
+        } => {
+            let Some(p) = find(pod) else { return Ok(()) };
+            let gates: Vec<_> = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|g| g.name != GATE)
+                .collect();
+            // The list as read, checked by the API server: a gate added meanwhile is kept.
+            let old = p.spec.as_ref().and_then(|s| s.scheduling_gates.clone());
+            let ops = json!([
+                {"op": "test", "path": "/spec/schedulingGates", "value": old},
+                {"op": "replace", "path": "/spec/schedulingGates", "value": gates},
+            ]);
+            let patch: json_patch::Patch =
+                serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+            api(&pod.0)
+                .patch(&pod.1, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await?;
+            info!(namespace = %pod.0, pod = %pod.1, why, "handoff: released the scheduling gate");
+            let (type_, reason) = if *timed_out {
+                (EventType::Warning, "HandoffTimedOut")
+            } else {
+                (EventType::Normal, "HandoffDone")
+            };
+            event(recorder, p, type_, reason, "Release", why).await;
+        }
+        Action::Start(standin) => {
+            let ns = standin.metadata.namespace.clone().unwrap_or_default();
+            match api(&ns).create(&PostParams::default(), standin).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            let replaced = standin
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(REPLACES_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            info!(namespace = %ns, replaced, "handoff: started a stand-in on the virtual node");
+            if let Some(v) = find(&(ns, replaced)) {
+                let note = format!(
+                    "a higher-priority pod needs this replica's GPUs: its stand-in {} starts on the \
+                     virtual node first, and this replica leaves once the stand-in is Ready",
+                    standin.metadata.name.as_deref().unwrap_or_default()
+                );
+                event(
+                    recorder,
+                    v,
+                    EventType::Normal,
+                    "HandoffStarted",
+                    "Handoff",
+                    &note,
+                )
+                .await;
+            }
+        }
+        Action::Adopt {
+            standin,
+            replaced,
+            hash,
+        } => {
+            let cost = json!({"metadata": {"annotations": {DELETION_COST: LOWEST_COST}}});
+            api(&replaced.0)
+                .patch(&replaced.1, &PatchParams::default(), &Patch::Merge(&cost))
+                .await?;
+            let label = json!({"metadata": {"labels": {"pod-template-hash": hash}}});
+            api(&standin.0)
+                .patch(&standin.1, &PatchParams::default(), &Patch::Merge(&label))
+                .await?;
+            info!(namespace = %standin.0, standin = %standin.1, replaced = %replaced.1, "handoff: the ReplicaSet adopts the stand-in and lets the replica go");
+            if let Some(v) = find(replaced) {
+                let note = format!(
+                    "stand-in {} is Ready on the virtual node: the ReplicaSet keeps it and deletes \
+                     this replica (lowest pod-deletion-cost)",
+                    standin.1
+                );
+                event(
+                    recorder,
+                    v,
+                    EventType::Normal,
+                    "HandedOff",
+                    "Handoff",
+                    &note,
+                )
+                .await;
+            }
+        }
+        Action::Drop(k) => match api(&k.0).delete(&k.1, &DeleteParams::default()).await {
+            Ok(_) => {
+                info!(namespace = %k.0, pod = %k.1, "handoff: deleted a stand-in no longer needed")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        },
+    }
+    Ok(())
+}
+
+async fn event(
+    recorder: &Recorder,
+    p: &Pod,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &p.object_ref(&())).await {
+        warn!(error = %ErrorChain(&e), "handoff: failed to record the event");
+    }
+}

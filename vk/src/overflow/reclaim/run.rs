@@ -1,0 +1,159 @@
+//! The reclaim controller's I/O: the watched caches of nodes and pods, and the loop that looks
+//! at them every interval, records gauges and Events, and evicts what [`super::State::step`]
+//! says to move.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::EvictParams;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::{Settings, State, Step, own_nodes, refused_and_pending, snapshot};
+use crate::telemetry::{ErrorChain, Metrics, ProviderLabels, StateLabels};
+
+/// Caches of every node and pod, shared by reclaim and the hand-off: one watch per kind.
+pub fn caches(client: &Client) -> (reflector::Store<Node>, reflector::Store<Pod>) {
+    (
+        cache::<Node>(Api::all(client.clone())),
+        cache::<Pod>(Api::all(client.clone())),
+    )
+}
+
+/// A cache of every `K`, kept current by a watch (re-listing with back-off after errors);
+/// managed fields are dropped to keep it small.
+fn cache<K>(api: Api<K>) -> reflector::Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(r) = stream.next().await {
+            if let Err(e) = r {
+                warn!(error = %ErrorChain(&e), "reclaim: watch error; retrying");
+            }
+        }
+    });
+    store
+}
+
+/// Runs the controller until the process ends, on the caches of [`caches`].
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    instance: String,
+    (nodes, pods): (reflector::Store<Node>, reflector::Store<Pod>),
+) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpu-vk-overflow".into(),
+            instance: Some(instance),
+        },
+    );
+    // Watches, not lists: each look reads the caches the watches keep current, so a large
+    // cluster costs one watch per kind, not a list of every pod every interval.
+    let mut state = State::default();
+    // Pods already told why they stay in-cluster (by UID).
+    let mut told = std::collections::HashSet::<String>::new();
+    loop {
+        tokio::time::sleep(settings.interval).await;
+        if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
+            warn!("reclaim: the node and pod watches ended");
+            return;
+        }
+        let n: Vec<Node> = nodes.state().iter().map(|x| (**x).clone()).collect();
+        let p: Vec<Pod> = pods.state().iter().map(|x| (**x).clone()).collect();
+        let n = own_nodes(n, settings.virtual_node.as_deref());
+        let snap = snapshot(&n, &p);
+        let state_label = |s: &str| StateLabels {
+            state: s.to_owned(),
+        };
+        metrics
+            .in_cluster_gpus
+            .get_or_create(&state_label("allocatable"))
+            .set(snap.allocatable);
+        metrics
+            .in_cluster_gpus
+            .get_or_create(&state_label("allocated"))
+            .set(snap.allocated);
+        metrics.offloaded_replicas.clear();
+        for (provider, count) in &snap.offloaded_by_provider {
+            let l = ProviderLabels {
+                provider: provider.clone(),
+            };
+            metrics.offloaded_replicas.get_or_create(&l).set(*count);
+        }
+        for (pod, why) in refused_and_pending(&p) {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if !told.insert(uid) {
+                continue;
+            }
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: "OverflowRefused".into(),
+                note: Some(format!(
+                    "this pod cannot run on the virtual node, so it waits for in-cluster capacity: {why}"
+                )),
+                action: "Admit".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
+                warn!(error = %ErrorChain(&e), "overflow: failed to record the event");
+            }
+        }
+        told.retain(|uid| p.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
+        let Step::Move(c, node) = state.step(&snap, &settings, Instant::now()) else {
+            continue;
+        };
+        let api: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
+        let Some(pod) = p.iter().find(|x| {
+            x.metadata.name.as_deref() == Some(&c.name)
+                && x.metadata.namespace.as_deref() == Some(&c.namespace)
+        }) else {
+            continue;
+        };
+        let reference = pod.object_ref(&());
+        match api.evict(&c.name, &EvictParams::default()).await {
+            Ok(_) => {
+                metrics.reclaim_moves.inc();
+                info!(namespace = %c.namespace, pod = %c.name, node = %node, gpus = c.gpus, "reclaim: evicted an offloaded replica; its replacement fits in-cluster");
+                let note = format!(
+                    "moving back in-cluster: node {node} has had {} free GPU(s) for the settle period; the ReplicaSet replaces this replica there",
+                    c.gpus
+                );
+                let ev = Event {
+                    type_: EventType::Normal,
+                    reason: "Reclaimed".into(),
+                    note: Some(note),
+                    action: "Evict".into(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&ev, &reference).await {
+                    warn!(error = %ErrorChain(&e), "reclaim: failed to record the event");
+                }
+            }
+            Err(e) => {
+                // 429: a PodDisruptionBudget allows no disruption now; try again later.
+                state = State::default();
+                warn!(namespace = %c.namespace, pod = %c.name, error = %ErrorChain(&e), "reclaim: eviction refused; trying again later");
+            }
+        }
+    }
+}
