@@ -337,6 +337,9 @@ mod tests {
             .ok()?;
         let mut s = String::new();
         c.read_to_string(&mut s).await.ok()?;
+        // The body names the workload that answered.
+        let body = s.split("\r\n\r\n").nth(1)?;
+        assert!(body.ends_with(" w1\n"), "{body:?}");
         s.lines().next().map(str::to_owned)
     }
 
