@@ -240,7 +240,18 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
     // Its Service, asked by a client in the cluster every 200 ms for the whole scenario.
     crate::traffic::service(w, &app).await;
     crate::traffic::start_client(w, &app, None).await;
-    let pods = w.wait_replicas(&app, n as usize).await;
+    w.wait_replicas(&app, n as usize).await;
+    // Running is not serving: every replica Ready (its readiness probe passed) before research.
+    let pods = wait_seeing(Duration::from_secs(60), "every replica Ready", || async {
+        let pods = w.replicas(&app).await;
+        let ready_n = pods.iter().filter(|p| ready(p)).count();
+        if ready_n == n as usize {
+            Ok(pods)
+        } else {
+            Err(format!("{ready_n} of {n} Ready"))
+        }
+    })
+    .await;
     for p in &pods {
         assert!(
             !on_virtual(p, &vnode),
