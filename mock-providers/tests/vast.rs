@@ -135,7 +135,17 @@ async fn rent_offer_lifecycle_and_offer_disappears() {
     })
     .await;
     assert_eq!(running["cur_state"], "running");
-    assert_eq!(running["ports"]["8000/tcp"][0]["HostPort"], "8000");
+    // Mapped to a random external port of the public address, where a listener answers
+    // (docs.vast.ai, "Networking & Ports"), not to the internal port's own number.
+    let external: u16 = running["ports"]["8000/tcp"][0]["HostPort"]
+        .as_str()
+        .and_then(|p| p.parse().ok())
+        .expect("an external port");
+    assert_ne!(external, 8000);
+    let host = running["public_ipaddr"].as_str().unwrap();
+    tokio::net::TcpStream::connect((host, external))
+        .await
+        .expect("a listener at the external port");
     assert!(running["cpu_util"].as_f64().unwrap() > 0.0);
     assert!(running["mem_usage"].as_f64().unwrap() > 0.0);
 
