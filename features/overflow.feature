@@ -25,6 +25,12 @@ Feature: Overflow to the virtual node, and back
     And every request to Service "serve" was answered
     And the provider runs exactly 0 workloads of this node
 
+  Scenario: A replica that no in-cluster node can take stays on the virtual node and says why
+    Given the cluster has in-cluster GPU nodes
+    And a virtual kubelet with the provider under test and the overflow companion, settling for 2 seconds
+    When I create a reclaimable deployment "pinned" of 1 GPU replica with a node selector only the virtual node matches
+    Then the replica of "pinned" runs on the virtual node with a "NotReclaimable" event, and stays there while in-cluster GPUs are free for 15 seconds
+
   Scenario: An opted-in pod the virtual kubelet cannot run stays Pending in-cluster and says why
     Given the cluster has in-cluster GPU nodes
     And a virtual kubelet with the provider under test and the overflow companion, settling for 10 seconds

@@ -21,6 +21,8 @@ mod limits;
 mod observability;
 #[path = "conformance/overflow.rs"]
 mod overflow;
+#[path = "conformance/overflow_fit.rs"]
+mod overflow_fit;
 #[path = "conformance/overflow_refused.rs"]
 mod overflow_refused;
 #[path = "conformance/pod_ip.rs"]

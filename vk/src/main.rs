@@ -90,6 +90,10 @@ enum Command {
         /// How often the reclaim controller looks at nodes and pods.
         #[arg(long, env = "VK_RECLAIM_INTERVAL_SECONDS", default_value_t = 5)]
         reclaim_interval_seconds: u64,
+        /// Moves of one ReplicaSet whose replacement went to the virtual node again, after
+        /// which its replicas stay there (an Event on the ReplicaSet says so).
+        #[arg(long, env = "VK_RECLAIM_MAX_FAILED_MOVES", default_value_t = 3)]
+        reclaim_max_failed_moves: u32,
         /// Admission only: never move replicas back.
         #[arg(long, env = "VK_RECLAIM_DISABLED")]
         no_reclaim: bool,
@@ -152,6 +156,7 @@ fn main() -> anyhow::Result<()> {
                 metrics_addr,
                 reclaim_settle_seconds,
                 reclaim_interval_seconds,
+                reclaim_max_failed_moves,
                 no_reclaim,
                 virtual_node,
                 handoff_max_delay_seconds,
@@ -167,6 +172,7 @@ fn main() -> anyhow::Result<()> {
                     settle: std::time::Duration::from_secs(reclaim_settle_seconds),
                     interval: std::time::Duration::from_secs(reclaim_interval_seconds.max(1)),
                     virtual_node,
+                    max_failed_moves: reclaim_max_failed_moves.max(1),
                 });
                 let cert = match (tls_cert_file, tls_key_file, webhook_config) {
                     (Some(cert), Some(key), _) => WebhookCert::Files { cert, key },

@@ -152,17 +152,8 @@ async fn priority_class(w: &Vkw, name: &str, value: i32) {
         .unwrap();
 }
 
-#[given(
-    expr = "a production deployment {string} of {int} GPU replicas with an HPA and a PodDisruptionBudget of {int}, Running in-cluster"
-)]
-async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
-    let vnode = w.node();
-    let o = Overflow {
-        production_pc: unique("production"),
-        research_pc: unique("research"),
-        ..Default::default()
-    };
-    // A scenario before this one may still be letting go of the in-cluster GPUs.
+/// Waits until no live pod on the fake-GPU workers asks for a GPU.
+pub async fn gpus_free(w: &Vkw) {
     let all_pods: Api<Pod> = Api::all(w.c());
     let gpu_nodes: Vec<String> = Api::<k8s_openapi::api::core::v1::Node>::all(w.c())
         .list(&kube::api::ListParams::default().labels("gpu-vk.io/fake-gpu=true"))
@@ -193,6 +184,20 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
         },
     )
     .await;
+}
+
+#[given(
+    expr = "a production deployment {string} of {int} GPU replicas with an HPA and a PodDisruptionBudget of {int}, Running in-cluster"
+)]
+async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
+    let vnode = w.node();
+    let o = Overflow {
+        production_pc: unique("production"),
+        research_pc: unique("research"),
+        ..Default::default()
+    };
+    // A scenario before this one may still be letting go of the in-cluster GPUs.
+    gpus_free(w).await;
     priority_class(w, &o.production_pc, 100).await;
     priority_class(w, &o.research_pc, 1000).await;
     let labels = json!({"app": app, "gpu-vk.io/overflow": "true", "gpu-vk.io/reclaim": "true"});

@@ -244,7 +244,11 @@ pub fn standin(replaced: &Pod, for_uid: &str, virtual_node: &str) -> Pod {
 
 /// What to do now, for every gated pod, from the nodes and pods of the cluster.
 pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<Action> {
-    let mut free = snapshot(nodes, pods).free;
+    let mut free: BTreeMap<String, i64> = snapshot(nodes, pods)
+        .rooms
+        .into_iter()
+        .map(|(n, r)| (n, r.free.gpus))
+        .collect();
     let mut actions = Vec::new();
     let standins: Vec<&Pod> = pods
         .iter()

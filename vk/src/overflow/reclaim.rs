@@ -1,23 +1,30 @@
 //! Reclaim: offloaded replicas come back to in-cluster GPUs once those have been free for a
 //! settle period, one replica at a time, through the Eviction API (so PodDisruptionBudgets hold:
 //! "API-initiated Eviction" in the Kubernetes docs; a refused eviction answers 429),
-//! and only when the replacement fits in-cluster. Only pods labelled [`RECLAIM_LABEL`]`=true`
+//! and only when the replacement fits in-cluster ([`fit`]: GPUs, CPU, memory, taints, node
+//! selector and affinity). Only pods labelled [`RECLAIM_LABEL`]`=true`
 //! (as well as opted in to overflow) and owned by a ReplicaSet are moved: a Deployment's
 //! ReplicaSet makes the replacement, which the webhook's preference puts in-cluster.
 //!
 //! Against flapping: a move waits for the settle period of continuously free GPUs, at most one
 //! move is in flight (the next waits until the moved replica's replacement is scheduled), and a
 //! replacement that lands on the virtual node again doubles the settle period (up to 8 times).
+//! After `max_failed_moves` such failed moves of one ReplicaSet the controller stops moving its
+//! replicas and says so in an Event on it; a replica that no in-cluster node could ever take is
+//! never evicted, and says why in an Event.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::{GPU, OPT_IN_LABEL, VIRTUAL_NODE_LABEL};
 
+pub mod fit;
 mod run;
 pub use run::{caches, run};
+
+use fit::{Needs, Room};
 
 /// The label (with [`OPT_IN_LABEL`]) that lets the controller move a pod back in-cluster.
 pub const RECLAIM_LABEL: &str = "gpu-vk.io/reclaim";
@@ -30,6 +37,10 @@ pub struct Candidate {
     pub gpus: i64,
     /// UID of the ReplicaSet that will replace it.
     pub owner: String,
+    /// That ReplicaSet's name.
+    pub owner_name: String,
+    /// What its replacement will need of an in-cluster node.
+    pub needs: Needs,
 }
 
 /// In-cluster GPU capacity and the offloaded replicas, from one list of nodes and pods.
@@ -39,8 +50,8 @@ pub struct Snapshot {
     pub allocatable: i64,
     /// GPUs requested by pods bound to those nodes.
     pub allocated: i64,
-    /// Free GPUs per in-cluster node.
-    pub free: BTreeMap<String, i64>,
+    /// Schedulable, Ready in-cluster GPU nodes with what is free on them.
+    pub rooms: BTreeMap<String, Room>,
     /// Offloaded replicas that may be moved back, oldest first.
     pub candidates: Vec<Candidate>,
     /// Pods of each ReplicaSet (owner UID) waiting to be scheduled.
@@ -51,26 +62,10 @@ pub struct Snapshot {
     pub offloaded_by_provider: BTreeMap<String, i64>,
 }
 
-/// GPUs a pod asks for (the larger of its containers' limits and requests).
+/// GPUs a pod asks for (its containers' requests, a limit standing in for a missing request;
+/// its largest init container's when that is more).
 pub fn gpus(pod: &Pod) -> i64 {
-    let q =
-        |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
-            m.and_then(|m| m.get(GPU))
-                .and_then(|q| q.0.parse::<i64>().ok())
-                .unwrap_or(0)
-        };
-    pod.spec
-        .as_ref()
-        .map(|s| {
-            s.containers
-                .iter()
-                .map(|c| {
-                    let r = c.resources.as_ref();
-                    q(r.and_then(|r| r.limits.as_ref())).max(q(r.and_then(|r| r.requests.as_ref())))
-                })
-                .sum()
-        })
-        .unwrap_or(0)
+    fit::requests(pod).gpus
 }
 
 fn label<'a>(labels: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
@@ -106,13 +101,13 @@ fn live(pod: &Pod) -> bool {
     !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn replica_set(pod: &Pod) -> Option<String> {
+fn replica_set(pod: &Pod) -> Option<(String, String)> {
     pod.metadata
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.kind == "ReplicaSet" && o.controller == Some(true))
-        .map(|o| o.uid.clone())
+        .map(|o| (o.uid.clone(), o.name.clone()))
 }
 
 /// What the nodes and pods say now.
@@ -126,7 +121,7 @@ pub fn snapshot(nodes: &[Node], pods: &[Pod]) -> Snapshot {
     for n in nodes {
         if let (Some(name), Some(g)) = (n.metadata.name.clone(), in_cluster_gpu_node(n)) {
             s.allocatable += g;
-            s.free.insert(name, g);
+            s.rooms.insert(name, Room::of(n));
         }
     }
     let mut candidates: Vec<(Option<jiff::Timestamp>, Candidate)> = Vec::new();
@@ -135,7 +130,7 @@ pub fn snapshot(nodes: &[Node], pods: &[Pod]) -> Snapshot {
         let g = gpus(p);
         match node {
             None => {
-                if let Some(o) = replica_set(p) {
+                if let Some((o, _)) = replica_set(p) {
                     s.pending_owners.push(o);
                 }
             }
@@ -153,7 +148,7 @@ pub fn snapshot(nodes: &[Node], pods: &[Pod]) -> Snapshot {
                     .unwrap_or("pending")
                     .to_owned();
                 *s.offloaded_by_provider.entry(provider).or_default() += 1;
-                let Some(owner) = replica_set(p) else {
+                let Some((owner, owner_name)) = replica_set(p) else {
                     continue;
                 };
                 s.offloaded_owners.push(owner.clone());
@@ -167,13 +162,15 @@ pub fn snapshot(nodes: &[Node], pods: &[Pod]) -> Snapshot {
                             name: p.metadata.name.clone().unwrap_or_default(),
                             gpus: g,
                             owner,
+                            owner_name,
+                            needs: Needs::of(p),
                         },
                     ));
                 }
             }
             Some(n) => {
-                if let Some(free) = s.free.get_mut(n) {
-                    *free -= g;
+                if let Some(room) = s.rooms.get_mut(n) {
+                    room.free = room.free.minus(fit::requests(p));
                     s.allocated += g;
                 }
             }
@@ -185,14 +182,37 @@ pub fn snapshot(nodes: &[Node], pods: &[Pod]) -> Snapshot {
 }
 
 impl Snapshot {
-    /// The first candidate whose GPUs fit on one in-cluster node now, with that node.
-    pub fn fit(&self) -> Option<(&Candidate, &str)> {
-        self.candidates.iter().find_map(|c| {
-            self.free
-                .iter()
-                .find(|(_, free)| **free >= c.gpus)
-                .map(|(n, _)| (c, n.as_str()))
-        })
+    /// The first candidate (of a ReplicaSet not in `stopped`) whose replacement fits an
+    /// in-cluster node now, with that node.
+    pub fn fit(&self, stopped: &BTreeSet<String>) -> Option<(&Candidate, &str)> {
+        self.candidates
+            .iter()
+            .filter(|c| !stopped.contains(&c.owner))
+            .find_map(|c| {
+                self.rooms
+                    .iter()
+                    .find(|(_, room)| c.needs.misfit(room).is_none())
+                    .map(|(n, _)| (c, n.as_str()))
+            })
+    }
+
+    /// Candidates that no in-cluster GPU node could ever take, whatever ran there, with why
+    /// (per node). Empty while there is no in-cluster GPU node to judge by.
+    pub fn never_fit(&self) -> Vec<(&Candidate, String)> {
+        if self.rooms.is_empty() {
+            return Vec::new();
+        }
+        self.candidates
+            .iter()
+            .filter_map(|c| {
+                let why: Option<Vec<String>> = self
+                    .rooms
+                    .iter()
+                    .map(|(n, room)| c.needs.never_on(room).map(|w| format!("{n}: {w}")))
+                    .collect();
+                why.map(|w| (c, w.join("; ")))
+            })
+            .collect()
     }
 }
 
@@ -222,6 +242,9 @@ pub struct Settings {
     /// virtual node's when `None`. Two releases' companions in one cluster each move only
     /// their own node's replicas, so their rate limits do not add up.
     pub virtual_node: Option<String>,
+    /// Moves of one ReplicaSet whose replacement went to the virtual node again, after which
+    /// its replicas are left there (until a rollout makes a new ReplicaSet).
+    pub max_failed_moves: u32,
 }
 
 /// The nodes one controller looks at: every in-cluster node, and of the virtual nodes only
@@ -237,11 +260,15 @@ pub fn own_nodes(nodes: Vec<Node>, own: Option<&str>) -> Vec<Node> {
 #[derive(Debug, Default)]
 pub struct State {
     free_since: Option<Instant>,
-    /// The last move, until its replacement is scheduled: the ReplicaSet, how many of its
-    /// replicas were offloaded before, and when.
-    in_flight: Option<(String, usize, Instant)>,
+    /// The last move, until its replacement is scheduled: the replica moved, how many of its
+    /// ReplicaSet's replicas were offloaded before, and when.
+    in_flight: Option<(Candidate, usize, Instant)>,
     /// Doublings of the settle period after a replacement went to the virtual node again.
     backoff: u32,
+    /// Failed moves per ReplicaSet (owner UID).
+    failed: BTreeMap<String, u32>,
+    /// ReplicaSets whose replicas are no longer moved.
+    pub stopped: BTreeSet<String>,
 }
 
 /// What to do after one look.
@@ -249,28 +276,42 @@ pub struct State {
 pub enum Step {
     Wait,
     Move(Candidate, String),
+    /// The move of this replica failed for the ReplicaSet's `max_failed_moves`-th time: its
+    /// replicas stay where they are from now on.
+    GiveUp(Candidate, u32),
 }
 
 impl State {
     /// Decides after looking at `s` at `now` (pure: the controller loop does the I/O).
     pub fn step(&mut self, s: &Snapshot, settings: &Settings, now: Instant) -> Step {
         let offloaded = |owner: &str| s.offloaded_owners.iter().filter(|o| *o == owner).count();
-        if let Some((owner, before, at)) = self.in_flight.clone() {
+        if let Some((moved, before, at)) = self.in_flight.clone() {
+            let owner = &moved.owner;
             // Give the ReplicaSet time to create the replacement, then wait until it is placed.
-            if now.duration_since(at) < settings.interval || s.pending_owners.contains(&owner) {
+            if now.duration_since(at) < settings.interval || s.pending_owners.contains(owner) {
                 return Step::Wait;
             }
             self.in_flight = None;
             self.free_since = None;
-            if offloaded(&owner) >= before {
-                // The replacement went to the virtual node again: the free GPUs were taken
-                // meanwhile. Wait longer before the next move.
+            if offloaded(owner) >= before {
+                // The replacement went to the virtual node again: the room was taken meanwhile,
+                // or something reclaim does not judge kept it out. Wait longer before the next
+                // move, and stop moving this ReplicaSet after too many.
                 self.backoff = (self.backoff + 1).min(3);
+                let failed = self.failed.entry(owner.clone()).or_default();
+                *failed += 1;
+                if *failed >= settings.max_failed_moves {
+                    let n = *failed;
+                    self.stopped.insert(owner.clone());
+                    self.backoff = 0;
+                    return Step::GiveUp(moved, n);
+                }
             } else {
                 self.backoff = 0;
+                self.failed.remove(owner);
             }
         }
-        let Some((c, node)) = s.fit() else {
+        let Some((c, node)) = s.fit(&self.stopped) else {
             self.free_since = None;
             return Step::Wait;
         };
@@ -278,7 +319,7 @@ impl State {
         if now.duration_since(since) < settings.settle * 2u32.pow(self.backoff) {
             return Step::Wait;
         }
-        self.in_flight = Some((c.owner.clone(), offloaded(&c.owner), now));
+        self.in_flight = Some((c.clone(), offloaded(&c.owner), now));
         self.free_since = None;
         Step::Move(c.clone(), node.to_owned())
     }

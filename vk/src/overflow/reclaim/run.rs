@@ -118,15 +118,49 @@ pub async fn run(
                 warn!(error = %ErrorChain(&e), "overflow: failed to record the event");
             }
         }
+        for (c, why) in snap.never_fit() {
+            let Some(pod) = find(&p, &c.namespace, &c.name) else {
+                continue;
+            };
+            if !told.insert(pod.metadata.uid.clone().unwrap_or_default()) {
+                continue;
+            }
+            let note = format!(
+                "stays on the virtual node: no in-cluster GPU node could take its replacement ({why})"
+            );
+            info!(namespace = %c.namespace, pod = %c.name, %why, "reclaim: a replica never fits in-cluster");
+            publish(
+                &recorder,
+                pod.object_ref(&()),
+                EventType::Normal,
+                "NotReclaimable",
+                note,
+            )
+            .await;
+        }
         told.retain(|uid| p.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
-        let Step::Move(c, node) = state.step(&snap, &settings, Instant::now()) else {
-            continue;
+        let (c, node) = match state.step(&snap, &settings, Instant::now()) {
+            Step::Wait => continue,
+            Step::Move(c, node) => (c, node),
+            Step::GiveUp(c, n) => {
+                let note = format!(
+                    "stopped moving this ReplicaSet's replicas back in-cluster: {n} replacement(s) went to the virtual node again (something the reclaim controller does not judge, such as pod anti-affinity or topology spread, keeps them out); a new rollout starts afresh"
+                );
+                warn!(namespace = %c.namespace, replicaset = %c.owner_name, failed = n, "reclaim: gave up moving a ReplicaSet");
+                let rs = k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("apps/v1".into()),
+                    kind: Some("ReplicaSet".into()),
+                    name: Some(c.owner_name.clone()),
+                    namespace: Some(c.namespace.clone()),
+                    uid: Some(c.owner.clone()),
+                    ..Default::default()
+                };
+                publish(&recorder, rs, EventType::Warning, "ReclaimStopped", note).await;
+                continue;
+            }
         };
         let api: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
-        let Some(pod) = p.iter().find(|x| {
-            x.metadata.name.as_deref() == Some(&c.name)
-                && x.metadata.namespace.as_deref() == Some(&c.namespace)
-        }) else {
+        let Some(pod) = find(&p, &c.namespace, &c.name) else {
             continue;
         };
         let reference = pod.object_ref(&());
@@ -138,16 +172,7 @@ pub async fn run(
                     "moving back in-cluster: node {node} has had {} free GPU(s) for the settle period; the ReplicaSet replaces this replica there",
                     c.gpus
                 );
-                let ev = Event {
-                    type_: EventType::Normal,
-                    reason: "Reclaimed".into(),
-                    note: Some(note),
-                    action: "Evict".into(),
-                    secondary: None,
-                };
-                if let Err(e) = recorder.publish(&ev, &reference).await {
-                    warn!(error = %ErrorChain(&e), "reclaim: failed to record the event");
-                }
+                publish(&recorder, reference, EventType::Normal, "Reclaimed", note).await;
             }
             Err(e) => {
                 // 429: a PodDisruptionBudget allows no disruption now; try again later.
@@ -155,5 +180,32 @@ pub async fn run(
                 warn!(namespace = %c.namespace, pod = %c.name, error = %ErrorChain(&e), "reclaim: eviction refused; trying again later");
             }
         }
+    }
+}
+
+fn find<'a>(pods: &'a [Pod], namespace: &str, name: &str) -> Option<&'a Pod> {
+    pods.iter().find(|x| {
+        x.metadata.name.as_deref() == Some(name)
+            && x.metadata.namespace.as_deref() == Some(namespace)
+    })
+}
+
+/// Records one reclaim Event on `on` (a failure to record is logged, never fatal).
+async fn publish(
+    recorder: &Recorder,
+    on: k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reclaim".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &on).await {
+        warn!(error = %ErrorChain(&e), reason, "reclaim: failed to record the event");
     }
 }
