@@ -106,6 +106,11 @@ enum Command {
         /// (`--virtual-node`) first; 0 turns it off.
         #[arg(long, env = "VK_HANDOFF_MAX_DELAY_SECONDS", default_value_t = 0)]
         handoff_max_delay_seconds: u64,
+        /// Warm standby: while research is active, each opted-in ReplicaSet with replicas
+        /// in-cluster keeps this many stand-ins running on the virtual node (a pod template's
+        /// `overflow.gpu-vk.io/warm-replicas` annotation overrides it).
+        #[arg(long, env = "VK_HANDOFF_WARM_REPLICAS", default_value_t = 0)]
+        handoff_warm_replicas: u32,
     },
     /// Validate a configuration file (and that every provider's credentials can be read);
     /// warns about GPU types a provider cannot map to its own exact names.
@@ -160,6 +165,7 @@ fn main() -> anyhow::Result<()> {
                 no_reclaim,
                 virtual_node,
                 handoff_max_delay_seconds,
+                handoff_warm_replicas,
             } => {
                 let handoff = virtual_node
                     .clone()
@@ -167,6 +173,7 @@ fn main() -> anyhow::Result<()> {
                     .map(|node| vk::overflow::handoff::Settings {
                         max_delay: std::time::Duration::from_secs(handoff_max_delay_seconds),
                         virtual_node: node,
+                        warm_replicas: handoff_warm_replicas,
                     });
                 let reclaim = (!no_reclaim).then(|| vk::overflow::reclaim::Settings {
                     settle: std::time::Duration::from_secs(reclaim_settle_seconds),

@@ -23,6 +23,7 @@
 //! Pure: [`plan`] returns actions, `handoff/run.rs` carries them out.
 
 pub mod run;
+pub mod warm;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -57,6 +58,9 @@ pub struct Settings {
     pub max_delay: Duration,
     /// The virtual node stand-ins run on.
     pub virtual_node: String,
+    /// Warm replicas per opted-in ReplicaSet while research is active ([`warm`]), unless its
+    /// pod template says otherwise.
+    pub warm_replicas: u32,
 }
 
 /// A pod by namespace and name.
@@ -81,6 +85,12 @@ pub enum Action {
     },
     /// Delete a stand-in no longer needed (not adopted).
     Drop(Key),
+    /// A warm stand-in ([`warm`]) takes the place of `replaces` for the gated pod `for_uid`.
+    Claim {
+        standin: Key,
+        for_uid: String,
+        replaces: String,
+    },
 }
 
 fn key(p: &Pod) -> Key {
@@ -272,6 +282,7 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
     let mut waiting: Vec<&Pod> = pods.iter().filter(|p| gated(p)).collect();
     waiting.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
     let mut live_uids = BTreeSet::new();
+    let mut claimed: BTreeSet<Key> = BTreeSet::new();
     for p in waiting {
         let uid = p.metadata.uid.clone().unwrap_or_default();
         let mine = of(&uid);
@@ -321,7 +332,33 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
                 Some(victims) => {
                     for v in victims {
                         taken.insert(key(v));
-                        actions.push(Action::Start(Box::new(standin(v, &uid, &s.virtual_node))));
+                        // A warm stand-in of the same ReplicaSet, Ready ones first.
+                        let rs = warm::owner(v);
+                        let mut spare: Vec<&Pod> = pods
+                            .iter()
+                            .filter(|w| {
+                                w.metadata.deletion_timestamp.is_none()
+                                    && rs.is_some()
+                                    && warm::unclaimed(w) == rs
+                                    && !claimed.contains(&key(w))
+                            })
+                            .collect();
+                        spare.sort_by_key(|w| !ready(w));
+                        match spare.first() {
+                            Some(w) => {
+                                claimed.insert(key(w));
+                                actions.push(Action::Claim {
+                                    standin: key(w),
+                                    for_uid: uid.clone(),
+                                    replaces: key(v).1,
+                                });
+                            }
+                            None => actions.push(Action::Start(Box::new(standin(
+                                v,
+                                &uid,
+                                &s.virtual_node,
+                            )))),
+                        }
                     }
                 }
                 None => release(
@@ -352,8 +389,11 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
             }
         }
     }
-    // Stand-ins of pods no longer waiting, never adopted.
-    for x in standins {
+    // Stand-ins of pods no longer waiting, never adopted (warm ones wait for none).
+    for x in standins
+        .into_iter()
+        .filter(|x| warm::unclaimed(x).is_none())
+    {
         let for_uid = annotation(&x.metadata, FOR_ANNOTATION).unwrap_or_default();
         let gone = !live_uids.contains(for_uid)
             && !pods
@@ -363,6 +403,7 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
             actions.push(Action::Drop(key(x)));
         }
     }
+    actions.extend(warm::keep(pods, s));
     actions.dedup();
     actions
 }

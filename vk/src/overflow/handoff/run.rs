@@ -11,7 +11,10 @@ use kube::{Api, Client, Resource};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{Action, DELETION_COST, GATE, Key, LOWEST_COST, REPLACES_ANNOTATION, Settings, plan};
+use super::{
+    Action, DELETION_COST, FOR_ANNOTATION, GATE, Key, LOWEST_COST, REPLACES_ANNOTATION, Settings,
+    plan,
+};
 use crate::telemetry::ErrorChain;
 
 const TICK: Duration = Duration::from_secs(1);
@@ -151,6 +154,34 @@ async fn carry_out(
                     v,
                     EventType::Normal,
                     "HandedOff",
+                    "Handoff",
+                    &note,
+                )
+                .await;
+            }
+        }
+        Action::Claim {
+            standin,
+            for_uid,
+            replaces,
+        } => {
+            let claim = json!({"metadata": {"annotations": {
+                FOR_ANNOTATION: for_uid, REPLACES_ANNOTATION: replaces}}});
+            api(&standin.0)
+                .patch(&standin.1, &PatchParams::default(), &Patch::Merge(&claim))
+                .await?;
+            info!(namespace = %standin.0, standin = %standin.1, replaces, "handoff: a warm stand-in takes a replica's place");
+            if let Some(v) = find(&(standin.0.clone(), replaces.clone())) {
+                let note = format!(
+                    "a higher-priority pod needs this replica's GPUs: warm stand-in {} on the \
+                     virtual node takes its place, and this replica leaves once it is Ready",
+                    standin.1
+                );
+                event(
+                    recorder,
+                    v,
+                    EventType::Normal,
+                    "HandoffStarted",
                     "Handoff",
                     &note,
                 )

@@ -48,6 +48,7 @@ fn settings() -> Settings {
     Settings {
         max_delay: Duration::from_secs(300),
         virtual_node: "gpu-vk".into(),
+        warm_replicas: 0,
     }
 }
 
@@ -251,4 +252,128 @@ fn stand_ins_of_pods_no_longer_waiting_are_dropped_unless_adopted() {
     let last = pods.len() - 1;
     pods[last].metadata.owner_references = pods[0].metadata.owner_references.clone();
     assert!(plan(&nodes, &pods, &settings(), now(103)).is_empty());
+}
+
+fn warm(n: u32) -> Settings {
+    Settings {
+        warm_replicas: n,
+        ..settings()
+    }
+}
+
+/// A research pod past its gate, running on `node`.
+fn running_research(name: &str, node: &str) -> Pod {
+    let mut p = research(name, 50, 1);
+    let spec = p.spec.as_mut().unwrap();
+    spec.scheduling_gates = None;
+    spec.node_name = Some(node.into());
+    p.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
+    p
+}
+
+#[test]
+fn while_research_is_active_each_replicaset_keeps_its_warm_replicas_and_only_then() {
+    let (nodes, mut pods) = cluster();
+    // No research: no warm replicas, however many are configured.
+    assert!(plan(&nodes, &pods, &warm(2), now(60)).is_empty());
+    pods.push(running_research("train-0", "w1"));
+    let a = plan(&nodes, &pods, &warm(2), now(60));
+    let s = started(&a);
+    let names: Vec<&str> = s
+        .iter()
+        .map(|x| x.metadata.name.as_deref().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["serve-a-warm", "serve-b-warm"],
+        "copies of the oldest replicas"
+    );
+    for x in &s {
+        let ann = x.metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[warm::WARM_OF_ANNOTATION], "rs");
+        assert!(!ann.contains_key(FOR_ANNOTATION) && !ann.contains_key(REPLACES_ANNOTATION));
+        assert_eq!(
+            x.spec.as_ref().unwrap().node_name.as_deref(),
+            Some("gpu-vk")
+        );
+        assert!(
+            !x.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key("pod-template-hash")
+        );
+    }
+    // Running: nothing more to do, and they are not taken for stand-ins of a gone pod.
+    pods.extend(s.into_iter().map(make_ready));
+    assert!(plan(&nodes, &pods, &warm(2), now(70)).is_empty());
+    // Fewer wanted: the extra one goes.
+    assert_eq!(
+        plan(&nodes, &pods, &warm(1), now(71)),
+        vec![Action::Drop(("prod".into(), "serve-b-warm".into()))]
+    );
+    // Research over: every unclaimed warm replica goes.
+    pods.retain(|p| p.metadata.name.as_deref() != Some("train-0"));
+    let mut a = plan(&nodes, &pods, &warm(2), now(80));
+    a.sort_by_key(|a| format!("{a:?}"));
+    assert_eq!(
+        a,
+        vec![
+            Action::Drop(("prod".into(), "serve-a-warm".into())),
+            Action::Drop(("prod".into(), "serve-b-warm".into())),
+        ]
+    );
+}
+
+#[test]
+fn a_pod_template_sets_its_own_warm_count() {
+    let (nodes, mut pods) = cluster();
+    for p in &mut pods {
+        p.metadata.annotations =
+            Some([(warm::WARM_REPLICAS_ANNOTATION.to_owned(), "1".to_owned())].into());
+    }
+    pods.push(running_research("train-0", "w1"));
+    assert_eq!(started(&plan(&nodes, &pods, &warm(0), now(60))).len(), 1);
+}
+
+#[test]
+fn a_ready_warm_replica_is_claimed_instead_of_starting_a_stand_in() {
+    let (nodes, mut pods) = cluster();
+    pods.push(running_research("train-0", "w2"));
+    let w = started(&plan(&nodes, &pods, &warm(1), now(60)));
+    assert_eq!(w.len(), 1);
+    pods.extend(w.into_iter().map(make_ready));
+    // A second research pod needs a GPU: the warm replica takes the youngest replica's place.
+    pods.push(research("train-1", 100, 1));
+    let a = plan(&nodes, &pods, &warm(1), now(101));
+    assert!(
+        started(&a)
+            .iter()
+            .all(|x| x.metadata.name.as_deref() != Some("serve-b-handoff"))
+    );
+    let claim = Action::Claim {
+        standin: ("prod".into(), "serve-a-warm".into()),
+        for_uid: "uid-train-1".into(),
+        replaces: "serve-b".into(),
+    };
+    assert!(a.contains(&claim), "{a:?}");
+    // Claimed (as the controller patches it), Ready already: adopted at the next look.
+    let x = pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some("serve-a-warm"))
+        .unwrap();
+    let ann = x.metadata.annotations.as_mut().unwrap();
+    ann.insert(FOR_ANNOTATION.into(), "uid-train-1".into());
+    ann.insert(REPLACES_ANNOTATION.into(), "serve-b".into());
+    let a = plan(&nodes, &pods, &warm(1), now(102));
+    assert!(
+        a.contains(&Action::Adopt {
+            standin: ("prod".into(), "serve-a-warm".into()),
+            replaced: ("prod".into(), "serve-b".into()),
+            hash: "h1".into()
+        }),
+        "{a:?}"
+    );
+    // And the pool is refilled meanwhile.
+    assert_eq!(started(&a).len(), 1, "{a:?}");
 }
