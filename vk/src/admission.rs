@@ -22,9 +22,9 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::kubelet_api::tls::{Limits, TlsConfigs, TlsListener};
 use crate::pods::PodController;
 use crate::pods::translate::reason;
+use crate::tls::{Limits, TlsConfigs, TlsListener};
 
 mod register;
 mod target;
@@ -72,10 +72,10 @@ pub async fn run(fw: Arc<PodController>, cfg: Arc<Config>, client: Client) -> an
         fw,
     };
     let listener = TlsListener::new(tcp, configs, Limits::new(256));
-    let server = tokio::spawn(crate::kubelet_api::tls::serve(
+    let server = tokio::spawn(crate::tls::serve(
         listener,
         router(judge),
-        crate::kubelet_api::tls::Deadlines::default(),
+        crate::tls::Deadlines::default(),
     ));
     info!(addr = %addr, "admission webhook listening");
     // The webhook is owned by the Node, so it waits for the node manager to register it.

@@ -15,7 +15,7 @@
 //! | `/attach`, `/portForward` | 501 naming the provider ([`exec`]) |
 //!
 //! Every path, `/healthz` included, is authenticated and authorized like on the kubelet
-//! ([`auth`]). TLS: [`tls`]; a serving certificate from the cluster: [`csr`].
+//! ([`auth`]). TLS: [`crate::tls`]; a serving certificate from the cluster: [`csr`].
 
 pub mod auth;
 pub mod csr;
@@ -23,7 +23,7 @@ pub mod exec;
 pub mod logs;
 pub mod spdy;
 pub mod stats;
-pub mod tls;
+use crate::tls;
 
 #[cfg(test)]
 mod tests;

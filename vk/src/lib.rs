@@ -23,6 +23,8 @@ pub mod provider;
 pub mod providers;
 pub mod supervise;
 pub mod telemetry;
+pub mod tls;
+pub mod vocab;
 
 #[cfg(test)]
 pub(crate) mod fuzz;

@@ -405,7 +405,7 @@ async fn overflow(
                 key_file: Some(key),
                 ..vk::config::TlsConfig::default()
             };
-            let serving = vk::kubelet_api::tls::ServingCert::load(&tls, name, "127.0.0.1")
+            let serving = vk::tls::ServingCert::load(&tls, name, "127.0.0.1")
                 .context("cannot load the webhook's certificate files")?;
             serving.watch();
             serving

@@ -13,7 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo, Taint,
+    NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
@@ -28,6 +28,7 @@ pub use address::service_address;
 use crate::config::Config;
 use crate::provider::health::Health;
 use crate::telemetry::ErrorChain;
+use crate::vocab::{TYPE_LABEL, node_taint};
 
 /// `capacity.gpus` value that makes allocatable GPUs follow the providers' inventories.
 pub const GPUS_FROM_INVENTORY: &str = "inventory";
@@ -58,10 +59,6 @@ impl ProviderFacts {
 /// Where the node reads [`ProviderFacts`] (the pod pipeline, once it exists).
 pub type FactsSource = Arc<dyn Fn() -> ProviderFacts + Send + Sync>;
 
-/// Taint key keeping ordinary pods off the virtual node.
-pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
-/// Label every virtual node carries.
-pub const TYPE_LABEL: (&str, &str) = ("type", "virtual-kubelet");
 /// Declared in `status.declaredFeatures` (unless `kubeletApi.declareExtendWebSocketsToKubelet`
 /// is false): the kubelet API serves exec over WebSockets, so a 1.36 API server passes
 /// `kubectl exec`'s WebSocket through instead of translating it to SPDY. What the API server
@@ -186,14 +183,10 @@ impl NodeManager {
             labels.insert(format!("gpu-vk.io/provider.{}", p.name), "true".to_owned());
             labels.extend(p.labels.clone());
         }
-        let taints = self.cfg.taint.then(|| {
-            vec![Taint {
-                key: TAINT_KEY.into(),
-                value: Some(self.cfg.node_name.clone()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            }]
-        });
+        let taints = self
+            .cfg
+            .taint
+            .then(|| vec![node_taint(&self.cfg.node_name)]);
         Node {
             metadata: ObjectMeta {
                 name: Some(self.cfg.node_name.clone()),
@@ -229,7 +222,7 @@ impl NodeManager {
             ("cpu".to_owned(), Quantity(c.cpu.clone())),
             ("memory".to_owned(), Quantity(c.memory.clone())),
             ("pods".to_owned(), Quantity(c.pods.clone())),
-            (crate::pods::spec::GPU_RESOURCE.to_owned(), Quantity(gpus)),
+            (crate::vocab::GPU_RESOURCE.to_owned(), Quantity(gpus)),
             ("ephemeral-storage".to_owned(), Quantity("100Ti".into())),
         ]);
         let cond = |type_: &str, status: bool, reason: &str, message: &str| NodeCondition {

@@ -25,6 +25,6 @@ pub const OPT_IN_LABEL: &str = "gpu-vk.io/overflow";
 /// the VK refuses pods with annotations of that prefix it does not know.
 pub const DECISION_ANNOTATION: &str = "overflow.gpu-vk.io/decision";
 /// Label of virtual nodes (the VK's Node carries `type=virtual-kubelet`).
-pub const VIRTUAL_NODE_LABEL: (&str, &str) = crate::node::TYPE_LABEL;
+pub const VIRTUAL_NODE_LABEL: (&str, &str) = crate::vocab::TYPE_LABEL;
 /// The GPU resource.
 pub const GPU: &str = "nvidia.com/gpu";

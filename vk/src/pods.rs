@@ -43,7 +43,6 @@ pub mod observe;
 pub mod probe;
 pub mod probe_target;
 pub mod prober;
-pub mod quantity;
 pub mod queue;
 pub mod reconcile;
 pub mod restart;
@@ -178,7 +177,7 @@ impl PodController {
         let slots: Vec<ProviderSlot> = providers
             .into_iter()
             .map(|p| {
-                let breaker = Arc::new(Breaker::new(cfg.dispatch.breaker.rules()));
+                let breaker = Arc::new(Breaker::new(breaker_rules(&cfg.dispatch.breaker)));
                 ProviderSlot {
                     provider: layer::layer(
                         p,
@@ -237,7 +236,7 @@ impl PodController {
         let admission = decide::Admission {
             taint: cfg
                 .taint
-                .then(|| (crate::node::TAINT_KEY.to_owned(), cfg.node_name.clone())),
+                .then(|| (crate::vocab::TAINT_KEY.to_owned(), cfg.node_name.clone())),
             namespaces: cfg.allowed_namespaces.clone(),
         };
         let start_deadlines = slots
@@ -440,5 +439,14 @@ impl PodController {
                     .set(i64::from(s.breaker.health(now).admits()));
             }
         }
+    }
+}
+
+/// The circuit breaker's rules from its configuration.
+fn breaker_rules(c: &crate::config::BreakerConfig) -> crate::provider::health::BreakerRules {
+    crate::provider::health::BreakerRules {
+        failures: c.failures,
+        open: c.open(),
+        slow: c.slow(),
     }
 }

@@ -158,7 +158,7 @@ impl Scenario {
 
 /// A resource quantity as the metrics API prints them (`1999123456n`, `2`, `7812500Ki`).
 fn quantity(q: &str) -> f64 {
-    vk::pods::quantity::value(q).unwrap_or_else(|| panic!("not a quantity: {q}"))
+    vk::vocab::quantity::value(q).unwrap_or_else(|| panic!("not a quantity: {q}"))
 }
 
 /// The value of the first sample of `metric` whose labels contain `labels`.

@@ -13,7 +13,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::node::{TAINT_KEY, TYPE_LABEL};
+use crate::vocab::{TAINT_KEY, TYPE_LABEL};
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
 const OVERFLOW_LABEL: &str = "gpu-vk.io/overflow";

@@ -92,12 +92,14 @@ impl Default for BreakerConfig {
 }
 
 impl BreakerConfig {
-    pub fn rules(&self) -> crate::provider::health::BreakerRules {
-        crate::provider::health::BreakerRules {
-            failures: self.failures,
-            open: Duration::from_millis(self.open_ms),
-            slow: Duration::from_millis(self.slow_call_ms),
-        }
+    /// How long an open breaker stays open.
+    pub fn open(&self) -> Duration {
+        Duration::from_millis(self.open_ms)
+    }
+
+    /// A call slower than this counts as a failure.
+    pub fn slow(&self) -> Duration {
+        Duration::from_millis(self.slow_call_ms)
     }
 }
 

@@ -41,7 +41,7 @@ impl KubeletApiConfig {
 }
 
 /// The `tls` block of the config file: the kubelet API's serving certificate and client
-/// certificate authentication (see `crate::kubelet_api::tls`).
+/// certificate authentication (see `crate::tls`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TlsConfig {

@@ -136,7 +136,7 @@ fn dispatch_and_limits_are_read_and_checked() {
     ))
     .unwrap();
     assert_eq!(cfg.dispatch.policy, DispatchPolicy::Cheapest);
-    assert_eq!(cfg.dispatch.breaker.rules().failures, 2);
+    assert_eq!(cfg.dispatch.breaker.failures, 2);
     assert_eq!(cfg.limits.max_spend_per_hour, Some(2.5));
     assert!(parse(&format!("{base}dispatch: {{policy: random}}\n")).is_err());
     assert!(parse(&format!("{base}limits: {{maxSpendPerHour: -1}}\n")).is_err());

@@ -57,8 +57,8 @@ pub use authn::User;
 pub use authz::{Attributes, request_attributes};
 pub use review::{KubeReviewer, ReviewError, Reviewer};
 
-use super::tls::Peer;
 use super::{ApiError, AppState};
+use crate::tls::Peer;
 use cache::TtlCache;
 use flight::Flights;
 
@@ -113,7 +113,8 @@ pub(crate) async fn middleware(State(s): State<AppState>, req: Request, next: Ne
     let cert_user = req
         .extensions()
         .get::<ConnectInfo<Peer>>()
-        .and_then(|c| c.0.cert_user.clone());
+        .and_then(|c| c.0.cert_subject.clone())
+        .and_then(|s| User::from_certificate(s.common_name, s.organizations));
     let authorization = req
         .headers()
         .get(header::AUTHORIZATION)

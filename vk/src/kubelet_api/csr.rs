@@ -31,9 +31,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
-use super::tls::{ServingCert, validity};
 use crate::config::TlsConfig;
 use crate::telemetry::ErrorChain;
+use crate::tls::{ServingCert, validity};
 
 pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// How long one request may wait for approval and signing.

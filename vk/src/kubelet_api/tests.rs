@@ -28,13 +28,13 @@ use tower::ServiceExt;
 
 use super::auth::{Auth, ReviewError, Reviewer, User};
 use super::exec::{MAX_MESSAGE_BYTES, SessionLimits};
-use super::tls::Peer;
 use super::*;
 use crate::naming::Owner;
 use crate::provider::{
     BoxFuture, Capabilities, ExecRequest, ExecSession, LogOptions, LogStream, Observed, Provider,
     ProviderError, Usage, Workload, WorkloadState,
 };
+use crate::tls::Peer;
 
 /// Logs: `None` means the provider has no log API; `Some(lines)` serves them, then (with
 /// `endless`) keeps producing lines for as long as it is polled.

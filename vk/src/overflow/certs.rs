@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
 
-use crate::kubelet_api::tls::ServingCert;
+use crate::tls::ServingCert;
 
 /// Errors making or publishing the certificate.
 #[derive(Debug, thiserror::Error)]

@@ -332,33 +332,7 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
                 Some(victims) => {
                     for v in victims {
                         taken.insert(key(v));
-                        // A warm stand-in of the same ReplicaSet, Ready ones first.
-                        let rs = warm::owner(v);
-                        let mut spare: Vec<&Pod> = pods
-                            .iter()
-                            .filter(|w| {
-                                w.metadata.deletion_timestamp.is_none()
-                                    && rs.is_some()
-                                    && warm::unclaimed(w) == rs
-                                    && !claimed.contains(&key(w))
-                            })
-                            .collect();
-                        spare.sort_by_key(|w| !ready(w));
-                        match spare.first() {
-                            Some(w) => {
-                                claimed.insert(key(w));
-                                actions.push(Action::Claim {
-                                    standin: key(w),
-                                    for_uid: uid.clone(),
-                                    replaces: key(v).1,
-                                });
-                            }
-                            None => actions.push(Action::Start(Box::new(standin(
-                                v,
-                                &uid,
-                                &s.virtual_node,
-                            )))),
-                        }
+                        actions.push(replace(v, &uid, pods, &mut claimed, s));
                     }
                 }
                 None => release(
@@ -372,40 +346,79 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
         if !mine.iter().all(|x| ready(x)) {
             continue;
         }
-        for x in mine.iter().filter(|x| !adopted(x)) {
+        actions.extend(adopt(&mine, pods));
+    }
+    actions.extend(orphans(&standins, &live_uids, pods));
+    actions.extend(warm::keep(pods, s));
+    actions.dedup();
+    actions
+}
+
+/// How `v` is replaced for the gated pod `uid`: a warm stand-in of its ReplicaSet claimed
+/// (Ready ones first, each claimed once), else a new stand-in.
+fn replace(v: &Pod, uid: &str, pods: &[Pod], claimed: &mut BTreeSet<Key>, s: &Settings) -> Action {
+    let rs = warm::owner(v);
+    let mut spare: Vec<&Pod> = pods
+        .iter()
+        .filter(|w| {
+            w.metadata.deletion_timestamp.is_none()
+                && rs.is_some()
+                && warm::unclaimed(w) == rs
+                && !claimed.contains(&key(w))
+        })
+        .collect();
+    spare.sort_by_key(|w| !ready(w));
+    match spare.first() {
+        Some(w) => {
+            claimed.insert(key(w));
+            Action::Claim {
+                standin: key(w),
+                for_uid: uid.to_owned(),
+                replaces: key(v).1,
+            }
+        }
+        None => Action::Start(Box::new(standin(v, uid, &s.virtual_node))),
+    }
+}
+
+/// Adoption of a gated pod's stand-ins, all Ready: each by the ReplicaSet of the replica it
+/// replaces (dropped when that replica left on its own: its ReplicaSet replaced it already).
+fn adopt(mine: &[&Pod], pods: &[Pod]) -> Vec<Action> {
+    mine.iter()
+        .filter(|x| !adopted(x))
+        .map(|x| {
             let ns = key(x).0;
             let replaced = annotation(&x.metadata, REPLACES_ANNOTATION).unwrap_or_default();
             let v = pods
                 .iter()
                 .find(|v| key(v) == (ns.clone(), replaced.to_owned()));
             match v.and_then(|v| label(&v.metadata, HASH_LABEL)) {
-                Some(hash) => actions.push(Action::Adopt {
+                Some(hash) => Action::Adopt {
                     standin: key(x),
                     replaced: (ns, replaced.to_owned()),
                     hash: hash.to_owned(),
-                }),
-                // The replica left on its own: its ReplicaSet replaced it already.
-                None => actions.push(Action::Drop(key(x))),
+                },
+                None => Action::Drop(key(x)),
             }
-        }
-    }
-    // Stand-ins of pods no longer waiting, never adopted (warm ones wait for none).
-    for x in standins
-        .into_iter()
+        })
+        .collect()
+}
+
+/// Stand-ins of pods no longer waiting, never adopted (warm ones wait for none): dropped.
+fn orphans(standins: &[&Pod], live_uids: &BTreeSet<String>, pods: &[Pod]) -> Vec<Action> {
+    standins
+        .iter()
         .filter(|x| warm::unclaimed(x).is_none())
-    {
-        let for_uid = annotation(&x.metadata, FOR_ANNOTATION).unwrap_or_default();
-        let gone = !live_uids.contains(for_uid)
-            && !pods
-                .iter()
-                .any(|p| p.metadata.uid.as_deref() == Some(for_uid) && gated(p));
-        if gone && !adopted(x) && x.metadata.deletion_timestamp.is_none() {
-            actions.push(Action::Drop(key(x)));
-        }
-    }
-    actions.extend(warm::keep(pods, s));
-    actions.dedup();
-    actions
+        .filter(|x| {
+            let for_uid = annotation(&x.metadata, FOR_ANNOTATION).unwrap_or_default();
+            let gone = !live_uids.contains(for_uid)
+                && !pods
+                    .iter()
+                    .any(|p| p.metadata.uid.as_deref() == Some(for_uid) && gated(p));
+            gone && !adopted(x) && x.metadata.deletion_timestamp.is_none()
+        })
+        .map(|x| Action::Drop(key(x)))
+        .collect()
 }
 
 #[cfg(test)]

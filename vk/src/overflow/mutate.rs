@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::{DECISION_ANNOTATION, VIRTUAL_NODE_LABEL};
-use crate::node::TAINT_KEY;
+use crate::vocab::{TAINT_KEY, node_taint, tolerates};
 
 /// Weight of the preference for in-cluster nodes: the maximum (1-100, "Assigning Pods to Nodes:
 /// node affinity weight" in the Kubernetes docs), so it outweighs the scheduler's
@@ -47,12 +47,11 @@ pub fn decide(pod: &Pod) -> Decision {
     };
     annotate(&mut patch, "offload".into());
 
+    // Any virtual node's taint: an `Exists` toleration of the key (or of everything).
+    let taint = node_taint("");
     let tolerated = spec.tolerations.as_ref().is_some_and(|ts| {
-        ts.iter().any(|t| {
-            let key_ok = t.key.as_deref() == Some(TAINT_KEY)
-                || (t.key.is_none() && t.operator.as_deref() == Some("Exists"));
-            key_ok && t.effect.as_deref().is_none_or(|e| e == "NoSchedule")
-        })
+        ts.iter()
+            .any(|t| t.operator.as_deref() == Some("Exists") && tolerates(t, &taint))
     });
     if !tolerated {
         let t = json!({"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"});

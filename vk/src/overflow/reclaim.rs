@@ -282,6 +282,14 @@ pub enum Step {
 }
 
 impl State {
+    /// Forgets the move in flight and the settle period so far (its eviction was refused); the
+    /// failed moves and the ReplicaSets given up are kept.
+    pub fn forget_move(&mut self) {
+        self.in_flight = None;
+        self.free_since = None;
+        self.backoff = 0;
+    }
+
     /// Decides after looking at `s` at `now` (pure: the controller loop does the I/O).
     pub fn step(&mut self, s: &Snapshot, settings: &Settings, now: Instant) -> Step {
         let offloaded = |owner: &str| s.offloaded_owners.iter().filter(|o| *o == owner).count();

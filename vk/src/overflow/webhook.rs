@@ -15,10 +15,8 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use tracing::{info, warn};
 
 use super::mutate::{Decision, decide};
-use crate::kubelet_api::tls::{
-    Deadlines, Limits, ServingCert, TlsConfigs, TlsListener, serve as serve_tls,
-};
 use crate::telemetry::{Metrics, OutcomeLabels};
+use crate::tls::{Deadlines, Limits, ServingCert, TlsConfigs, TlsListener, serve as serve_tls};
 
 /// Serves the webhook on `addr` with `tls` until the process ends.
 pub async fn serve(

@@ -122,25 +122,17 @@ impl Admission {
             ));
         }
         if let Some((key, value)) = &self.taint {
+            let taint = k8s_openapi::api::core::v1::Taint {
+                key: key.clone(),
+                value: Some(value.clone()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            };
             let tolerated = pod
                 .spec
                 .as_ref()
                 .and_then(|s| s.tolerations.as_ref())
-                .is_some_and(|ts| {
-                    ts.iter().any(|t| {
-                        let key_ok = match t.key.as_deref() {
-                            None | Some("") => t.operator.as_deref() == Some("Exists"),
-                            Some(k) => k == key,
-                        };
-                        let value_ok = match t.operator.as_deref() {
-                            Some("Exists") => true,
-                            _ => t.value.as_deref().unwrap_or_default() == value,
-                        };
-                        let effect_ok =
-                            matches!(t.effect.as_deref(), None | Some("") | Some("NoSchedule"));
-                        key_ok && value_ok && effect_ok
-                    })
-                });
+                .is_some_and(|ts| ts.iter().any(|t| crate::vocab::tolerates(t, &taint)));
             if !tolerated {
                 return Err(format!(
                     "the pod does not tolerate the node's taint {key}={value}:NoSchedule; only \

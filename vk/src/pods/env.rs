@@ -340,11 +340,11 @@ fn resource_field(c: &k8s_openapi::api::core::v1::Container, resource: &str) -> 
     }?;
     let q = map.get(name)?.0.clone();
     Some(match name {
-        "cpu" => crate::pods::spec::parse_cpu(&q)
+        "cpu" => crate::vocab::quantity::parse_cpu(&q)
             .ok()?
             .div_ceil(1000)
             .to_string(),
-        "memory" => crate::pods::spec::parse_memory(&q).ok()?.to_string(),
+        "memory" => crate::vocab::quantity::parse_memory(&q).ok()?.to_string(),
         _ => q,
     })
 }

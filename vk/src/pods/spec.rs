@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::provider::{ContainerRole, GpuRequest, PodContainer, Workload};
+use crate::vocab::quantity::{QuantityError, parse_cpu, parse_memory};
 
 mod containers;
 
-pub use super::quantity::{parse_cpu, parse_memory};
 pub use containers::{
     is_sidecar, main_container, omitted, run_init_containers, running_containers,
 };
@@ -39,7 +39,7 @@ pub const ANN_PUBLISHED: &str = crate::provider::PUBLISHED_ANNOTATION;
 /// a provider runs one container, and a chart's exporter or log shipper need not come along.
 pub const ANN_OMIT_CONTAINERS: &str = "gpu-vk.io/omit-containers";
 /// The resource name of GPUs.
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub use crate::vocab::GPU_RESOURCE;
 
 /// Enrichment annotations passed to the adapter as options (`gpu-vk.io/<key>` -> `<key>`),
 /// with a validator each.
@@ -71,6 +71,12 @@ const OPTIONS: &[(&str, Validator)] = &[
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct SpecError(pub String);
+
+impl From<QuantityError> for SpecError {
+    fn from(e: QuantityError) -> Self {
+        SpecError(e.0)
+    }
+}
 
 /// What the pod asks for, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

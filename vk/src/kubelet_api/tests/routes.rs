@@ -32,7 +32,10 @@ async fn every_path_needs_credentials_and_authorization() {
     let mut req = Request::get("/healthz").body(Body::empty()).unwrap();
     req.extensions_mut().insert(ConnectInfo(Peer {
         addr: ([127, 0, 0, 1], 1).into(),
-        cert_user: User::from_certificate("apiserver".into(), vec!["system:masters".into()]),
+        cert_subject: Some(crate::tls::Subject {
+            common_name: "apiserver".into(),
+            organizations: vec!["system:masters".into()],
+        }),
     }));
     assert_eq!(call(&s.app, req).await, (StatusCode::OK, "ok".into()));
 }

@@ -50,6 +50,14 @@ pub async fn run(
     }
 }
 
+/// The pod `k` in `pods`.
+fn find<'a>(pods: &'a [Pod], k: &Key) -> Option<&'a Pod> {
+    pods.iter().find(|p| {
+        p.metadata.namespace.as_deref() == Some(k.0.as_str())
+            && p.metadata.name.as_deref() == Some(k.1.as_str())
+    })
+}
+
 async fn carry_out(
     client: &Client,
     recorder: &Recorder,
@@ -57,39 +65,16 @@ async fn carry_out(
     action: &Action,
 ) -> Result<(), kube::Error> {
     let api = |ns: &str| Api::<Pod>::namespaced(client.clone(), ns);
-    let find = |k: &Key| {
-        pods.iter().find(|p| {
-            p.metadata.namespace.as_deref() == Some(k.0.as_str())
-                && p.metadata.name.as_deref() == Some(k.1.as_str())
-        })
-    };
     match action {
         Action::Release {
             pod,
             why,
             timed_out,
         } => {
-            let Some(p) = find(pod) else { return Ok(()) };
-            let gates: Vec<_> = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduling_gates.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|g| g.name != GATE)
-                .collect();
-            // The list as read, checked by the API server: a gate added meanwhile is kept.
-            let old = p.spec.as_ref().and_then(|s| s.scheduling_gates.clone());
-            let ops = json!([
-                {"op": "test", "path": "/spec/schedulingGates", "value": old},
-                {"op": "replace", "path": "/spec/schedulingGates", "value": gates},
-            ]);
-            let patch: json_patch::Patch =
-                serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
-            api(&pod.0)
-                .patch(&pod.1, &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await?;
-            info!(namespace = %pod.0, pod = %pod.1, why, "handoff: released the scheduling gate");
+            let Some(p) = find(pods, pod) else {
+                return Ok(());
+            };
+            release(&api(&pod.0), p, why).await?;
             let (type_, reason) = if *timed_out {
                 (EventType::Warning, "HandoffTimedOut")
             } else {
@@ -97,38 +82,7 @@ async fn carry_out(
             };
             event(recorder, p, type_, reason, "Release", why).await;
         }
-        Action::Start(standin) => {
-            let ns = standin.metadata.namespace.clone().unwrap_or_default();
-            match api(&ns).create(&PostParams::default(), standin).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
-                Err(e) => return Err(e),
-            }
-            let replaced = standin
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(REPLACES_ANNOTATION))
-                .cloned()
-                .unwrap_or_default();
-            info!(namespace = %ns, replaced, "handoff: started a stand-in on the virtual node");
-            if let Some(v) = find(&(ns, replaced)) {
-                let note = format!(
-                    "a higher-priority pod needs this replica's GPUs: its stand-in {} starts on the \
-                     virtual node first, and this replica leaves once the stand-in is Ready",
-                    standin.metadata.name.as_deref().unwrap_or_default()
-                );
-                event(
-                    recorder,
-                    v,
-                    EventType::Normal,
-                    "HandoffStarted",
-                    "Handoff",
-                    &note,
-                )
-                .await;
-            }
-        }
+        Action::Start(standin) => start(client, recorder, pods, standin).await?,
         Action::Adopt {
             standin,
             replaced,
@@ -143,7 +97,7 @@ async fn carry_out(
                 .patch(&standin.1, &PatchParams::default(), &Patch::Merge(&label))
                 .await?;
             info!(namespace = %standin.0, standin = %standin.1, replaced = %replaced.1, "handoff: the ReplicaSet adopts the stand-in and lets the replica go");
-            if let Some(v) = find(replaced) {
+            if let Some(v) = find(pods, replaced) {
                 let note = format!(
                     "stand-in {} is Ready on the virtual node: the ReplicaSet keeps it and deletes \
                      this replica (lowest pod-deletion-cost)",
@@ -171,7 +125,7 @@ async fn carry_out(
                 .patch(&standin.1, &PatchParams::default(), &Patch::Merge(&claim))
                 .await?;
             info!(namespace = %standin.0, standin = %standin.1, replaces, "handoff: a warm stand-in takes a replica's place");
-            if let Some(v) = find(&(standin.0.clone(), replaces.clone())) {
+            if let Some(v) = find(pods, &(standin.0.clone(), replaces.clone())) {
                 let note = format!(
                     "a higher-priority pod needs this replica's GPUs: warm stand-in {} on the \
                      virtual node takes its place, and this replica leaves once it is Ready",
@@ -196,6 +150,68 @@ async fn carry_out(
             Err(e) => return Err(e),
         },
     }
+    Ok(())
+}
+
+/// Creates a stand-in (done already when it exists) and tells the replica it replaces.
+async fn start(
+    client: &Client,
+    recorder: &Recorder,
+    pods: &[Pod],
+    standin: &Pod,
+) -> Result<(), kube::Error> {
+    let ns = standin.metadata.namespace.clone().unwrap_or_default();
+    let api = Api::<Pod>::namespaced(client.clone(), &ns);
+    match api.create(&PostParams::default(), standin).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let name = standin.metadata.name.clone().unwrap_or_default();
+    let replaced = standin
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLACES_ANNOTATION))
+        .cloned();
+    info!(namespace = %ns, name, ?replaced, "handoff: started a stand-in on the virtual node");
+    if let Some(v) = replaced.and_then(|r| find(pods, &(ns, r))) {
+        let note = format!(
+            "a higher-priority pod needs this replica's GPUs: its stand-in {name} starts on \
+             the virtual node first, and this replica leaves once the stand-in is Ready"
+        );
+        event(
+            recorder,
+            v,
+            EventType::Normal,
+            "HandoffStarted",
+            "Handoff",
+            &note,
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// Removes [`GATE`] from `p`'s scheduling gates, keeping any other gate (even one added since
+/// `p` was read: the patch tests the list as read).
+async fn release(api: &Api<Pod>, p: &Pod, why: &str) -> Result<(), kube::Error> {
+    let old = p.spec.as_ref().and_then(|s| s.scheduling_gates.clone());
+    let gates: Vec<_> = old
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|g| g.name != GATE)
+        .collect();
+    let ops = json!([
+        {"op": "test", "path": "/spec/schedulingGates", "value": old},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": gates},
+    ]);
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    let name = p.metadata.name.as_deref().unwrap_or_default();
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await?;
+    info!(namespace = ?p.metadata.namespace, pod = name, why, "handoff: released the scheduling gate");
     Ok(())
 }
 

@@ -14,7 +14,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::overflow::GPU;
-use crate::pods::quantity::{parse_cpu, parse_memory};
+use crate::vocab::quantity::{parse_cpu, parse_memory};
+use crate::vocab::tolerates;
 
 /// Amounts of the resources reclaim weighs.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -207,24 +208,6 @@ impl Room {
             free: allocatable,
         }
     }
-}
-
-/// Whether `tol` tolerates `taint` (the rules of "Taints and Tolerations": an empty key with
-/// `Exists` tolerates everything, `Exists` any value, `Equal` (the default) the same value, an
-/// empty effect every effect).
-pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
-    let exists = tol.operator.as_deref() == Some("Exists");
-    let key = match tol.key.as_deref() {
-        None | Some("") => exists,
-        Some(k) => k == taint.key,
-    };
-    let value = exists
-        || tol.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default();
-    let effect = match tol.effect.as_deref() {
-        None | Some("") => true,
-        Some(e) => e == taint.effect,
-    };
-    key && value && effect
 }
 
 /// A node selector term matches when all its expressions and fields do; a term with neither

@@ -2,17 +2,19 @@
 //! at them every interval, records gauges and Events, and evicts what [`super::State::step`]
 //! says to move.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::EvictParams;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Settings, State, Step, own_nodes, refused_and_pending, snapshot};
+use super::{Candidate, Settings, Snapshot, State, Step, own_nodes, refused_and_pending, snapshot};
 use crate::telemetry::{ErrorChain, Metrics, ProviderLabels, StateLabels};
 
 /// Caches of every node and pod, shared by reclaim and the hand-off: one watch per kind.
@@ -70,8 +72,8 @@ pub async fn run(
     // Watches, not lists: each look reads the caches the watches keep current, so a large
     // cluster costs one watch per kind, not a list of every pod every interval.
     let mut state = State::default();
-    // Pods already told why they stay in-cluster (by UID).
-    let mut told = std::collections::HashSet::<String>::new();
+    // Pods already told why they stay where they are (by UID).
+    let mut told = HashSet::<String>::new();
     loop {
         tokio::time::sleep(settings.interval).await;
         if nodes.wait_until_ready().await.is_err() || pods.wait_until_ready().await.is_err() {
@@ -82,105 +84,117 @@ pub async fn run(
         let p: Vec<Pod> = pods.state().iter().map(|x| (**x).clone()).collect();
         let n = own_nodes(n, settings.virtual_node.as_deref());
         let snap = snapshot(&n, &p);
-        let state_label = |s: &str| StateLabels {
-            state: s.to_owned(),
+        gauges(&metrics, &snap);
+        tell(&recorder, &p, &snap, &mut told).await;
+        match state.step(&snap, &settings, Instant::now()) {
+            Step::Wait => {}
+            Step::Move(c, node) => {
+                if !evict(&client, &recorder, &metrics, &p, &c, &node).await {
+                    // 429: a PodDisruptionBudget allows no disruption now; try again later.
+                    state.forget_move();
+                }
+            }
+            Step::GiveUp(c, n) => gave_up(&recorder, &c, n).await,
+        }
+    }
+}
+
+fn gauges(metrics: &Metrics, snap: &Snapshot) {
+    let state_label = |s: &str| StateLabels {
+        state: s.to_owned(),
+    };
+    metrics
+        .in_cluster_gpus
+        .get_or_create(&state_label("allocatable"))
+        .set(snap.allocatable);
+    metrics
+        .in_cluster_gpus
+        .get_or_create(&state_label("allocated"))
+        .set(snap.allocated);
+    metrics.offloaded_replicas.clear();
+    for (provider, count) in &snap.offloaded_by_provider {
+        let l = ProviderLabels {
+            provider: provider.clone(),
         };
-        metrics
-            .in_cluster_gpus
-            .get_or_create(&state_label("allocatable"))
-            .set(snap.allocatable);
-        metrics
-            .in_cluster_gpus
-            .get_or_create(&state_label("allocated"))
-            .set(snap.allocated);
-        metrics.offloaded_replicas.clear();
-        for (provider, count) in &snap.offloaded_by_provider {
-            let l = ProviderLabels {
-                provider: provider.clone(),
-            };
-            metrics.offloaded_replicas.get_or_create(&l).set(*count);
+        metrics.offloaded_replicas.get_or_create(&l).set(*count);
+    }
+}
+
+/// Tells each pod once why it stays where it is: refused by the webhook (waits in-cluster), or
+/// never fitting in-cluster (stays on the virtual node).
+async fn tell(recorder: &Recorder, p: &[Pod], snap: &Snapshot, told: &mut HashSet<String>) {
+    for (pod, why) in refused_and_pending(p) {
+        if told.insert(pod.metadata.uid.clone().unwrap_or_default()) {
+            let note = format!(
+                "this pod cannot run on the virtual node, so it waits for in-cluster capacity: {why}"
+            );
+            let r = pod.object_ref(&());
+            publish(recorder, r, EventType::Warning, "OverflowRefused", note).await;
         }
-        for (pod, why) in refused_and_pending(&p) {
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            if !told.insert(uid) {
-                continue;
-            }
-            let ev = Event {
-                type_: EventType::Warning,
-                reason: "OverflowRefused".into(),
-                note: Some(format!(
-                    "this pod cannot run on the virtual node, so it waits for in-cluster capacity: {why}"
-                )),
-                action: "Admit".into(),
-                secondary: None,
-            };
-            if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
-                warn!(error = %ErrorChain(&e), "overflow: failed to record the event");
-            }
-        }
-        for (c, why) in snap.never_fit() {
-            let Some(pod) = find(&p, &c.namespace, &c.name) else {
-                continue;
-            };
-            if !told.insert(pod.metadata.uid.clone().unwrap_or_default()) {
-                continue;
-            }
+    }
+    for (c, why) in snap.never_fit() {
+        let Some(pod) = find(p, &c.namespace, &c.name) else {
+            continue;
+        };
+        if told.insert(pod.metadata.uid.clone().unwrap_or_default()) {
             let note = format!(
                 "stays on the virtual node: no in-cluster GPU node could take its replacement ({why})"
             );
             info!(namespace = %c.namespace, pod = %c.name, %why, "reclaim: a replica never fits in-cluster");
-            publish(
-                &recorder,
-                pod.object_ref(&()),
-                EventType::Normal,
-                "NotReclaimable",
-                note,
-            )
-            .await;
-        }
-        told.retain(|uid| p.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
-        let (c, node) = match state.step(&snap, &settings, Instant::now()) {
-            Step::Wait => continue,
-            Step::Move(c, node) => (c, node),
-            Step::GiveUp(c, n) => {
-                let note = format!(
-                    "stopped moving this ReplicaSet's replicas back in-cluster: {n} replacement(s) went to the virtual node again (something the reclaim controller does not judge, such as pod anti-affinity or topology spread, keeps them out); a new rollout starts afresh"
-                );
-                warn!(namespace = %c.namespace, replicaset = %c.owner_name, failed = n, "reclaim: gave up moving a ReplicaSet");
-                let rs = k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("apps/v1".into()),
-                    kind: Some("ReplicaSet".into()),
-                    name: Some(c.owner_name.clone()),
-                    namespace: Some(c.namespace.clone()),
-                    uid: Some(c.owner.clone()),
-                    ..Default::default()
-                };
-                publish(&recorder, rs, EventType::Warning, "ReclaimStopped", note).await;
-                continue;
-            }
-        };
-        let api: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
-        let Some(pod) = find(&p, &c.namespace, &c.name) else {
-            continue;
-        };
-        let reference = pod.object_ref(&());
-        match api.evict(&c.name, &EvictParams::default()).await {
-            Ok(_) => {
-                metrics.reclaim_moves.inc();
-                info!(namespace = %c.namespace, pod = %c.name, node = %node, gpus = c.gpus, "reclaim: evicted an offloaded replica; its replacement fits in-cluster");
-                let note = format!(
-                    "moving back in-cluster: node {node} has had {} free GPU(s) for the settle period; the ReplicaSet replaces this replica there",
-                    c.gpus
-                );
-                publish(&recorder, reference, EventType::Normal, "Reclaimed", note).await;
-            }
-            Err(e) => {
-                // 429: a PodDisruptionBudget allows no disruption now; try again later.
-                state = State::default();
-                warn!(namespace = %c.namespace, pod = %c.name, error = %ErrorChain(&e), "reclaim: eviction refused; trying again later");
-            }
+            let r = pod.object_ref(&());
+            publish(recorder, r, EventType::Normal, "NotReclaimable", note).await;
         }
     }
+    told.retain(|uid| p.iter().any(|x| x.metadata.uid.as_ref() == Some(uid)));
+}
+
+/// Evicts `c` so that its ReplicaSet replaces it on `node`; false when the eviction is refused.
+async fn evict(
+    client: &Client,
+    recorder: &Recorder,
+    metrics: &Metrics,
+    p: &[Pod],
+    c: &Candidate,
+    node: &str,
+) -> bool {
+    let Some(pod) = find(p, &c.namespace, &c.name) else {
+        return true;
+    };
+    let api: Api<Pod> = Api::namespaced(client.clone(), &c.namespace);
+    match api.evict(&c.name, &EvictParams::default()).await {
+        Ok(_) => {
+            metrics.reclaim_moves.inc();
+            info!(namespace = %c.namespace, pod = %c.name, node = %node, gpus = c.gpus, "reclaim: evicted an offloaded replica; its replacement fits in-cluster");
+            let note = format!(
+                "moving back in-cluster: node {node} has had {} free GPU(s) for the settle period; the ReplicaSet replaces this replica there",
+                c.gpus
+            );
+            let r = pod.object_ref(&());
+            publish(recorder, r, EventType::Normal, "Reclaimed", note).await;
+            true
+        }
+        Err(e) => {
+            warn!(namespace = %c.namespace, pod = %c.name, error = %ErrorChain(&e), "reclaim: eviction refused; trying again later");
+            false
+        }
+    }
+}
+
+/// Says on the ReplicaSet of `c` that its replicas are no longer moved.
+async fn gave_up(recorder: &Recorder, c: &Candidate, n: u32) {
+    let note = format!(
+        "stopped moving this ReplicaSet's replicas back in-cluster: {n} replacement(s) went to the virtual node again (something the reclaim controller does not judge, such as pod anti-affinity or topology spread, keeps them out); a new rollout starts afresh"
+    );
+    warn!(namespace = %c.namespace, replicaset = %c.owner_name, failed = n, "reclaim: gave up moving a ReplicaSet");
+    let rs = ObjectReference {
+        api_version: Some("apps/v1".into()),
+        kind: Some("ReplicaSet".into()),
+        name: Some(c.owner_name.clone()),
+        namespace: Some(c.namespace.clone()),
+        uid: Some(c.owner.clone()),
+        ..Default::default()
+    };
+    publish(recorder, rs, EventType::Warning, "ReclaimStopped", note).await;
 }
 
 fn find<'a>(pods: &'a [Pod], namespace: &str, name: &str) -> Option<&'a Pod> {
@@ -193,7 +207,7 @@ fn find<'a>(pods: &'a [Pod], namespace: &str, name: &str) -> Option<&'a Pod> {
 /// Records one reclaim Event on `on` (a failure to record is logged, never fatal).
 async fn publish(
     recorder: &Recorder,
-    on: k8s_openapi::api::core::v1::ObjectReference,
+    on: ObjectReference,
     type_: EventType,
     reason: &str,
     note: String,

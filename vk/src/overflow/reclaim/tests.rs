@@ -319,6 +319,9 @@ fn a_replicaset_whose_replacements_keep_landing_on_the_virtual_node_is_given_up(
             "the ReplicaSet's replicas stay where they are"
         );
     }
+    // A refused eviction of another move forgets that move, not the ReplicaSet given up.
+    st.forget_move();
+    assert!(st.stopped.contains("rs1"));
     // A new ReplicaSet (a rollout) is moved as before.
     let t = t + Duration::from_secs(100_005);
     until_move(&mut st, &on_vk("serve-new", "rs2", 6), t);

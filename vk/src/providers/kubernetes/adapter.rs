@@ -109,7 +109,7 @@ pub fn parse_pod_metrics(v: &serde_json::Value) -> HashMap<String, PodUsage> {
             u.cpu_millis += c["usage"]["cpu"].as_str().and_then(cpu_millis).unwrap_or(0);
             u.memory_bytes += c["usage"]["memory"]
                 .as_str()
-                .and_then(|q| crate::pods::spec::parse_memory(q).ok())
+                .and_then(|q| crate::vocab::quantity::parse_memory(q).ok())
                 .unwrap_or(0);
         }
         out.insert(name.to_owned(), u);
@@ -125,7 +125,7 @@ fn cpu_millis(q: &str) -> Option<u64> {
     if let Some(u) = q.strip_suffix('u') {
         return u.parse::<u64>().ok().map(|u| u / 1_000);
     }
-    crate::pods::spec::parse_cpu(q).ok()
+    crate::vocab::quantity::parse_cpu(q).ok()
 }
 
 /// One read of up to a buffer's length from a reader (futures' or tokio's `AsyncRead`).

@@ -1,11 +1,14 @@
 //! Kubernetes quantities (`500m`, `1.5Gi`, `2E`, `1e9`) as the API server's grammar writes
 //! them, read into millicores and bytes for the providers.
 
-use super::spec::SpecError;
+/// A quantity that is not valid; the message names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QuantityError(pub String);
 
 /// Parses a CPU quantity (`500m`, `2`, `1.5`, `2k`, `1e3`) into millicores.
-pub fn parse_cpu(q: &str) -> Result<u64, SpecError> {
-    let bad = || SpecError(format!("cpu quantity {q:?} is not valid"));
+pub fn parse_cpu(q: &str) -> Result<u64, QuantityError> {
+    let bad = || QuantityError(format!("cpu quantity {q:?} is not valid"));
     // Millicores exactly, without a float's rounding.
     if let Some(m) = q.strip_suffix('m')
         && let Ok(m) = m.parse::<u64>()
@@ -16,8 +19,8 @@ pub fn parse_cpu(q: &str) -> Result<u64, SpecError> {
 }
 
 /// Parses a memory quantity (`512Mi`, `1Gi`, `1G`, `1000`, `1.5Pi`, `1e9`) into bytes.
-pub fn parse_memory(q: &str) -> Result<u64, SpecError> {
-    let bad = || SpecError(format!("memory quantity {q:?} is not valid"));
+pub fn parse_memory(q: &str) -> Result<u64, QuantityError> {
+    let bad = || QuantityError(format!("memory quantity {q:?} is not valid"));
     value(q).and_then(whole).ok_or_else(bad)
 }
 

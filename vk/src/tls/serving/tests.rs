@@ -1,7 +1,7 @@
 //! Tests of loading, generating and rotating the serving certificate.
 
 use super::*;
-use crate::kubelet_api::tls::subject;
+use crate::tls::subject;
 
 #[test]
 fn self_signed_certificate_names_the_node() {

@@ -10,7 +10,6 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::x509::AttributeTypeAndValue;
 
 use super::{TlsConn, TlsListener};
-use crate::kubelet_api::auth::User;
 
 #[cfg(test)]
 mod tests;
@@ -20,19 +19,30 @@ mod tests;
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub addr: SocketAddr,
-    pub cert_user: Option<User>,
+    pub cert_subject: Option<Subject>,
+}
+
+/// What a verified client certificate's subject says: its common name and organizations
+/// (the kubelet API reads them as a user and its groups).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Subject {
+    pub common_name: String,
+    pub organizations: Vec<String>,
 }
 
 impl Peer {
     /// The client of `conn`, connected from `addr`.
     pub fn of(conn: &TlsConn, addr: SocketAddr) -> Self {
         let (_, tls) = conn.tls().get_ref();
-        let cert_user = tls
+        let cert_subject = tls
             .peer_certificates()
             .and_then(|chain| chain.first())
             .and_then(|leaf| subject(leaf.as_ref()))
-            .and_then(|(cn, orgs)| User::from_certificate(cn, orgs));
-        Self { addr, cert_user }
+            .map(|(common_name, organizations)| Subject {
+                common_name,
+                organizations,
+            });
+        Self { addr, cert_subject }
     }
 }
 

@@ -10,7 +10,7 @@
 //!   clientCaFile: /etc/kubernetes/ca.crt  # CA bundle client certificates are verified against
 //!   clientCaFromCluster: true             # default; see below
 //!   csr: false                            # or: request the certificate from the cluster
-//!   csrAutoApprove: false                 # approve our own CSR (see `super::csr`)
+//!   csrAutoApprove: false                 # approve our own CSR (see `crate::kubelet_api::csr`)
 //!   csrExpirationSeconds: 31536000        # optional, the signer may cap it
 //! anonymousAuth: false                    # default
 //! ```
@@ -23,7 +23,7 @@
 //!   generated at each start, as the kubelet does without `--tls-cert-file`; API servers
 //!   started without `--kubelet-certificate-authority` accept it. With `csr: true` that
 //!   self-signed certificate is only served until the cluster issued one through a
-//!   `kubernetes.io/kubelet-serving` CSR, which is renewed before expiry ([`super::csr`]).
+//!   `kubernetes.io/kubelet-serving` CSR, which is renewed before expiry ([`crate::kubelet_api::csr`]).
 //! - **Client certificates** are verified against `clientCaFile`, re-read when its content
 //!   changes (checked every 5 seconds) so a CA rotation needs no restart: new connections are
 //!   verified against the new bundle. A file that is missing or does not load at start is
@@ -61,7 +61,7 @@ use std::path::PathBuf;
 pub use acceptor::{Limits, TlsConn, TlsListener};
 pub use client_ca::{CLIENT_CA_RELOAD_INTERVAL, install_client_ca};
 pub use config::{TlsConfigs, server_config};
-pub use identity::{Peer, subject, validity};
+pub use identity::{Peer, Subject, subject, validity};
 pub use serve::{Deadlines, serve};
 pub use serving::{ServingCert, self_signed};
 
