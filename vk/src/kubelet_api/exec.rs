@@ -56,6 +56,7 @@
 pub mod attach;
 pub mod bridge;
 pub mod channel;
+mod forward;
 mod limits;
 mod request;
 pub mod spdy;
@@ -70,7 +71,7 @@ use axum::extract::ws::{WebSocketUpgrade, rejection::WebSocketUpgradeRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -106,30 +107,47 @@ impl Kind {
 }
 
 pub(crate) fn routes() -> Router<AppState> {
+    // One handler for the six routes: the path's segments say the rest.
+    let h = |kind: Kind| {
+        move |State(s): State<AppState>,
+              Path(segments): Path<Vec<String>>,
+              headers: HeaderMap,
+              SpdyUpgrade(spdy): SpdyUpgrade,
+              ws: Ws,
+              q: Q| async move {
+            let (uid, container) = match (kind, &segments[2..]) {
+                (Kind::PortForward, []) => (None, None),
+                (Kind::PortForward, [uid]) => (Some(uid.as_str()), None),
+                (_, [c]) => (None, Some(c.as_str())),
+                (_, [uid, c]) => (Some(uid.as_str()), Some(c.as_str())),
+                _ => return StatusCode::NOT_FOUND.into_response(),
+            };
+            let target = Target {
+                kind,
+                namespace: &segments[0],
+                pod: &segments[1],
+                uid,
+                container,
+            };
+            stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
+        }
+    };
+    let both = |kind| get(h(kind)).post(h(kind));
     Router::new()
-        .route(
-            "/exec/{namespace}/{pod}/{container}",
-            get(exec3).post(exec3),
-        )
+        .route("/exec/{namespace}/{pod}/{container}", both(Kind::Exec))
         .route(
             "/exec/{namespace}/{pod}/{uid}/{container}",
-            get(exec4).post(exec4),
+            both(Kind::Exec),
         )
-        .route(
-            "/attach/{namespace}/{pod}/{container}",
-            get(attach3).post(attach3),
-        )
+        .route("/attach/{namespace}/{pod}/{container}", both(Kind::Attach))
         .route(
             "/attach/{namespace}/{pod}/{uid}/{container}",
-            get(attach4).post(attach4),
+            both(Kind::Attach),
         )
-        .route(
-            "/portForward/{namespace}/{pod}",
-            get(port_forward2).post(port_forward2),
-        )
+        .route("/portForward/{namespace}/{pod}", both(Kind::PortForward))
         .route(
             "/portForward/{namespace}/{pod}/{uid}",
-            get(port_forward3).post(port_forward3),
+            both(Kind::PortForward),
         )
 }
 
@@ -156,116 +174,6 @@ impl<S: Send + Sync> FromRequestParts<S> for SpdyUpgrade {
             None
         }))
     }
-}
-
-async fn exec3(
-    State(s): State<AppState>,
-    Path((ns, pod, c)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    SpdyUpgrade(spdy): SpdyUpgrade,
-    ws: Ws,
-    q: Q,
-) -> Response {
-    let target = Target {
-        kind: Kind::Exec,
-        namespace: &ns,
-        pod: &pod,
-        uid: None,
-        container: Some(&c),
-    };
-    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
-}
-
-async fn exec4(
-    State(s): State<AppState>,
-    Path((ns, pod, uid, c)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
-    SpdyUpgrade(spdy): SpdyUpgrade,
-    ws: Ws,
-    q: Q,
-) -> Response {
-    let target = Target {
-        kind: Kind::Exec,
-        namespace: &ns,
-        pod: &pod,
-        uid: Some(&uid),
-        container: Some(&c),
-    };
-    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
-}
-
-async fn attach3(
-    State(s): State<AppState>,
-    Path((ns, pod, c)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    SpdyUpgrade(spdy): SpdyUpgrade,
-    ws: Ws,
-    q: Q,
-) -> Response {
-    let target = Target {
-        kind: Kind::Attach,
-        namespace: &ns,
-        pod: &pod,
-        uid: None,
-        container: Some(&c),
-    };
-    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
-}
-
-async fn attach4(
-    State(s): State<AppState>,
-    Path((ns, pod, uid, c)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
-    SpdyUpgrade(spdy): SpdyUpgrade,
-    ws: Ws,
-    q: Q,
-) -> Response {
-    let target = Target {
-        kind: Kind::Attach,
-        namespace: &ns,
-        pod: &pod,
-        uid: Some(&uid),
-        container: Some(&c),
-    };
-    stream(&s, target, &headers, q, Upgrades { ws: ws.ok(), spdy }).await
-}
-
-async fn port_forward2(
-    State(s): State<AppState>,
-    Path((ns, pod)): Path<(String, String)>,
-    headers: HeaderMap,
-    SpdyUpgrade(spdy): SpdyUpgrade,
-    ws: Ws,
-    q: Q,
-) -> Response {
-    let target = Target {
-        kind: Kind::PortForward,
-        namespace: &ns,
-        pod: &pod,
-        uid: None,
-        container: None,
-    };
-    let up = Upgrades { ws: ws.ok(), spdy };
-    stream(&s, target, &headers, q, up).await
-}
-
-async fn port_forward3(
-    State(s): State<AppState>,
-    Path((ns, pod, uid)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    SpdyUpgrade(spdy): SpdyUpgrade,
-    ws: Ws,
-    q: Q,
-) -> Response {
-    let target = Target {
-        kind: Kind::PortForward,
-        namespace: &ns,
-        pod: &pod,
-        uid: Some(&uid),
-        container: None,
-    };
-    let up = Upgrades { ws: ws.ok(), spdy };
-    stream(&s, target, &headers, q, up).await
 }
 
 /// What a streaming request addresses.
@@ -342,7 +250,7 @@ async fn serve(
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
     let name = provider.name().to_owned();
     if kind == Kind::PortForward {
-        return port_forward(s, &p, &name, &observed, headers, up);
+        return forward::port_forward(s, &p, &name, &observed, headers, up);
     }
     let caps = provider.capabilities();
     match kind {
@@ -406,11 +314,11 @@ async fn serve(
         ) {
             return Err(ApiError::bad_request(format!(
                 "container \"{container}\" in pod \"{namespace}/{pod}\" is not running (provider {name} reports {})",
-                state_name(&observed.state)
+                forward::state_name(&observed.state)
             )));
         }
         if kind == Kind::Attach {
-            return start_attach(&p, provider.as_ref(), &observed, container, &opts).await;
+            return attach::start(&p, provider.as_ref(), &observed, container, &opts).await;
         }
         let req = ExecRequest {
             command: opts.command.clone(),
@@ -512,169 +420,4 @@ async fn serve(
         limits: s.exec,
     };
     Ok(ws.on_upgrade(move |socket| bridge::run(socket, session, streams)))
-}
-
-/// Opens an attach's session ([`attach`]): the container's log followed from its end (the
-/// container's own log where the provider keeps one per container).
-async fn start_attach(
-    p: &k8s_openapi::api::core::v1::Pod,
-    provider: &dyn crate::provider::DynProvider,
-    observed: &crate::provider::Observed,
-    container: &str,
-    opts: &StreamOptions,
-) -> Result<crate::provider::ExecSession, ApiError> {
-    let name = provider.name();
-    let spec = p.spec.as_ref();
-    let reads_stdin = spec
-        .into_iter()
-        .flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-        })
-        .any(|c| c.name == container && c.stdin == Some(true));
-    if opts.stdin
-        && let Some(e) = attach::stdin_refusal(name, container, reads_stdin)
-    {
-        return Err(ApiError::from_provider(name, &e));
-    }
-    let log = crate::provider::LogOptions {
-        follow: true,
-        tail_lines: Some(0),
-        container: super::logs::own_log(provider, p, container),
-        ..Default::default()
-    };
-    // The provider call layer bounds opening the stream by its timeout.
-    let output = provider
-        .logs(&observed.provider_id, &log)
-        .await
-        .map_err(|e| ApiError::from_provider(name, &e))?;
-    Ok(attach::session(output, opts.stdin))
-}
-
-/// Takes a port-forward request over once the pod and its workload are known: 501 where the
-/// provider publishes no container port of the pod; then, by transport:
-/// - a WebSocket (what a 1.36 API server passes through from kubectl to a node declaring
-///   `ExtendWebSocketsToKubelet`): 400 without a `SPDY/3.1+<protocol>.k8s.io` subprotocol,
-///   403 when `portforward.k8s.io` is not among them, else the SPDY session runs in the
-///   WebSocket's binary messages ([`tunnel`]);
-/// - SPDY/3.1 (older API servers, and kubectl with `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`):
-///   400/403 from the handshake, 400 without an HTTP/1.1 connection to take over;
-/// - 400 for anything else.
-fn port_forward(
-    s: &AppState,
-    p: &k8s_openapi::api::core::v1::Pod,
-    provider: &str,
-    observed: &crate::provider::Observed,
-    headers: &HeaderMap,
-    up: Upgrades,
-) -> Result<Response, ApiError> {
-    use spdy::portforward;
-    let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
-    let pod = p.metadata.name.as_deref().unwrap_or_default();
-    if observed.ports.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "not supported by provider {provider}: port forwarding (it publishes no \
-                 container port of pod \"{namespace}/{pod}\"; RunPod publishes the ports the \
-                 container declares)"
-            ),
-        ));
-    }
-    let refused = |(code, m): (u16, String)| {
-        ApiError::new(
-            StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
-            m,
-        )
-    };
-    let setup = portforward::Setup {
-        pod: format!("{namespace}/{pod}"),
-        uid: p.metadata.uid.clone().unwrap_or_default(),
-        provider: provider.to_owned(),
-        ports: observed.ports.clone(),
-        limits: s.exec,
-        cluster_networks: s.cluster_networks.clone(),
-    };
-    if let Some(offered) = tunnel::offered(headers) {
-        if offered.is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "unable to upgrade: no tunneling spdy protocols provided (port forwarding over \
-                 a WebSocket needs the subprotocol {})",
-                tunnel::PORT_FORWARD
-            )));
-        }
-        portforward::choose(&offered).map_err(refused)?;
-        let Some(ws) = up.ws else {
-            return Err(ApiError::bad_request(
-                "port forwarding over a WebSocket needs a GET with Connection: Upgrade, \
-                 Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
-            ));
-        };
-        debug!(
-            namespace,
-            pod,
-            provider,
-            protocol = tunnel::PORT_FORWARD,
-            transport = "websocket",
-            "port-forward session starting"
-        );
-        let ws = ws
-            .protocols([tunnel::PORT_FORWARD])
-            .max_message_size(s.exec.max_message_bytes)
-            .max_frame_size(s.exec.max_message_bytes);
-        return Ok(
-            ws.on_upgrade(move |socket| portforward::run(tunnel::Tunnel::new(socket), setup))
-        );
-    }
-    if negotiate(headers) != Transport::Spdy {
-        return Err(ApiError::bad_request(format!(
-            "port forwarding needs a SPDY/3.1 upgrade offering {} or a WebSocket upgrade \
-             offering {}",
-            portforward::PROTOCOL,
-            tunnel::PORT_FORWARD
-        )));
-    }
-    let protocol = portforward::negotiate(headers).map_err(refused)?;
-    let Some(on) = up.spdy else {
-        return Err(ApiError::bad_request(
-            "port forwarding over SPDY needs an HTTP/1.1 connection upgrade (Connection: \
-             Upgrade, Upgrade: SPDY/3.1)",
-        ));
-    };
-    debug!(
-        namespace,
-        pod,
-        provider,
-        protocol,
-        transport = "SPDY/3.1",
-        "port-forward session starting"
-    );
-    tokio::spawn(async move {
-        match on.await {
-            Ok(io) => portforward::run(TokioIo::new(io), setup).await,
-            Err(e) => debug!(error = %e, "port-forward SPDY upgrade failed"),
-        }
-    });
-    Response::builder()
-        .status(StatusCode::SWITCHING_PROTOCOLS)
-        .header(header::CONNECTION, "Upgrade")
-        .header(header::UPGRADE, "SPDY/3.1")
-        .header(spdy::PROTOCOL_HEADER, protocol)
-        .body(Body::empty())
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
-}
-
-fn state_name(s: &WorkloadState) -> &'static str {
-    match s {
-        WorkloadState::Queued { .. } => "Queued",
-        WorkloadState::Starting => "Starting",
-        WorkloadState::Running => "Running",
-        WorkloadState::NotReady { .. } => "NotReady",
-        WorkloadState::Succeeded => "Succeeded",
-        WorkloadState::Failed { .. } => "Failed",
-        WorkloadState::Preempted => "Preempted",
-        WorkloadState::Lost => "Lost",
-        WorkloadState::Unknown { .. } => "Unknown",
-    }
 }

@@ -74,6 +74,44 @@ impl Stream for Ending {
     }
 }
 
+/// Opens an attach's session (this module's [`session`]): the container's log followed from its end (the
+/// container's own log where the provider keeps one per container).
+pub(super) async fn start(
+    p: &k8s_openapi::api::core::v1::Pod,
+    provider: &dyn crate::provider::DynProvider,
+    observed: &crate::provider::Observed,
+    container: &str,
+    opts: &super::StreamOptions,
+) -> Result<crate::provider::ExecSession, crate::kubelet_api::ApiError> {
+    let name = provider.name();
+    let spec = p.spec.as_ref();
+    let reads_stdin = spec
+        .into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .any(|c| c.name == container && c.stdin == Some(true));
+    if opts.stdin
+        && let Some(e) = stdin_refusal(name, container, reads_stdin)
+    {
+        return Err(crate::kubelet_api::ApiError::from_provider(name, &e));
+    }
+    let log = crate::provider::LogOptions {
+        follow: true,
+        tail_lines: Some(0),
+        container: crate::kubelet_api::logs::own_log(provider, p, container),
+        ..Default::default()
+    };
+    // The provider call layer bounds opening the stream by its timeout.
+    let output = provider
+        .logs(&observed.provider_id, &log)
+        .await
+        .map_err(|e| crate::kubelet_api::ApiError::from_provider(name, &e))?;
+    Ok(session(output, opts.stdin))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
