@@ -4,31 +4,26 @@
 //! True while its circuit breaker admits new pods) and, with `capacity.gpus: inventory`, the
 //! GPUs the providers' inventories show free as allocatable `nvidia.com/gpu`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
 mod address;
+mod object;
 pub use address::service_address;
 
 use crate::config::Config;
 use crate::provider::health::Health;
 use crate::telemetry::ErrorChain;
-use crate::vocab::{TYPE_LABEL, node_taint};
 
 /// `capacity.gpus` value that makes allocatable GPUs follow the providers' inventories.
 pub const GPUS_FROM_INVENTORY: &str = "inventory";
@@ -169,40 +164,7 @@ impl NodeManager {
 
     /// The Node object as we want it (metadata and spec).
     pub fn desired(&self) -> Node {
-        let mut labels = BTreeMap::from([
-            (TYPE_LABEL.0.to_owned(), TYPE_LABEL.1.to_owned()),
-            ("kubernetes.io/role".to_owned(), "agent".to_owned()),
-            (
-                "kubernetes.io/hostname".to_owned(),
-                self.cfg.node_name.clone(),
-            ),
-            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-            ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
-        ]);
-        for p in &self.cfg.providers {
-            labels.insert(format!("gpu-vk.io/provider.{}", p.name), "true".to_owned());
-            labels.extend(p.labels.clone());
-        }
-        let taints = self
-            .cfg
-            .taint
-            .then(|| vec![node_taint(&self.cfg.node_name)]);
-        Node {
-            metadata: ObjectMeta {
-                name: Some(self.cfg.node_name.clone()),
-                labels: Some(labels),
-                annotations: Some(BTreeMap::from([(
-                    OWNER_ANNOTATION.to_owned(),
-                    self.owner_tag(),
-                )])),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints,
-                ..Default::default()
-            }),
-            status: None,
-        }
+        object::desired(&self.cfg)
     }
 
     /// The status we report; `ready` false on shutdown.
@@ -212,131 +174,7 @@ impl NodeManager {
 
     /// [`Self::status`] with the given provider facts.
     pub fn status_with(&self, ready: bool, now: Timestamp, facts: &ProviderFacts) -> NodeStatus {
-        let c = &self.cfg.capacity;
-        let gpus = if c.gpus == GPUS_FROM_INVENTORY {
-            facts.free_gpus.to_string()
-        } else {
-            c.gpus.clone()
-        };
-        let resources = BTreeMap::from([
-            ("cpu".to_owned(), Quantity(c.cpu.clone())),
-            ("memory".to_owned(), Quantity(c.memory.clone())),
-            ("pods".to_owned(), Quantity(c.pods.clone())),
-            (crate::vocab::GPU_RESOURCE.to_owned(), Quantity(gpus)),
-            ("ephemeral-storage".to_owned(), Quantity("100Ti".into())),
-        ]);
-        let cond = |type_: &str, status: bool, reason: &str, message: &str| NodeCondition {
-            type_: type_.into(),
-            status: if status { "True" } else { "False" }.into(),
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            last_heartbeat_time: Some(Time(now)),
-            last_transition_time: Some(Time(now)),
-        };
-        let ready_cond = if ready {
-            cond("Ready", true, "KubeletReady", "virtual kubelet is ready")
-        } else {
-            cond(
-                "Ready",
-                false,
-                "KubeletNotReady",
-                "virtual kubelet is shutting down",
-            )
-        };
-        let providers = facts.health.iter().map(|(name, h)| {
-            let (ok, reason, message) = match h {
-                Health::Healthy => (
-                    true,
-                    "ProviderHealthy",
-                    "new pods are sent to it".to_owned(),
-                ),
-                Health::Probing { reason } => (
-                    true,
-                    "ProviderProbing",
-                    format!("the next call decides; it failed before: {reason}"),
-                ),
-                Health::Unhealthy { reason, retry_in } => (
-                    false,
-                    "CircuitOpen",
-                    format!("no new pods for {}s: {reason}", retry_in.as_secs().max(1)),
-                ),
-            };
-            cond(
-                &format!("{PROVIDER_CONDITION_PREFIX}{name}"),
-                ok,
-                reason,
-                &message,
-            )
-        });
-        let mut conditions = vec![
-            ready_cond,
-            cond(
-                "MemoryPressure",
-                false,
-                "KubeletHasSufficientMemory",
-                "no memory pressure on a virtual node",
-            ),
-            cond(
-                "DiskPressure",
-                false,
-                "KubeletHasNoDiskPressure",
-                "no disk pressure on a virtual node",
-            ),
-            cond(
-                "PIDPressure",
-                false,
-                "KubeletHasSufficientPID",
-                "no PID pressure on a virtual node",
-            ),
-            cond(
-                "NetworkUnavailable",
-                false,
-                "RouteCreated",
-                "virtual node network is provider-managed",
-            ),
-        ];
-        conditions.extend(providers);
-        NodeStatus {
-            capacity: Some(resources.clone()),
-            allocatable: Some(resources),
-            conditions: Some(conditions),
-            addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: self.cfg.internal_ip.clone(),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: self.cfg.node_name.clone(),
-                },
-            ]),
-            declared_features: Some(
-                if self.cfg.kubelet_api.declare_extend_web_sockets_to_kubelet {
-                    DECLARED_FEATURES.iter().map(|f| (*f).to_owned()).collect()
-                } else {
-                    Vec::new()
-                },
-            ),
-            daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint {
-                    port: i32::from(self.cfg.kubelet_port),
-                }),
-            }),
-            node_info: Some(NodeSystemInfo {
-                architecture: "amd64".into(),
-                boot_id: String::new(),
-                container_runtime_version: format!("gpu-vk://{}", env!("CARGO_PKG_VERSION")),
-                kernel_version: String::new(),
-                kube_proxy_version: String::new(),
-                kubelet_version: format!("v1.36.0-gpu-vk.{}", env!("CARGO_PKG_VERSION")),
-                machine_id: String::new(),
-                operating_system: "linux".into(),
-                os_image: format!("providers: {}", self.provider_names.join(",")),
-                system_uuid: String::new(),
-                swap: None,
-            }),
-            ..Default::default()
-        }
+        object::status(&self.cfg, &self.provider_names, ready, now, facts)
     }
 
     /// Creates the Node if missing (or re-creates it) and posts its status. Returns its UID.
@@ -532,6 +370,9 @@ impl NodeManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::NodeSystemInfo;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use std::collections::BTreeMap;
 
     fn node(owner: Option<&str>, kubelet_version: &str) -> Node {
         Node {
