@@ -43,9 +43,10 @@ deps: ## install what the build and the testbed need (apt packages, rust compone
 build: ## cargo build of every crate and target
 	$(CARGO) build --workspace --all-targets
 
-lint: ## rustfmt check, clippy with warnings as errors, shellcheck of the scripts, the Helm chart
+lint: ## rustfmt check, clippy with warnings as errors, the house rules (layers, sizes), shellcheck, the Helm chart
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	scripts/lint-house
 	@command -v shellcheck >/dev/null || { echo "shellcheck is not installed (make deps installs it)" >&2; exit 1; }
 	shellcheck -x $(SHELL_SCRIPTS)
 	scripts/lint-chart

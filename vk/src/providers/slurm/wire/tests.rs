@@ -1,7 +1,9 @@
 //! Tests of the slurmrestd wire format: exit decoding, the state mapping, submit bodies per
 //! dialect and error spellings.
 
+use super::jobs::decode_exit;
 use super::*;
+use crate::provider::{FailureReason, WorkloadState};
 
 fn job(v: Value) -> JobRecord {
     serde_json::from_value(v).unwrap()
