@@ -31,6 +31,11 @@ pub use validate::{CreatePod, GpuRequest, Invalid, PodAction};
 /// CUDA version every emulated host reports.
 pub const CUDA_VERSION: &str = "12.8";
 /// Data center assigned when the request names none.
+/// What an emulated GPU pod gets per GPU besides the GPU: vCPUs and system RAM (GB). The real
+/// figures vary by GPU type and are shown only in RunPod's console; a VK reading this emulator
+/// is told them as an operator would be (the RunPod provider's `gpuPodResources`).
+pub const VCPUS_PER_GPU: u64 = 8;
+pub const RAM_GB_PER_GPU: u64 = 32;
 pub const DEFAULT_DATA_CENTER: &str = "EMU-LOCAL-1";
 /// The real API's human-readable capacity message (no machine-readable code exists).
 pub const CAPACITY_DETAIL: &str = "There are no longer any instances available with the requested specifications. Please refresh and try again.";
@@ -53,8 +58,10 @@ pub struct Account {
     /// GPU types whose pool this account cannot access: create answers 403 ("your account
     /// cannot access the requested pool", v2 `POST /v2/pods`).
     pub restricted_gpu_types: Vec<String>,
-    /// The balance ran out: create answers 402 ("insufficient balance") and running pods
-    /// are stopped (EXITED), as RunPod does when funds reach $0.
+    /// The balance ran out: create answers 402 ("insufficient balance"); running pods with a
+    /// network volume are stopped (EXITED) and the others terminated (gone), as RunPod does at
+    /// $0 (runpod/docs `accounts-billing/billing.mdx`: "Pods with a network volume attached
+    /// are stopped [...] Pods without a network volume are terminated").
     pub balance_exhausted: bool,
 }
 
@@ -115,8 +122,8 @@ impl PodExtra {
             registry: None,
             cloud: "SECURE".into(),
             data_center_id: DEFAULT_DATA_CENTER.into(),
-            vcpu_count: 8 * n,
-            memory_gb: 32 * n,
+            vcpu_count: VCPUS_PER_GPU * n,
+            memory_gb: RAM_GB_PER_GPU * n,
             mounts: json!({}),
             global_networking: false,
             cpu_flavor: None,
@@ -376,12 +383,9 @@ fn render_pod(engine: &Engine, w: &mut Workload, now: Instant) -> Value {
             json!({"id": flavor, "vcpuCount": extra.vcpu_count, "memory": extra.memory_gb}),
         ),
         None => (
-            json!({
-                "id": w.gpu_type,
-                "count": w.gpu_count,
-                "vcpuCount": extra.vcpu_count,
-                "memory": extra.memory_gb,
-            }),
+            // v2 `GpuConfig` is `{id, count}`: the vCPUs and RAM a GPU pod got are not
+            // reported ("omitted from GPU pods", `Pod.cpu`), only their utilisation.
+            json!({"id": w.gpu_type, "count": w.gpu_count}),
             Value::Null,
         ),
     };
@@ -501,9 +505,9 @@ fn create_inner(engine: &Engine, body: &[u8]) -> Response {
             }
             let count = u64::from(gpu.count);
             // A GPU pod's vCPUs and RAM come with its GPUs (v2 has no field to ask for them):
-            // the emulated machines give 8 vCPUs and 32 GB per GPU.
-            extra.vcpu_count = 8 * count;
-            extra.memory_gb = 32 * count;
+            // the emulated machines give a fixed share per GPU.
+            extra.vcpu_count = VCPUS_PER_GPU * count;
+            extra.memory_gb = RAM_GB_PER_GPU * count;
             (gpu.id, gpu.count)
         }
         None => {
@@ -738,8 +742,8 @@ async fn get_account(AxState(s): AxState<State>) -> Response {
     json_response(StatusCode::OK, json!(account))
 }
 
-/// Sets the account; an exhausted balance stops every active pod (EXITED), as RunPod stops
-/// pods when the balance reaches $0.
+/// Sets the account; an exhausted balance ends every active pod as RunPod does at $0: stopped
+/// (EXITED) when it has a network volume, terminated (removed) otherwise.
 async fn put_account(AxState(s): AxState<State>, body: Bytes) -> Response {
     let account: Account = match serde_json::from_slice(&body) {
         Ok(a) => a,
@@ -756,14 +760,25 @@ async fn put_account(AxState(s): AxState<State>, body: Bytes) -> Response {
             .map(|w| w.seq)
             .collect();
         for seq in active {
-            if let Some(w) = inner.workloads.get_mut(&seq) {
+            let Some(w) = inner.workloads.get_mut(&seq) else {
+                continue;
+            };
+            let network_volume = match &w.extra {
+                Extra::RunPod(x) => x.mounts["network"]
+                    .as_array()
+                    .is_some_and(|m| !m.is_empty()),
+                _ => false,
+            };
+            if network_volume {
                 w.logs.push(
                     jiff::Timestamp::now(),
                     LogSource::System,
-                    "account balance reached $0: stopping the pod",
+                    "account balance reached $0: stopping the pod (its network volume is kept)",
                 );
+                s.engine.stop_locked(&mut inner, seq, StopReason::User);
+            } else {
+                s.engine.remove_locked(&mut inner, seq);
             }
-            s.engine.stop_locked(&mut inner, seq, StopReason::User);
         }
     }
     inner.runpod = account.clone();

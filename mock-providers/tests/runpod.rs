@@ -175,14 +175,44 @@ async fn create_answers_403_for_a_closed_pool_and_402_without_balance() {
         create(&emu, pod_body("b", "RTX4090", 1)).await.status(),
         StatusCode::CREATED
     );
-    // At $0: creates answer 402 and running pods are stopped (EXITED).
+    let mut with_volume = pod_body("kept", "RTX4090", 1);
+    with_volume["mounts"] = json!({"network": [{"volumeId": "vol-1", "path": "/workspace"}]});
+    let r = create(&emu, with_volume).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let kept: Value = r.json().await.unwrap();
+    // At $0: creates answer 402; running pods with a network volume are stopped (EXITED),
+    // the others terminated: gone from the list and from `GET /v2/pods/{id}`.
     let r = account(&emu, json!({"balanceExhausted": true})).await;
     assert_eq!(r.status(), StatusCode::OK);
     let r = create(&emu, pod_body("c", "RTX4090", 1)).await;
     assert_eq!(r.status(), StatusCode::PAYMENT_REQUIRED);
     assert_problem(&r.json().await.unwrap(), 402);
+    assert_eq!(
+        status_of(&emu, kept["id"].as_str().unwrap()).await,
+        "EXITED"
+    );
     let id = running["id"].as_str().unwrap();
-    assert_eq!(status_of(&emu, id).await, "EXITED");
+    let r = emu.get(&format!("/v2/pods/{id}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND, "terminated at $0");
+    let list: Value = emu
+        .get("/v2/pods")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = list["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["kept"],
+        "only the pod with a network volume is left"
+    );
 }
 
 #[tokio::test]

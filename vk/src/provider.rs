@@ -95,6 +95,16 @@ impl ProviderError {
     }
 }
 
+/// Why a provider's workloads vanish, as far as it knows (see [`Provider::vanished_cause`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Vanished {
+    /// The account ran out of money and the provider ended its workloads: the sentence says
+    /// what showed it.
+    BalanceExhausted(String),
+    /// Only the likely causes, for the message.
+    Hint(String),
+}
+
 /// The contract an adapter implements. Native async; the framework boxes through
 /// [`DynProvider`], which every `Provider` gets for free.
 pub trait Provider: Send + Sync + 'static {
@@ -139,6 +149,13 @@ pub trait Provider: Send + Sync + 'static {
         async move { Err(err) }
     }
 
+    /// What this provider knows of why its workloads vanish without a delete from this VK (a
+    /// RunPod account that ran out of money terminates its pods), for the lost pod's reason
+    /// and message. `None`, the default: the pod is `ProviderLost` with no more said.
+    fn vanished_cause(&self) -> Option<Vanished> {
+        None
+    }
+
     /// Runs a command inside the running workload `provider_id` (`kubectl exec`); providers
     /// without a way to do that keep this default. Adapters that implement it report
     /// `capabilities().exec`.
@@ -163,6 +180,7 @@ pub trait DynProvider: Send + Sync {
     fn delete<'a>(&'a self, provider_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
     fn list(&self) -> BoxFuture<'_, Result<Vec<Observed>, ProviderError>>;
     fn inventory(&self) -> BoxFuture<'_, Result<Inventory, ProviderError>>;
+    fn vanished_cause(&self) -> Option<Vanished>;
     fn logs<'a>(
         &'a self,
         provider_id: &'a str,
@@ -193,6 +211,9 @@ impl<P: Provider> DynProvider for P {
     }
     fn inventory(&self) -> BoxFuture<'_, Result<Inventory, ProviderError>> {
         Box::pin(Provider::inventory(self))
+    }
+    fn vanished_cause(&self) -> Option<Vanished> {
+        Provider::vanished_cause(self)
     }
     fn logs<'a>(
         &'a self,

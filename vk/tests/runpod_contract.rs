@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use vk::naming::Owner;
-use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, WorkloadState};
+use vk::provider::{FailureReason, LogOptions, Provider, ProviderError, Vanished, WorkloadState};
 use vk::providers::runpod::{Cloud, RunPod, RunPodConfig};
 use wiremock::matchers::{header, method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -44,6 +44,15 @@ fn config(server: &MockServer) -> RunPodConfig {
         base_url: format!("{}/v2", server.uri()),
         gpu_ids: [("RTX4090".to_owned(), "NVIDIA GeForce RTX 4090".to_owned())].into(),
         data_center_ids: vec!["US-TX-3".into()],
+        // What RunPod's console shows for the type: v2 lists no vCPUs or RAM for GPU pods.
+        gpu_pod_resources: [(
+            "RTX4090".to_owned(),
+            vk::providers::runpod::PerGpu {
+                vcpus: 8,
+                memory_gb: 32,
+            },
+        )]
+        .into(),
         ..RunPodConfig::default()
     }
     .with_api_key(KEY)
@@ -107,7 +116,7 @@ fn pod(id: &str, name: &str, status: &str) -> Value {
         "ports": ["8080/tcp"], "env": {"HF_TOKEN": "hf_fake"}, "registry": null,
         "cloud": "SECURE", "dataCenterId": "US-TX-3", "cudaVersion": "12.8",
         "ssh": {"proxy": null, "direct": null}, "template": null, "cost": 0.88, "locked": false,
-        "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 2, "vcpuCount": 16, "memory": 64},
+        "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 2},
         "runtime": null, "createdAt": "2026-06-01T12:00:00Z", "startedAt": null,
         "globalNetworking": {"enabled": false}
     })
@@ -296,6 +305,43 @@ async fn create_error(resp: ResponseTemplate) -> ProviderError {
         .unwrap_err();
     assert_no_key(&err);
     err
+}
+
+/// RunPod's v2 API has no balance; at $0 it terminates pods without a network volume
+/// (billing docs) and refuses creates with 402. A 402 since the last successful create makes
+/// vanished pods "balance exhausted"; without one, the message names the causes.
+#[tokio::test]
+async fn vanished_pods_are_put_down_to_the_balance_after_a_402() {
+    let server = MockServer::start().await;
+    mount_list(&server, json!([])).await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .respond_with(
+            ResponseTemplate::new(402).set_body_json(problem(402, "insufficient balance")),
+        )
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v2/pods"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pod("p-1", "x", "PROVISIONING")))
+        .mount(&server)
+        .await;
+    let rp = adapter(&server);
+    match rp.vanished_cause() {
+        Some(Vanished::Hint(h)) => assert!(h.contains("balance at $0"), "{h}"),
+        other => panic!("before any 402: {other:?}"),
+    }
+    rp.create(&workload().build()).await.unwrap_err();
+    match rp.vanished_cause() {
+        Some(Vanished::BalanceExhausted(m)) => assert!(m.contains("insufficient balance"), "{m}"),
+        other => panic!("after a 402: {other:?}"),
+    }
+    rp.create(&workload().build()).await.unwrap();
+    assert!(
+        matches!(rp.vanished_cause(), Some(Vanished::Hint(_))),
+        "a create that succeeds says the account is paid up again"
+    );
 }
 
 #[tokio::test]
@@ -557,6 +603,7 @@ async fn list_is_one_call_and_maps_every_state() {
         "any VK's workloads are listed; the framework filters"
     );
     let run = observed.iter().find(|o| o.provider_id == "p-run").unwrap();
+    // 50% of 2 x 8 vCPUs and 25% of 2 x 32 GB: the configured per-GPU figures.
     let usage = run.usage.as_ref().unwrap();
     assert_eq!(
         (usage.cpu_millis, usage.memory_bytes),

@@ -163,7 +163,7 @@ impl Emulator {
             // The clouds deny Secret env by default; the suites pass Secrets to them on
             // purpose (env resolution, log redaction), so the test operator allows it.
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{names}{paced}{insecure}",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{names}{paced}{resources}{insecure}",
                 insecure = self.insecure_http(),
                 // The emulator runs on simulated (shortened) timings: the Vast adapter paces
                 // its calls at a tenth of the service's documented intervals to match, the
@@ -180,6 +180,18 @@ impl Emulator {
                         "    gpuNames: {{{}: {}}}\n",
                         yaml_str(&self.default_gpu),
                         yaml_str(&self.stock_gpu)
+                    )
+                } else {
+                    String::new()
+                },
+                // RunPod reports no vCPUs or RAM for GPU pods, only utilisation: the operator
+                // gives the per-GPU figures the emulated machines have, as for real GPU types.
+                resources = if self.kind == "runpod" {
+                    format!(
+                        "    gpuPodResources: {{{}: {{vcpus: {}, memoryGb: {}}}}}\n",
+                        yaml_str(&self.default_gpu),
+                        mock_providers::runpod::VCPUS_PER_GPU,
+                        mock_providers::runpod::RAM_GB_PER_GPU
                     )
                 } else {
                     String::new()

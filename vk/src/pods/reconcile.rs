@@ -12,6 +12,7 @@ use super::events::EventType;
 use super::memory::Memory;
 use super::translate::reason;
 use super::{Error, PodController, read, write};
+use crate::provider::Vanished;
 use crate::telemetry::{ErrorChain, ResultLabels};
 
 /// When the queue should bring the pod back, in the spirit of kube-runtime's `Action`.
@@ -251,9 +252,23 @@ impl PodController {
             Step::Lost { provider } => {
                 // A provider that loses every workload as it starts would make a storm of
                 // replacements: the backstop holds them.
-                let msg = format!("workload vanished at provider {provider}");
-                self.fail_unless_storm(&pod, reason::PROVIDER_LOST, &msg, false)
-                    .await
+                // The provider may know why (an account out of money).
+                let cause = self
+                    .slots
+                    .iter()
+                    .find(|s| s.provider.name() == provider.as_str())
+                    .and_then(|s| s.provider.vanished_cause());
+                let lost = format!("workload vanished at provider {provider}");
+                let (why, msg) = match cause {
+                    Some(Vanished::BalanceExhausted(how)) => {
+                        (reason::PROVIDER_BALANCE_EXHAUSTED, format!("{lost}: {how}"))
+                    }
+                    Some(Vanished::Hint(hint)) => {
+                        (reason::PROVIDER_LOST, format!("{lost}: {hint}"))
+                    }
+                    None => (reason::PROVIDER_LOST, lost),
+                };
+                self.fail_unless_storm(&pod, why, &msg, false).await
             }
             Step::Wait(d) => Ok(Action::requeue(d)),
             Step::Hold {

@@ -29,6 +29,8 @@ pub mod reason {
     /// pulls): the pod fails and the workload is deleted.
     pub const START_DEADLINE_EXCEEDED: &str = "StartDeadlineExceeded";
     pub const PROVIDER_LOST: &str = "ProviderLost";
+    /// The workload vanished because the provider account ran out of money.
+    pub const PROVIDER_BALANCE_EXHAUSTED: &str = "ProviderBalanceExhausted";
     pub const PROVIDER_QUEUED: &str = "ProviderQueued";
     pub const PREEMPTED: &str = "Preempted";
     pub const INVALID_SPEC: &str = "InvalidSpec";

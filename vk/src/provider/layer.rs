@@ -108,6 +108,10 @@ impl DynProvider for Layered {
         Box::pin(self.call("inventory", self.inner.inventory()))
     }
 
+    fn vanished_cause(&self) -> Option<super::Vanished> {
+        self.inner.vanished_cause()
+    }
+
     fn logs<'a>(
         &'a self,
         provider_id: &'a str,

@@ -6,7 +6,7 @@
 //!   `Authorization: Bearer <key>`.
 //! - `GET /pods` answers `{"pods": [Pod]}` (cluster member pods excluded by default). A `Pod`
 //!   has `id`, `name`, `status` (PROVISIONING, STARTING, RUNNING, EXITED, ERROR, TERMINATED),
-//!   `gpu {id, count, vcpuCount, memory}`, `createdAt`, `startedAt`, `globalNetworking` and
+//!   `gpu {id, count}` (GPU pods) or `cpu {id, vcpuCount, memory}` (CPU pods), `createdAt`, `startedAt`, `globalNetworking` and
 //!   `runtime` (null unless RUNNING; `{}` right after create) with `uptime`, `cpu.util`,
 //!   `memory.util` (percent), `gpus[]`, `ports[]`.
 //! - `POST /pods` (201) takes `CreatePodRequest`: `name`, `image`, exactly one of `gpu {id,
@@ -58,8 +58,10 @@
 //! - `GET /pods/{id}/logs` exists in v2 (Server-Sent Events, `tail`, `since`, `source`), but a
 //!   non-follow request has no documented end-of-backlog marker; this adapter keeps the
 //!   trait's default (logs unsupported) until that is settled.
-//! - Usage comes from `runtime`: CPU millicores = `cpu.util`% of the pod's `vcpuCount`, memory
-//!   = `memory.util`% of its `memory` GB. The API reports no cumulative CPU time: the adapter
+//! - Usage comes from `runtime`: CPU millicores = `cpu.util`% of the pod's vCPUs, memory =
+//!   `memory.util`% of its RAM. A CPU pod's `cpu` block gives both; a GPU pod's are not in
+//!   the API, so they come from the settings' `gpuPodResources` (per GPU of the type) or the
+//!   usage is unknown, never 0. The API reports no cumulative CPU time: the adapter
 //!   integrates the rate over `uptime` (`cpu`).
 //!
 //! Pod options read from the workload (`gpu-vk.io/*` annotations): `cloud`
@@ -87,7 +89,7 @@ use super::options::{Options, shell_join};
 use super::rest;
 use crate::naming::Owner;
 use crate::provider::{GpuRequest, ProviderError, Workload};
-pub use config::{Cloud, RunPodConfig, UnknownExit};
+pub use config::{Cloud, PerGpu, RunPodConfig, UnknownExit};
 use wire::{CreateCpu, CreateGpu, CreatePodRequest, ListEntry, ListPodsResponse, Pod, Problem};
 
 /// Default API root, including the version prefix.
@@ -107,6 +109,8 @@ pub struct RunPod {
     exits: Mutex<exits::Exits>,
     /// Cumulative CPU counters integrated from the reported rate.
     cpu: Mutex<super::cpu::CpuCounters>,
+    /// When a create was last refused for insufficient balance (402), until one succeeds.
+    unpaid_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl RunPod {
@@ -134,6 +138,7 @@ impl RunPod {
             api,
             exits: Mutex::default(),
             cpu: Mutex::default(),
+            unpaid_since: Mutex::default(),
         })
     }
 

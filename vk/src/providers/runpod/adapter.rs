@@ -9,7 +9,8 @@ use super::RunPod;
 use super::state::observe;
 use super::wire::{GpuCatalog, Pod};
 use crate::provider::{
-    Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Workload,
+    Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Vanished,
+    Workload,
 };
 
 impl Provider for RunPod {
@@ -44,6 +45,7 @@ impl Provider for RunPod {
             .api
             .send(Method::POST, self.api.url(&["pods"], false), Some(&body))
             .await?;
+        self.note_balance(resp.status.as_u16());
         if resp.is_success() {
             let created: Option<Pod> = serde_json::from_slice(&resp.body).ok();
             info!(provider = %self.name, workload = %w.id, pod_id = ?created.and_then(|p| p.id), "created RunPod pod");
@@ -82,12 +84,31 @@ impl Provider for RunPod {
         Err(self.error_from(&resp))
     }
 
-    /// One `GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=<cloud>`: list prices
-    /// per GPU and whether any is free (availability is a level, not a count).
     async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {
         self.open_logs(provider_id, opts).await
     }
 
+    /// RunPod's v2 API reports no balance; at $0 it terminates pods without a network volume
+    /// (runpod/docs `accounts-billing/billing.mdx`), and a create answers 402. A 402 since
+    /// the last successful create says the balance ran out; otherwise the causes are named.
+    fn vanished_cause(&self) -> Option<Vanished> {
+        let unpaid = *self.unpaid_since.lock().unwrap_or_else(|e| e.into_inner());
+        Some(match unpaid {
+            Some(at) => Vanished::BalanceExhausted(format!(
+                "RunPod refused a create for insufficient balance {} s ago, and at a $0 balance \
+                 RunPod terminates pods that have no network volume",
+                at.elapsed().as_secs()
+            )),
+            None => Vanished::Hint(
+                "RunPod terminated it without the virtual kubelet asking: a user, or an account \
+                 balance at $0 (RunPod then terminates pods that have no network volume)"
+                    .to_owned(),
+            ),
+        })
+    }
+
+    /// One `GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=<cloud>`: list prices
+    /// per GPU and whether any is free (availability is a level, not a count).
     async fn inventory(&self) -> Result<Inventory, ProviderError> {
         let mut url = self.api.url(&["catalog", "gpus"], false);
         url.query_pairs_mut()
@@ -140,12 +161,26 @@ impl Provider for RunPod {
             .zip(exited)
             .zip(uptimes)
             .filter_map(|((p, exited), (id, uptime))| {
-                let mut o = observe(&self.name, p, exited, self.cfg.unknown_exit_as)?;
+                let mut o = observe(&self.name, p, exited, &self.cfg)?;
                 if let (Some(u), Some(id)) = (o.usage.as_mut(), id) {
                     u.cpu_usage_nanos = cpu.advance(&id, u.cpu_millis, uptime);
                 }
                 Some(o)
             })
             .collect())
+    }
+}
+
+impl RunPod {
+    /// Remembers a create refused for insufficient balance (402) until a create succeeds.
+    fn note_balance(&self, status: u16) {
+        let mut unpaid = self.unpaid_since.lock().unwrap_or_else(|e| e.into_inner());
+        match status {
+            402 => {
+                unpaid.get_or_insert_with(Instant::now);
+            }
+            200..=299 => *unpaid = None,
+            _ => {}
+        }
     }
 }

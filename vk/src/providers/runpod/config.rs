@@ -96,6 +96,13 @@ pub struct RunPodConfig {
     /// `Succeeded` (assumed 0, the default) or `Failed` (assumed 1).
     #[serde(default)]
     pub unknown_exit_as: UnknownExit,
+    /// vCPUs and system RAM (GB) a GPU pod gets per GPU, by GPU type (the neutral name pods
+    /// use or RunPod's id), as RunPod's console shows them at deploy time. v2 reports none for
+    /// GPU pods (`Pod.gpu` is `GpuConfig {id, count}`; `cpu.vcpuCount` and `cpu.memory` are
+    /// "omitted from GPU pods"), only utilisation percentages, so a GPU pod's usage is
+    /// reported unknown, never 0, unless its type is listed here.
+    #[serde(default)]
+    pub gpu_pod_resources: BTreeMap<String, PerGpu>,
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
@@ -103,6 +110,14 @@ pub struct RunPodConfig {
     /// cross the network in clear). Off by default.
     #[serde(default)]
     pub allow_insecure_http: bool,
+}
+
+/// What a GPU pod gets per GPU besides the GPU (see `gpuPodResources`).
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PerGpu {
+    pub vcpus: u32,
+    pub memory_gb: u32,
 }
 
 fn default_base_url() -> String {
@@ -136,6 +151,7 @@ impl Default for RunPodConfig {
             max_disk_gb: None,
             cpu_flavor_id: default_cpu_flavor(),
             unknown_exit_as: UnknownExit::default(),
+            gpu_pod_resources: BTreeMap::new(),
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
         }
@@ -146,6 +162,18 @@ impl RunPodConfig {
     /// Parses the provider's `settings` value; an absent (null) value means all defaults.
     pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
         crate::providers::registry::decode_settings(settings)
+    }
+
+    /// The per-GPU vCPUs and RAM of RunPod GPU type `runpod_id`, listed under that id or under
+    /// the neutral name `gpuIds` maps to it.
+    pub fn per_gpu(&self, runpod_id: &str) -> Option<PerGpu> {
+        if let Some(p) = self.gpu_pod_resources.get(runpod_id) {
+            return Some(*p);
+        }
+        self.gpu_ids
+            .iter()
+            .filter(|(_, id)| id.as_str() == runpod_id)
+            .find_map(|(neutral, _)| self.gpu_pod_resources.get(neutral).copied())
     }
 
     /// Sets the API key resolved by the caller.
@@ -168,6 +196,7 @@ impl fmt::Debug for RunPodConfig {
             .field("max_gpus_per_workload", &self.max_gpus_per_workload)
             .field("cpu_flavor_id", &self.cpu_flavor_id)
             .field("unknown_exit_as", &self.unknown_exit_as)
+            .field("gpu_pod_resources", &self.gpu_pod_resources)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("allow_insecure_http", &self.allow_insecure_http)
             .finish()

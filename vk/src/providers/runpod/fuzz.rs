@@ -5,9 +5,9 @@
 use proptest::prelude::*;
 use serde_json::json;
 
-use super::UnknownExit;
 use super::state::observe;
 use super::wire::Pod;
+use super::{RunPodConfig, UnknownExit};
 use crate::fuzz::{cases, edits, mutate};
 
 const NAME: &str = "vk-0123abcd-8f1c6a2e-1b7d-4f6e-9a41-0c2d3e4f5a6b";
@@ -40,8 +40,11 @@ proptest! {
         let Ok(pod) = serde_json::from_value::<Pod>(raw) else {
             return Ok(());
         };
-        let unknown = if failed { UnknownExit::Failed } else { UnknownExit::Succeeded };
-        if let Some(o) = observe("rp", pod, exited, unknown) {
+        let cfg = RunPodConfig {
+            unknown_exit_as: if failed { UnknownExit::Failed } else { UnknownExit::Succeeded },
+            ..RunPodConfig::default()
+        };
+        if let Some(o) = observe("rp", pod, exited, &cfg) {
             prop_assert!(!o.provider_id.is_empty());
             for e in o.ports.values() {
                 prop_assert!(!e.host.is_empty());

@@ -4,8 +4,8 @@
 use jiff::Timestamp;
 use tracing::warn;
 
-use super::wire::Pod;
-use super::{ERROR_EXIT_CODE, GB, UnknownExit};
+use super::wire::{Pod, PodCompute};
+use super::{ERROR_EXIT_CODE, GB, RunPodConfig, UnknownExit};
 use crate::naming::WorkloadId;
 use crate::provider::{FailureReason, Observed, Price, Usage, WorkloadState};
 
@@ -16,11 +16,12 @@ const STOPPED_EXIT_CODE: i32 = 137;
 
 /// Translates one listed pod; `None` when it is not one of ours (any VK's) or is terminated.
 /// `exited`: its container exited and RunPod restarted it in place (see `super::exits`).
+/// `cfg` says how an exit ends the pod and what a GPU pod gets per GPU.
 pub(super) fn observe(
     provider: &str,
     pod: Pod,
     exited: bool,
-    unknown_exit: UnknownExit,
+    cfg: &RunPodConfig,
 ) -> Option<Observed> {
     let id = WorkloadId::parse(pod.name.as_deref()?)?;
     let Some(provider_id) = pod.id.clone().filter(|s| !s.is_empty()) else {
@@ -36,7 +37,7 @@ pub(super) fn observe(
         "PROVISIONING" => (WorkloadState::Queued { reason: None }, None),
         "STARTING" => (WorkloadState::Starting, None),
         "RUNNING" if exited => {
-            let state = match unknown_exit {
+            let state = match cfg.unknown_exit_as {
                 UnknownExit::Succeeded => WorkloadState::Succeeded,
                 UnknownExit::Failed => WorkloadState::Failed {
                     exit_code: ASSUMED_FAILURE_EXIT_CODE,
@@ -91,7 +92,11 @@ pub(super) fn observe(
                 })
                 .find_map(|p| p.ip.clone().filter(|s| !s.trim().is_empty()))
         });
-    let usage = if raw == "RUNNING" { usage(&pod) } else { None };
+    let usage = if raw == "RUNNING" {
+        usage(&pod, cfg)
+    } else {
+        None
+    };
     let ports = if raw == "RUNNING" {
         direct_ports(&pod)
     } else {
@@ -146,17 +151,16 @@ fn direct_ports(pod: &Pod) -> std::collections::BTreeMap<u16, crate::provider::E
         .collect()
 }
 
-/// Usage from the `runtime` block; `None` when RunPod reports no utilisation.
-fn usage(pod: &Pod) -> Option<Usage> {
+/// Usage from the `runtime` block; `None` (unknown, not 0) when RunPod reports no utilisation
+/// or the pod's vCPUs and RAM are not known (see [`allocated`]).
+fn usage(pod: &Pod, cfg: &RunPodConfig) -> Option<Usage> {
     let rt = pod.runtime.as_ref()?;
-    let compute = pod.gpu.as_ref().or(pod.cpu.as_ref());
     let cpu_util = rt.cpu.as_ref().and_then(|u| u.util);
     let mem_util = rt.memory.as_ref().and_then(|u| u.util);
     if cpu_util.is_none() && mem_util.is_none() {
         return None;
     }
-    let vcpus = compute.and_then(|c| c.vcpu_count).unwrap_or(0.0).max(0.0);
-    let mem_gb = compute.and_then(|c| c.memory).unwrap_or(0.0).max(0.0);
+    let (vcpus, mem_gb) = allocated(pod, cfg)?;
     let pct = |u: Option<f64>| u.unwrap_or(0.0).clamp(0.0, 100.0) / 100.0;
     // A figure no counter can hold is no figure: the usage is unknown.
     let figure = crate::providers::rest::usage_figure;
@@ -169,6 +173,20 @@ fn usage(pod: &Pod) -> Option<Usage> {
         memory_bytes,
         timestamp: Timestamp::now(),
     })
+}
+
+/// The pod's vCPUs and system RAM (GB), which the utilisation percentages are of. A CPU pod's
+/// `cpu` block gives them; a GPU pod's `gpu` block is `{id, count}` only, so they come from the
+/// operator's per-GPU figures (`gpuPodResources`) times the count, or are unknown.
+fn allocated(pod: &Pod, cfg: &RunPodConfig) -> Option<(f64, f64)> {
+    let given = |c: &PodCompute| Some((c.vcpu_count?.max(0.0), c.memory?.max(0.0)));
+    if let Some(cpu) = pod.cpu.as_ref() {
+        return given(cpu);
+    }
+    let gpu = pod.gpu.as_ref()?;
+    let per = cfg.per_gpu(gpu.id.as_deref()?)?;
+    let n = gpu.count.unwrap_or(1.0).max(1.0);
+    Some((f64::from(per.vcpus) * n, f64::from(per.memory_gb) * n))
 }
 
 #[cfg(test)]
@@ -215,7 +233,7 @@ mod tests {
                 "rp",
                 pod(json!({"id": "p1", "name": NAME, "status": status})),
                 false,
-                UnknownExit::Succeeded,
+                &RunPodConfig::default(),
             );
             assert_eq!(got.map(|o| o.state), want, "{status}");
         }
@@ -230,7 +248,7 @@ mod tests {
                        "createdAt": 5, "gpu": {"vcpuCount": "many"}}),
             ),
             false,
-            UnknownExit::Succeeded,
+            &RunPodConfig::default(),
         )
         .unwrap();
         assert_eq!(o.state, WorkloadState::Running);
@@ -241,10 +259,14 @@ mod tests {
     #[test]
     fn a_running_pod_whose_container_exited_ends_as_configured() {
         let running = || pod(json!({"id": "p1", "name": NAME, "status": "RUNNING"}));
-        let o = observe("rp", running(), true, UnknownExit::Succeeded).unwrap();
+        let failed = RunPodConfig {
+            unknown_exit_as: UnknownExit::Failed,
+            ..RunPodConfig::default()
+        };
+        let o = observe("rp", running(), true, &RunPodConfig::default()).unwrap();
         assert_eq!(o.state, WorkloadState::Succeeded);
         assert!(o.message.unwrap().contains("no exit code"));
-        let o = observe("rp", running(), true, UnknownExit::Failed).unwrap();
+        let o = observe("rp", running(), true, &failed).unwrap();
         assert_eq!(
             o.state,
             WorkloadState::Failed {
@@ -253,7 +275,7 @@ mod tests {
             }
         );
         let stopped = pod(json!({"id": "p1", "name": NAME, "status": "EXITED"}));
-        let o = observe("rp", stopped, false, UnknownExit::Succeeded).unwrap();
+        let o = observe("rp", stopped, false, &RunPodConfig::default()).unwrap();
         assert!(o.message.unwrap().contains("without the virtual kubelet"));
     }
 
@@ -264,7 +286,7 @@ mod tests {
             {"private": 8888, "public": null, "type": "http", "ip": null},
             {"private": 9000, "public": null, "type": "tcp", "ip": "203.0.113.7"},
         ]}});
-        let o = observe("rp", pod(p.clone()), false, UnknownExit::Succeeded).unwrap();
+        let o = observe("rp", pod(p.clone()), false, &RunPodConfig::default()).unwrap();
         assert_eq!(o.ports.len(), 1);
         assert_eq!(o.ports[&8080].to_string(), "203.0.113.7:43210");
         assert_eq!(
@@ -274,7 +296,7 @@ mod tests {
         );
         let mut stopped = p;
         stopped["status"] = json!("EXITED");
-        let o = observe("rp", pod(stopped), false, UnknownExit::Succeeded).unwrap();
+        let o = observe("rp", pod(stopped), false, &RunPodConfig::default()).unwrap();
         assert!(o.ports.is_empty());
     }
 
@@ -283,19 +305,51 @@ mod tests {
         let p = json!({"id": "p1", "name": NAME, "status": "RUNNING",
             "globalNetworking": {"enabled": true, "ip": "10.65.1.42"},
             "runtime": {"ports": [{"private": 8888, "public": null, "type": "http", "ip": null}]}});
-        let o = observe("rp", pod(p), false, UnknownExit::Succeeded).unwrap();
+        let o = observe("rp", pod(p), false, &RunPodConfig::default()).unwrap();
         assert_eq!(o.ip, None);
     }
 
     #[test]
-    fn usage_from_runtime() {
+    fn usage_of_a_cpu_pod_from_its_cpu_block() {
         let p = pod(json!({"id": "p1", "name": NAME, "status": "RUNNING",
-            "gpu": {"id": "x", "count": 1, "vcpuCount": 8, "memory": 32},
+            "cpu": {"id": "cpu3c", "vcpuCount": 8, "memory": 32},
             "runtime": {"uptime": 10, "cpu": {"util": 50}, "memory": {"util": 25}}}));
-        let u = usage(&p).unwrap();
+        let u = usage(&p, &RunPodConfig::default()).unwrap();
         assert_eq!(u.cpu_millis, 4000);
         assert_eq!(u.memory_bytes, 8_000_000_000);
         assert_eq!(u.cpu_usage_nanos, 40_000_000_000);
-        assert!(usage(&pod(json!({"runtime": {}}))).is_none());
+        assert!(usage(&pod(json!({"runtime": {}})), &RunPodConfig::default()).is_none());
+    }
+
+    /// v2's `Pod.gpu` is `{id, count}`: a GPU pod's usage is unknown (never 0) unless the
+    /// operator gave its type's per-GPU vCPUs and RAM, under the RunPod id or the neutral name.
+    #[test]
+    fn usage_of_a_gpu_pod_is_unknown_unless_its_type_is_configured() {
+        let v = json!({"id": "p1", "name": NAME, "status": "RUNNING",
+            "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 2},
+            "runtime": {"uptime": 10, "cpu": {"util": 50}, "memory": {"util": 25}}});
+        let p = pod(v.clone());
+        assert_eq!(usage(&p, &RunPodConfig::default()), None);
+        let o = observe("rp", pod(v), false, &RunPodConfig::default()).unwrap();
+        assert_eq!(o.usage, None, "unknown, not 0");
+        for key in ["NVIDIA GeForce RTX 4090", "RTX4090"] {
+            let cfg: RunPodConfig = serde_json::from_value(json!({
+                "gpuIds": {"RTX4090": "NVIDIA GeForce RTX 4090"},
+                "gpuPodResources": {key: {"vcpus": 6, "memoryGb": 40}}
+            }))
+            .unwrap();
+            let u = usage(&p, &cfg).unwrap();
+            assert_eq!(u.cpu_millis, 6000, "{key}: 50% of 2 x 6 vCPUs");
+            assert_eq!(u.memory_bytes, 20_000_000_000, "{key}: 25% of 2 x 40 GB");
+        }
+        let other: RunPodConfig = serde_json::from_value(json!({
+            "gpuPodResources": {"NVIDIA A100 80GB PCIe": {"vcpus": 8, "memoryGb": 117}}
+        }))
+        .unwrap();
+        assert_eq!(
+            usage(&p, &other),
+            None,
+            "another type's figures do not apply"
+        );
     }
 }

@@ -106,9 +106,16 @@ pub(super) struct Pod {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct PodCompute {
+    /// The GPU type's RunPod id (`GpuConfig.id`) or the CPU flavor.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) id: Option<String>,
+    /// GPUs of that type (`GpuConfig.count`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) count: Option<f64>,
+    /// vCPUs: given for CPU pods (`CpuConfig.vcpuCount`), not for GPU pods.
     #[serde(default, deserialize_with = "lenient")]
     pub(super) vcpu_count: Option<f64>,
-    /// System RAM, GB.
+    /// System RAM, GB: given for CPU pods (`CpuConfig.memory`), not for GPU pods.
     #[serde(default, deserialize_with = "lenient")]
     pub(super) memory: Option<f64>,
 }
