@@ -34,6 +34,13 @@ pub fn runpod() -> &'static Spec {
     SPEC.get_or_init(|| Spec::new("runpod-v2", include_str!("../schemas/runpod-v2.json")))
 }
 
+/// Vast.ai's API (vast-ai/docs `api-reference/openapi.yaml`), with the errata its own guide and
+/// CLI show (`x-errata`). Operations are named without the trailing slash Vast's URLs carry.
+pub fn vast() -> &'static Spec {
+    static SPEC: OnceLock<Spec> = OnceLock::new();
+    SPEC.get_or_init(|| Spec::new("vast", include_str!("../schemas/vast.json")))
+}
+
 impl Spec {
     fn new(name: &'static str, text: &str) -> Self {
         let doc = serde_json::from_str(text)
@@ -64,6 +71,12 @@ impl Spec {
     /// When the schema has no request body for `operation` (a bug of the caller).
     pub fn request_errors(&self, operation: &str, body: &Value) -> Vec<String> {
         self.errors(operation, &["request"], body)
+    }
+
+    /// Whether the spec documents a JSON answer of `operation` with `status` (or a default).
+    pub fn documents(&self, operation: &str, status: u16) -> bool {
+        let responses = &self.doc["x-operations"][operation]["responses"];
+        responses.get(status.to_string()).is_some() || responses.get("default").is_some()
     }
 
     /// What is wrong with `body` as the `status` response of `operation` (empty: valid; the
@@ -124,6 +137,38 @@ impl Spec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vasts_guide_example_is_valid_with_the_errata_and_wrong_types_are_not() {
+        let spec = vast();
+        assert_eq!(spec.source()["repository"], "vast-ai/docs");
+        // api-reference/creating-instances-with-api.mdx: env as an object, a port as a key.
+        let example = json!({"image": "vllm/vllm-openai:latest", "label": "vllm-inference-server",
+            "disk": 50, "runtype": "ssh_direct",
+            "env": {"MODEL_ID": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "-p 8000:8000": "1"},
+            "onstart": "vllm serve $MODEL_ID --port 8000"});
+        const CREATE: &str = "PUT /api/v0/asks/{id}";
+        assert_eq!(spec.request_errors(CREATE, &example), Vec::<String>::new());
+        let mut bad = example.clone();
+        bad["runtype"] = json!("docker");
+        bad["disk"] = json!("50");
+        bad["env"] = json!({"SECRET": 7});
+        let errors = spec.request_errors(CREATE, &bad);
+        for field in ["$.runtype", "$.disk", "$.env"] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(field)),
+                "{field}: {errors:?}"
+            );
+        }
+        // vast-cli's default order, one [field, direction] pair (the second erratum).
+        let search = json!({"order": [["score", "desc"]], "type": "ondemand", "limit": 64});
+        assert_eq!(
+            spec.request_errors("POST /api/v0/bundles", &search),
+            Vec::<String>::new()
+        );
+        assert!(spec.documents(CREATE, 410));
+        assert!(!spec.documents("DELETE /api/v0/instances/{id}", 401));
+    }
 
     #[test]
     fn runpods_documented_example_is_valid_and_unknown_fields_are_not() {

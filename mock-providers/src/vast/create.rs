@@ -16,6 +16,9 @@ use crate::engine::{Engine, Extra, NewWorkload};
 
 // ---- create -------------------------------------------------------------------------------
 
+/// The operation in Vast's published schema.
+const CREATE_OPERATION: &str = "PUT /api/v0/asks/{id}";
+
 pub(super) const RUNTYPES: &[&str] = &[
     "ssh",
     "jupyter",
@@ -46,6 +49,13 @@ pub(super) fn create_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
         Ok(m) => m,
         Err(resp) => return resp,
     };
+    // A price out of the spec's bounds is the documented `invalid_price`, answered below.
+    let mut unpriced = m.clone();
+    unpriced.remove("price");
+    let unpriced = serde_json::to_vec(&unpriced).unwrap_or_default();
+    if let Some(refused) = schema_refusal(CREATE_OPERATION, "invalid_args", &unpriced) {
+        return refused;
+    }
     let string = |key: &str| -> Result<Option<String>, Response> {
         match m.get(key) {
             None | Some(Value::Null) => Ok(None),

@@ -174,7 +174,8 @@ pub(super) fn render_instance(
         "image_args": extra.args,
         "image_runtype": extra.runtype,
         "extra_env": extra_env,
-        "onstart": extra.onstart,
+        // A string in the spec (`onstart`, not nullable): empty when none was given.
+        "onstart": extra.onstart.as_deref().unwrap_or_default(),
         "template_id": Value::Null,
         "template_hash_id": Value::Null,
         "template_name": Value::Null,

@@ -349,6 +349,9 @@ pub(super) async fn search_offers(
             );
         }
     };
+    if let Some(refused) = schema_refusal("POST /api/v0/bundles", "invalid_request", &body) {
+        return refused;
+    }
     search(&s.engine, filters)
 }
 

@@ -124,6 +124,27 @@ pub(super) fn parse_id(id: &str) -> Option<u64> {
     id.parse::<u64>().ok()
 }
 
+/// The body checked against Vast's published schema (`schemas/vast.json`, operation named
+/// without the trailing slash): a violation is a 400 with `error` (`invalid_args` for a create,
+/// `invalid_request` for a search, as the spec's examples name them) and the fields at fault,
+/// values never echoed. Top-level nulls count as absent, as the service takes them: vast-cli
+/// sends `price`, `label` and `onstart` as null (`vast.py` create instance). A body that is
+/// not JSON is left to the handler's own answer.
+pub(super) fn schema_refusal(operation: &str, code: &str, body: &[u8]) -> Option<Response> {
+    let mut v: Value = serde_json::from_slice(body).ok()?;
+    if let Some(m) = v.as_object_mut() {
+        m.retain(|_, x| !x.is_null());
+    }
+    let errors = crate::schema::vast().request_errors(operation, &v);
+    (!errors.is_empty()).then(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            code,
+            format!("Invalid args: {}", errors.join("; ")),
+        )
+    })
+}
+
 pub(super) fn invalid_args(msg: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, "invalid_args", msg)
 }
@@ -159,6 +180,11 @@ pub(super) async fn gate(AxState(g): AxState<Gate>, req: Request, next: Next) ->
         .await;
     match verdict {
         Ok(_) => next.run(req).await,
+        // The offer search answers a bad key with 404 (the spec's `searchOffers`: "404
+        // Unauthorized - invalid or missing API key", msg "Invalid user key").
+        Err(Denied::Unauthorized { .. }) if g.endpoint == "search_offers" => {
+            error(StatusCode::NOT_FOUND, "auth_error", "Invalid user key")
+        }
         Err(d) => denied(d),
     }
 }

@@ -7,11 +7,17 @@
 //!   trailing slash the docs' examples use.
 //! - `POST /api/v0/bundles/` searches offers with filters `{"field": {"op": value}}` (`eq`,
 //!   `gte`, `lte`, `in`, ...), `type` (`ondemand` | `bid`), `order` and `limit`; answers
-//!   `{"offers": [{id, gpu_name, num_gpus, dph_total, min_bid, ...}]}`.
+//!   `{"offers": [{id, gpu_name, num_gpus, dph_total, min_bid, ...}]}`. Like vast-cli, every
+//!   search sends `rentable: true`, `rented: false` and `external: false`.
 //! - `PUT /api/v0/asks/{offer_id}/` rents an offer: `image`, `label`, `disk` (GB), `runtype`,
-//!   `target_state`, `args_str`, `env` (an object; ports as `"-p 8080:8080": "1"`), `price`
-//!   (the bid, which makes the instance interruptible); answers `{success, new_contract}`;
-//!   404 / 410 (`no_such_ask`) when the offer is gone.
+//!   `target_state`, `onstart` and `args` (runtype `args`), `env` (an object; ports as
+//!   `"-p 8080:8080": "1"`), `price` (the bid, which makes the instance interruptible) and
+//!   `cancel_unavail: true` (refused rather than a stopped instance when the offer cannot
+//!   start; the default for bids is false); answers `{success, new_contract}`; 404 / 410
+//!   (`no_such_ask`) when the offer is gone.
+//! - Every body sent is valid against the schema derived from that spec
+//!   (mock-providers/schemas/vast.json, with errata where Vast's own guide and CLI contradict
+//!   it: `tests/vast_schema.rs`).
 //! - `GET /api/v1/instances/` lists instances, keyset-paginated (at most 25 a page,
 //!   `next_token`, `after_token`), with `select_filters` (e.g. on `label`). `GET
 //!   /api/v0/instances/` is deprecated (410 for newer accounts) and not used.

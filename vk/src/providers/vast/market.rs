@@ -14,6 +14,7 @@ pub(super) fn search() -> OfferSearch {
         verified: None,
         rentable: Filter::eq(true),
         rented: Filter::eq(false),
+        external: Filter::eq(false),
         gpu_name: None,
         gpu_ram: None,
         num_gpus: Filter::gte(1),

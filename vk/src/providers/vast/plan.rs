@@ -70,6 +70,7 @@ impl Vast {
             verified: self.cfg.verified_only.then_some(Filter::eq(true)),
             rentable: Filter::eq(true),
             rented: Filter::eq(false),
+            external: Filter::eq(false),
             gpu_ram: gpu_match
                 .as_ref()
                 .and_then(|m| m.min_gpu_ram_mb)
@@ -122,6 +123,7 @@ impl Vast {
             args: (!args.is_empty()).then_some(args),
             env,
             price: None,
+            cancel_unavail: true,
         };
         Ok(Plan {
             search,

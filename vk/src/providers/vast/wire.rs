@@ -62,6 +62,10 @@ pub(super) struct OfferSearch {
     pub(super) verified: Option<Filter<bool>>,
     pub(super) rentable: Filter<bool>,
     pub(super) rented: Filter<bool>,
+    /// Always `{eq: false}`, vast-cli's default (`vast.py` search offers sends `"external":
+    /// {"eq": false}` beside `verified`, `rentable` and `rented`; the spec's `external`: "Show
+    /// external offers in addition to datacenter offers").
+    pub(super) external: Filter<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) gpu_name: Option<Filter<String>>,
     /// Per GPU, MB.
@@ -119,6 +123,11 @@ pub(super) struct CreateInstanceRequest {
     pub(super) env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) price: Option<f64>,
+    /// Always `true`: an offer that cannot start is refused (410 `no_such_ask`) instead of
+    /// becoming a stopped instance. The spec's default is false for bids ("Defaults to false
+    /// for interruptibles", `PUT /api/v0/asks/{id}/`; vast-cli `--cancel-unavail`: "Return
+    /// error if scheduling fails (rather than creating a stopped instance)").
+    pub(super) cancel_unavail: bool,
 }
 
 #[derive(Debug, Deserialize)]
