@@ -249,27 +249,7 @@ impl PodController {
                 }
                 Ok(Action::requeue(delay))
             }
-            Step::Lost { provider } => {
-                // A provider that loses every workload as it starts would make a storm of
-                // replacements: the backstop holds them.
-                // The provider may know why (an account out of money).
-                let cause = self
-                    .slots
-                    .iter()
-                    .find(|s| s.provider.name() == provider.as_str())
-                    .and_then(|s| s.provider.vanished_cause());
-                let lost = format!("workload vanished at provider {provider}");
-                let (why, msg) = match cause {
-                    Some(Vanished::BalanceExhausted(how)) => {
-                        (reason::PROVIDER_BALANCE_EXHAUSTED, format!("{lost}: {how}"))
-                    }
-                    Some(Vanished::Hint(hint)) => {
-                        (reason::PROVIDER_LOST, format!("{lost}: {hint}"))
-                    }
-                    None => (reason::PROVIDER_LOST, lost),
-                };
-                self.fail_unless_storm(&pod, why, &msg, false).await
-            }
+            Step::Lost { provider } => self.lost(&pod, &provider).await,
             Step::Wait(d) => Ok(Action::requeue(d)),
             Step::Hold {
                 reason,
@@ -287,6 +267,31 @@ impl PodController {
     }
 }
 
+impl PodController {
+    /// Fails a pod whose workload vanished, with what its provider knows of why (an account
+    /// out of money). A provider that loses every workload as it starts would make a storm of
+    /// replacements: the backstop holds them.
+    async fn lost(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        provider: &str,
+    ) -> Result<Action, Error> {
+        let cause = self
+            .slots
+            .iter()
+            .find(|s| s.provider.name() == provider)
+            .and_then(|s| s.provider.vanished_cause());
+        let lost = format!("workload vanished at provider {provider}");
+        let (why, msg) = match cause {
+            Some(Vanished::BalanceExhausted(how)) => {
+                (reason::PROVIDER_BALANCE_EXHAUSTED, format!("{lost}: {how}"))
+            }
+            Some(Vanished::Hint(hint)) => (reason::PROVIDER_LOST, format!("{lost}: {hint}")),
+            None => (reason::PROVIDER_LOST, lost),
+        };
+        self.fail_unless_storm(pod, why, &msg, false).await
+    }
+}
 #[allow(dead_code)]
 fn _assert_send(pc: std::sync::Arc<PodController>) -> impl Send {
     async move { pc.reconcile("x").await }

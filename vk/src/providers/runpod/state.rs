@@ -74,24 +74,7 @@ pub(super) fn observe(
         }
     };
     let parse_ts = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<Timestamp>().ok());
-    // The pod's public IP: the `ip` of its directly published (`tcp`) ports, the machine's
-    // public address (v2 `PodRuntimePort.ip`, "45.23.12.1"). Not `globalNetworking.ip`: that
-    // private address is reachable only from other RunPod pods of the account. A pod with no
-    // tcp port has no address the cluster can reach (the provider's `podIpFallback` applies).
-    let ip = pod
-        .runtime
-        .as_ref()
-        .and_then(|r| r.ports.as_ref())
-        .and_then(|ports| {
-            ports
-                .iter()
-                .filter(|p| {
-                    p.kind
-                        .as_deref()
-                        .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
-                })
-                .find_map(|p| p.ip.clone().filter(|s| !s.trim().is_empty()))
-        });
+    let ip = public_ip(&pod);
     let usage = if raw == "RUNNING" {
         usage(&pod, cfg)
     } else {
@@ -123,6 +106,26 @@ const EXIT_MESSAGE: &str = "the container exited and RunPod restarted it in plac
      reports no exit code, so the code shown is assumed (provider setting unknownExitAs)";
 const STOPPED_MESSAGE: &str = "RunPod stopped the pod (EXITED) without the virtual kubelet \
      asking: a stop by a user, host maintenance or an account balance at $0";
+
+/// The pod's public IP: the `ip` of its directly published (`tcp`) ports, the machine's public
+/// address (v2 `PodRuntimePort.ip`, "45.23.12.1"). Not `globalNetworking.ip`: that private
+/// address is reachable only from other RunPod pods of the account. A pod with no tcp port has
+/// no address the cluster can reach (the provider's `podIpFallback` applies).
+fn public_ip(pod: &Pod) -> Option<String> {
+    pod.runtime
+        .as_ref()
+        .and_then(|r| r.ports.as_ref())
+        .and_then(|ports| {
+            ports
+                .iter()
+                .filter(|p| {
+                    p.kind
+                        .as_deref()
+                        .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
+                })
+                .find_map(|p| p.ip.clone().filter(|s| !s.trim().is_empty()))
+        })
+}
 
 /// The container ports RunPod publishes directly (`runtime.ports[]` of type `tcp` with an `ip`
 /// and a `public` port): the VK reaches them there. `http` ports go through RunPod's HTTPS

@@ -57,14 +57,7 @@ impl Vast {
         let disk = options
             .positive_at_most("disk_gb", self.cfg.max_disk_gb.map(f64::from))?
             .unwrap_or(self.cfg.disk_gb);
-        let geolocation = options
-            .list(&["region", "geolocation"])
-            .map(|v| {
-                v.into_iter()
-                    .map(|s| s.to_ascii_uppercase())
-                    .collect::<Vec<_>>()
-            })
-            .filter(|v| !v.is_empty());
+        let geolocation = geolocation(&options);
 
         let search = OfferSearch {
             verified: self.cfg.verified_only.then_some(Filter::eq(true)),
@@ -132,6 +125,18 @@ impl Vast {
             max_price,
         })
     }
+}
+
+/// The pod's `region` (or `geolocation`) option: Vast's country codes, upper-cased.
+fn geolocation(options: &Options<'_>) -> Option<Vec<String>> {
+    options
+        .list(&["region", "geolocation"])
+        .map(|v| {
+            v.into_iter()
+                .map(|s| s.to_ascii_uppercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|v| !v.is_empty())
 }
 
 /// Kubernetes `command` and `args` as Vast's `args` runtype takes them.
