@@ -390,8 +390,9 @@ async fn create_errors_are_classified() {
     let forbidden =
         create_error(ResponseTemplate::new(403).set_body_json(problem(403, "access denied"))).await;
     assert!(
-        matches!(&forbidden, ProviderError::Capacity { message } if message.contains("access denied")),
-        "{forbidden:?}"
+        matches!(&forbidden, ProviderError::Capacity { message }
+            if message.contains("access denied") && message.contains("Read Only")),
+        "{forbidden:?}: the refusal names both causes of RunPod's 403"
     );
 
     let broke = create_error(

@@ -44,8 +44,9 @@
 //!   rebooting / frozen -> NotReady; stopped while intended running -> Preempted for a bid,
 //!   NotReady for on-demand; stopped or exited while intended stopped (we never stop
 //!   instances) -> Failed(Evicted); exited -> Succeeded / Failed(Error); offline / unknown
-//!   -> NotReady (the host is disconnected or silent and may come back: see `state`); anything
-//!   else -> Unknown{raw}.
+//!   -> NotReady (the host is disconnected or silent and may come back: see `state`), then
+//!   Failed(ProviderError) once it has lasted `unreachableDeadlineSeconds` (see
+//!   `unreachable`); anything else -> Unknown{raw}.
 //! - Bid price: the pod's `bid_price` option, else the offer's `min_bid` (else its
 //!   `dph_total`); offers above `maxPricePerHour` are never rented, and a `bid_price` above it
 //!   is an invalid request.
@@ -88,6 +89,7 @@ mod pace;
 mod plan;
 mod rent;
 mod state;
+mod unreachable;
 mod wire;
 
 use std::time::Duration;
@@ -141,6 +143,8 @@ pub struct Vast {
         std::sync::Mutex<std::collections::HashMap<crate::naming::WorkloadId, std::time::Instant>>,
     /// Cumulative CPU per instance, integrated from `cpu_util` (Vast reports no counter).
     cpu: std::sync::Mutex<super::cpu::CpuCounters>,
+    /// Instances whose host is offline or silent, and since when (see `unreachable`).
+    unreachable: std::sync::Mutex<unreachable::Unreachable>,
 }
 
 impl Vast {
@@ -177,6 +181,7 @@ impl Vast {
             pacer: Pacer::default(),
             rented: std::sync::Mutex::default(),
             cpu: std::sync::Mutex::default(),
+            unreachable: std::sync::Mutex::default(),
         })
     }
 

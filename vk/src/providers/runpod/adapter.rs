@@ -53,9 +53,17 @@ impl Provider for RunPod {
         }
         let err = match self.error_from(&resp) {
             // On create, 403 means "your account cannot access the requested pool: skip this
-            // candidate, keep going" (v2 `POST /v2/pods` description); the key itself works.
+            // candidate, keep going" (v2 `POST /v2/pods` description). The same 403 ("access
+            // denied", the only documented body) answers a key scoped Read Only or Restricted
+            // (the spec's security scheme), and nothing in it tells the two apart: the next
+            // candidate is tried, and the refusal says both, so no failover is silent.
             ProviderError::Auth { message } if resp.status.as_u16() == 403 => {
-                ProviderError::Capacity { message }
+                ProviderError::Capacity {
+                    message: format!(
+                        "{message} (RunPod 403: this account cannot use the pool, or the API \
+                         key may not create pods: a Read Only or Restricted key)"
+                    ),
+                }
             }
             other => other,
         };

@@ -8,10 +8,12 @@ use tracing::info;
 use super::pace::Endpoint;
 use super::rent::Rent;
 use super::state::observe;
+use super::unreachable::is_unreachable;
 use super::wire::VastError;
 use super::{CONTENTION_PAUSE, CONTENTION_ROUNDS, Vast, market};
 use crate::provider::{
-    Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Workload,
+    Capabilities, FailureReason, Inventory, LogOptions, LogStream, Observed, Provider,
+    ProviderError, Workload, WorkloadState,
 };
 
 impl Provider for Vast {
@@ -94,19 +96,25 @@ impl Provider for Vast {
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let instances = self.instances(None).await?;
+        let now = std::time::Instant::now();
         let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
         let observed: Vec<Observed> = instances
             .into_iter()
             .filter_map(|i| {
                 let uptime = i.uptime_mins.unwrap_or(0.0) * 60.0;
+                let silent = is_unreachable(i.actual_status.as_ref());
                 let mut o = observe(&self.name, i)?;
                 if let Some(u) = o.usage.as_mut() {
                     u.cpu_usage_nanos = cpu.advance(&o.provider_id, u.cpu_millis, uptime);
                 }
+                let outage = unreachable.note(&o.provider_id, silent, now);
+                self.give_up_if_gone(&mut o, outage);
                 Some(o)
             })
             .collect();
         cpu.retain(observed.iter().map(|o| o.provider_id.as_str()));
+        unreachable.retain(observed.iter().map(|o| o.provider_id.as_str()));
         Ok(observed)
     }
 
@@ -124,5 +132,27 @@ impl Provider for Vast {
         }
         let stream: LogStream = Box::pin(futures::stream::iter([Ok(text)]));
         Ok(stream)
+    }
+}
+
+impl Vast {
+    /// An instance unreachable for `unreachableDeadlineSeconds` is reported failed: the
+    /// framework then destroys it and, by the pod's restart policy, rents another.
+    fn give_up_if_gone(&self, o: &mut Observed, outage: Option<std::time::Duration>) {
+        let deadline = self.cfg.unreachable_deadline_seconds;
+        let Some(outage) = outage.filter(|d| deadline > 0 && d.as_secs() >= deadline) else {
+            return;
+        };
+        o.state = WorkloadState::Failed {
+            exit_code: super::ERROR_EXIT_CODE,
+            reason: FailureReason::ProviderError,
+        };
+        o.message = Some(format!(
+            "Vast has reported the instance's host offline or silent for {} s (deadline {deadline} \
+             s, provider setting unreachableDeadlineSeconds); Vast's docs say such an instance \
+             will never reach running: destroy it and retry with another offer",
+            outage.as_secs()
+        ));
+        o.usage = None;
     }
 }

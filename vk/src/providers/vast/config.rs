@@ -60,6 +60,10 @@ pub struct VastConfig {
     /// Pause between log download attempts, milliseconds.
     #[serde(default = "default_log_interval_ms")]
     pub log_fetch_interval_ms: u64,
+    /// An instance Vast reports `offline` or `unknown` this long is reported failed, so it is
+    /// destroyed and (by the pod's restart policy) replaced; `0`: never.
+    #[serde(default = "default_unreachable_deadline_secs")]
+    pub unreachable_deadline_seconds: u64,
     /// Minimum seconds between calls of each endpoint (defaults: the service's documented
     /// limits, see `pace`).
     #[serde(default)]
@@ -93,6 +97,11 @@ fn default_log_attempts() -> u32 {
 fn default_log_interval_ms() -> u64 {
     1000
 }
+/// Ten minutes: long enough for a host's network blip, short enough that a pod on a host that
+/// is gone is replaced before its users notice for long.
+fn default_unreachable_deadline_secs() -> u64 {
+    600
+}
 
 impl Default for VastConfig {
     fn default() -> Self {
@@ -113,6 +122,7 @@ impl Default for VastConfig {
             allow_insecure_http: false,
             log_fetch_attempts: default_log_attempts(),
             log_fetch_interval_ms: default_log_interval_ms(),
+            unreachable_deadline_seconds: default_unreachable_deadline_secs(),
             rate_limits: super::pace::MinIntervals::default(),
         }
     }
@@ -149,6 +159,10 @@ impl fmt::Debug for VastConfig {
             .field("allow_insecure_http", &self.allow_insecure_http)
             .field("log_fetch_attempts", &self.log_fetch_attempts)
             .field("log_fetch_interval_ms", &self.log_fetch_interval_ms)
+            .field(
+                "unreachable_deadline_seconds",
+                &self.unreachable_deadline_seconds,
+            )
             .field("rate_limits", &self.rate_limits)
             .finish()
     }
