@@ -23,6 +23,13 @@ Feature: Status translation
     Then pod "gone" becomes Failed with reason "ProviderLost"
     And pod "gone" has an event "ProviderLost"
 
+  Scenario: A workload whose host stays silent past the provider's deadline is replaced
+    Given the provider supports hosts that go silent
+    And a GPU pod "silent" is Running
+    When the host of the workload of pod "silent" goes silent
+    Then pod "silent" runs again on a new workload, its container restarted
+    And pod "silent" has an event "BackOff"
+
   Scenario: A provider out of capacity keeps the pod pending with a reason
     Given the provider supports fault injection
     And the provider has no GPUs left

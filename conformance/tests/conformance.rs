@@ -19,6 +19,8 @@ mod leader;
 mod limits;
 #[path = "conformance/observability.rs"]
 mod observability;
+#[path = "conformance/outage.rs"]
+mod outage;
 #[path = "conformance/overflow.rs"]
 mod overflow;
 #[path = "conformance/overflow_fit.rs"]
@@ -95,6 +97,9 @@ fn capabilities(target: &str) -> &'static [&'static str] {
             "workloads created outside the virtual kubelet",
             "per-endpoint rate limits",
             "a 256-character limit per env entry",
+            // An instance `unknown` (the emulator's `fail`) past `unreachableDeadlineSeconds`
+            // (3 s in the suite's settings) is replaced.
+            "hosts that go silent",
             "runs one container per workload",
             "setting the addresses it lists",
         ],

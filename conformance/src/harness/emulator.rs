@@ -168,8 +168,10 @@ impl Emulator {
                 // The emulator runs on simulated (shortened) timings: the Vast adapter paces
                 // its calls at a tenth of the service's documented intervals to match, the
                 // intervals the Vast emulator enforces ([`VAST_TIME_SCALE`]).
+                // A silent host is given up on after 3 s, not Vast's 10 minutes.
                 paced = if self.kind == "vast" {
-                    "    rateLimits: {list: 0.1, search: 0.6, rent: 0.45, destroy: 0.3, logs: 0.1}\n"
+                    "    rateLimits: {list: 0.1, search: 0.6, rent: 0.45, destroy: 0.3, logs: 0.1}\n    \
+                     unreachableDeadlineSeconds: 3\n"
                 } else {
                     ""
                 },
