@@ -192,7 +192,10 @@ pub(crate) fn workload_state(job: &JobRecord) -> WorkloadState {
         reason,
     };
     // Flags first (v0.0.38 reports a flag instead of the base state while it is set).
+    // EXPEDITING (JOB_EXPEDITING, Slurm 25.11, dialect v0.0.44: "checking for expedited
+    // requeue") marks an ended job slurmctld may put back in the queue: not final yet.
     if has("REQUEUED")
+        || has("EXPEDITING")
         || has("REQUEUE_HOLD")
         || has("REQUEUE_FED")
         || has("CONFIGURING")

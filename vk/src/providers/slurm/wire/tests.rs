@@ -59,6 +59,15 @@ fn states_map_as_documented() {
         s(json!("CONFIGURING"), json!(0), "None"),
         WorkloadState::Queued { reason: None }
     );
+    // An ended job Slurm 25.11 is checking for an expedited requeue is not final: not a
+    // failure, not a lost node.
+    for base in ["FAILED", "NODE_FAIL"] {
+        assert_eq!(
+            s(json!([base, "EXPEDITING"]), json!(256), "None"),
+            WorkloadState::Queued { reason: None },
+            "{base}"
+        );
+    }
     assert_eq!(s(json!("RUNNING"), json!(0), ""), WorkloadState::Running);
     assert_eq!(s(json!("COMPLETING"), json!(0), ""), WorkloadState::Running);
     assert_eq!(
