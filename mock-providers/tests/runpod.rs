@@ -40,6 +40,24 @@ async fn status_of(emu: &Emu, id: &str) -> String {
     pod["status"].as_str().unwrap().to_owned()
 }
 
+/// The names of the pods `GET /v2/pods` lists, in its order.
+async fn listed_names(emu: &Emu) -> Vec<String> {
+    let list: Value = emu
+        .get("/v2/pods")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn assert_problem(body: &Value, status: u16) {
     assert_eq!(body["status"], status, "{body}");
     assert!(body["title"].is_string(), "{body}");
@@ -194,20 +212,7 @@ async fn create_answers_403_for_a_closed_pool_and_402_without_balance() {
     let id = running["id"].as_str().unwrap();
     let r = emu.get(&format!("/v2/pods/{id}")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND, "terminated at $0");
-    let list: Value = emu
-        .get("/v2/pods")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = list["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
+    let names = listed_names(&emu).await;
     assert_eq!(
         names,
         ["kept"],
@@ -571,20 +576,7 @@ async fn list_returns_every_pod_once_per_call() {
             StatusCode::CREATED
         );
     }
-    let pods: Value = emu
-        .get("/v2/pods")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let names: Vec<&str> = pods["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = listed_names(&emu).await;
     assert_eq!(names, ["p0", "p1", "p2"]);
     let c = emu.counters().await;
     assert_eq!(c["create"], 3);

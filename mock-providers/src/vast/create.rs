@@ -1,11 +1,10 @@
 //! Renting an offer (`PUT /api/v0/asks/{id}/`): the create body checked and the instance made.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State as AxState};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -32,8 +31,6 @@ pub(super) const RUNTYPES: &[&str] = &[
 pub(super) async fn create_instance(
     AxState(s): AxState<State>,
     Path(id): Path<String>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     create_inner(&s.engine, &id, &body)

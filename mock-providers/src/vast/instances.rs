@@ -1,10 +1,9 @@
 //! One instance as `show instance` renders it.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use axum::extract::{Path, Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State as AxState};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
@@ -212,12 +211,7 @@ pub(super) fn render_instance(
     }
 }
 
-pub(super) async fn show_instance(
-    AxState(s): AxState<State>,
-    Path(id): Path<String>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
-) -> Response {
+pub(super) async fn show_instance(AxState(s): AxState<State>, Path(id): Path<String>) -> Response {
     if parse_id(&id).is_none() {
         return error(
             StatusCode::BAD_REQUEST,

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
@@ -15,11 +15,7 @@ use super::{State, actual_status, query};
 use crate::engine::{Engine, Phase, Run, StopReason, Workload};
 
 /// `GET /api/v0/instances/` is deprecated: accounts created after 2 June 2026 get 410.
-pub(super) async fn list_instances_v0(
-    AxState(_s): AxState<State>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
-) -> Response {
+pub(super) async fn list_instances_v0(AxState(_s): AxState<State>) -> Response {
     error(
         StatusCode::GONE,
         "deprecated",
@@ -53,7 +49,6 @@ pub(super) fn parse_page_token(token: &str) -> Option<u64> {
 pub(super) async fn list_instances(
     AxState(s): AxState<State>,
     Query(q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
 ) -> Response {
     list_inner(&s.engine, &q)
 }

@@ -1,9 +1,7 @@
 //! Logs through `request_logs` and the presigned `result_url` behind it.
 
-use std::collections::HashMap;
-
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State as AxState};
+use axum::extract::{Path, State as AxState};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -17,7 +15,6 @@ use crate::engine::logs::LogSource;
 pub(super) async fn request_logs(
     AxState(s): AxState<State>,
     Path(id): Path<String>,
-    Query(_q): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {

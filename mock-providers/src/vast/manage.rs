@@ -1,11 +1,10 @@
 //! Changing an instance: start/stop and label, destroy, change bid.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State as AxState};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
@@ -16,8 +15,6 @@ use crate::engine::{Engine, Phase, Run, StopReason};
 pub(super) async fn manage_instance(
     AxState(s): AxState<State>,
     Path(id): Path<String>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     manage_inner(&s.engine, &id, &body)
@@ -111,8 +108,6 @@ pub(super) fn manage_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
 pub(super) async fn destroy_instance(
     AxState(s): AxState<State>,
     Path(id): Path<String>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
 ) -> Response {
     if parse_id(&id).is_none() {
         return error(
@@ -136,8 +131,6 @@ pub(super) async fn destroy_instance(
 pub(super) async fn change_bid(
     AxState(s): AxState<State>,
     Path(id): Path<String>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let m = match parse_body(&body) {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
 
@@ -333,12 +333,7 @@ pub(super) fn find_offers(
         .collect())
 }
 
-pub(super) async fn search_offers(
-    AxState(s): AxState<State>,
-    Query(_q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub(super) async fn search_offers(AxState(s): AxState<State>, body: Bytes) -> Response {
     let filters = match parse_body(&body) {
         Ok(m) => m,
         Err(_) => {
@@ -359,7 +354,6 @@ pub(super) async fn search_offers(
 pub(super) async fn search_offers_get(
     AxState(s): AxState<State>,
     Query(q): Query<HashMap<String, String>>,
-    _headers: HeaderMap,
 ) -> Response {
     let filters = match q.get("q").map(|s| serde_json::from_str::<Value>(s)) {
         None => Map::new(),
