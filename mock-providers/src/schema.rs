@@ -41,6 +41,72 @@ pub fn vast() -> &'static Spec {
     SPEC.get_or_init(|| Spec::new("vast", include_str!("../schemas/vast.json")))
 }
 
+/// slurmrestd's own `/openapi/v3` of each release the tests run (`scripts/schemas/slurm`),
+/// closed and with path-named `required` entries dropped, as `x-closed` and
+/// `x-dropped-path-required` say why.
+pub fn slurm(release: SlurmRelease) -> &'static Spec {
+    static S2205: OnceLock<Spec> = OnceLock::new();
+    static S2411: OnceLock<Spec> = OnceLock::new();
+    static S2605: OnceLock<Spec> = OnceLock::new();
+    match release {
+        SlurmRelease::R2205 => S2205
+            .get_or_init(|| Spec::new("slurm-22.05", include_str!("../schemas/slurm-22.05.json"))),
+        SlurmRelease::R2411 => S2411
+            .get_or_init(|| Spec::new("slurm-24.11", include_str!("../schemas/slurm-24.11.json"))),
+        SlurmRelease::R2605 => S2605
+            .get_or_init(|| Spec::new("slurm-26.05", include_str!("../schemas/slurm-26.05.json"))),
+    }
+}
+
+/// One thing wrong with a request, by kind; `at` is the field's path (`$.job.environment`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// Fields the schema does not list, in the object at `at`.
+    Unknown { at: String, fields: Vec<String> },
+    /// A value of another JSON type than `expected` (`array`, `object`, ...).
+    Type { at: String, expected: String },
+    /// Anything else (a missing field, a value outside an enum or bound): the validator's
+    /// message, which never echoes the value.
+    Other { at: String, message: String },
+}
+
+/// The Slurm releases whose schemas are kept, one per Debian suite the tests run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlurmRelease {
+    /// 22.05 (bookworm): `openapi/v0.0.38`. Its document does not describe its own answers
+    /// (integer versions where it says strings, nulls, undocumented fields), so only its
+    /// request schemas are checked.
+    R2205,
+    /// 24.11 (trixie): v0.0.40 to v0.0.42.
+    R2411,
+    /// 26.05 (sid): v0.0.42 to v0.0.45.
+    R2605,
+}
+
+impl SlurmRelease {
+    /// Every release, oldest first.
+    pub const ALL: [SlurmRelease; 3] = [Self::R2205, Self::R2411, Self::R2605];
+
+    /// The releases that serve `version` (`"v0.0.42"`): a dialect served by two releases is
+    /// checked against both documents.
+    pub fn serving(version: &str) -> Vec<SlurmRelease> {
+        Self::ALL
+            .into_iter()
+            .filter(|r| {
+                slurm(*r)
+                    .operations()
+                    .iter()
+                    .any(|op| op == &format!("POST /slurm/{version}/job/submit"))
+            })
+            .collect()
+    }
+
+    /// Whether the release's document describes its answers (see [`SlurmRelease::R2205`]).
+    pub fn describes_answers(self) -> bool {
+        self != Self::R2205
+    }
+}
+
 impl Spec {
     fn new(name: &'static str, text: &str) -> Self {
         let doc = serde_json::from_str(text)
@@ -50,6 +116,11 @@ impl Spec {
             doc,
             validators: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The schema's name (`runpod-v2`, `slurm-24.11`).
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Where the schema comes from (`x-source`: repository, path, commit, date).
@@ -93,6 +164,41 @@ impl Spec {
             "default"
         };
         self.errors(operation, &["responses", key], body)
+    }
+
+    /// What is wrong with `body` as the request of `operation`, by kind, for an emulator that
+    /// answers each kind as its service does (unknown fields dropped with a warning, wrong types
+    /// refused).
+    ///
+    /// # Panics
+    /// When the schema has no request body for `operation` (a bug of the caller).
+    pub fn request_violations(&self, operation: &str, body: &Value) -> Vec<Violation> {
+        use jsonschema::error::{TypeKind, ValidationErrorKind};
+        let v = self.validator(operation, &["request"]);
+        v.iter_errors(body)
+            .map(|e| {
+                let at = format!("${}", e.instance_path().to_string().replace('/', "."));
+                match e.kind() {
+                    ValidationErrorKind::AdditionalProperties { unexpected } => {
+                        Violation::Unknown {
+                            at,
+                            fields: unexpected.clone(),
+                        }
+                    }
+                    ValidationErrorKind::Type { kind } => Violation::Type {
+                        at,
+                        expected: match kind {
+                            TypeKind::Single(t) => t.to_string(),
+                            TypeKind::Multiple(ts) => format!("{ts:?}"),
+                        },
+                    },
+                    _ => Violation::Other {
+                        at,
+                        message: e.masked().to_string(),
+                    },
+                }
+            })
+            .collect()
     }
 
     fn errors(&self, operation: &str, at: &[&str], body: &Value) -> Vec<String> {

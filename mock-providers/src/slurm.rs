@@ -27,6 +27,7 @@ mod process;
 mod query;
 mod render;
 mod reply;
+mod strict;
 mod submit;
 
 use query::*;

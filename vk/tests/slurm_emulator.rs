@@ -261,7 +261,12 @@ async fn cluster_events_map_to_pod_states() {
             WorkloadState::Running,
             "only one job is cancelled"
         );
-        assert_eq!(s.slurm.delete("424242").await, Err(ProviderError::NotFound));
+        // 22.05 names the unknown job; 24.11's v0.0.41 answers its cancel as a success.
+        let gone = match dialect {
+            Dialect::V0038 => Err(ProviderError::NotFound),
+            _ => Ok(()),
+        };
+        assert_eq!(s.slurm.delete("424242").await, gone, "{dialect}");
     }
 }
 

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use serde_json::Value;
 use vk::naming::{Owner, WorkloadId};
 use vk::provider::{
     ContainerRole, FailureReason, LogOptions, Observed, Provider, ProviderError, WorkloadState,
@@ -38,6 +39,8 @@ struct Env {
     container: Option<String>,
     /// The dialect `auto` must pick on this Slurm.
     expect_dialect: Option<Dialect>,
+    /// Its release (`SLURM_VERSION`; the host's 22.05 does not write it).
+    version: Option<String>,
 }
 
 impl Env {
@@ -97,9 +100,10 @@ fn env() -> Env {
             .get("SLURM_EXPECT_DIALECT")
             .filter(|d| !d.is_empty())
             .map(|d| {
-                serde_json::from_value(serde_json::Value::String(d.clone()))
+                serde_json::from_value(Value::String(d.clone()))
                     .unwrap_or_else(|e| panic!("{path}: SLURM_EXPECT_DIALECT {d}: {e}"))
             }),
+        version: vars.get("SLURM_VERSION").cloned(),
     }
 }
 
@@ -123,8 +127,12 @@ fn config(env: &Env) -> SlurmConfig {
 }
 
 fn adapter(env: &Env) -> Slurm {
+    adapter_with(config(env))
+}
+
+fn adapter_with(cfg: SlurmConfig) -> Slurm {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Slurm::new("slurm".into(), config(env), owner()).expect("adapter builds")
+    Slurm::new("slurm".into(), cfg, owner()).expect("adapter builds")
 }
 
 /// A job of a fresh pod running `script` in bash in `/tmp`, no GPU.
@@ -205,6 +213,75 @@ async fn the_newest_served_dialect_is_detected() {
     assert_eq!(slurm.dialect().await, Ok(expected));
     // Every call goes through it: a list in that dialect works.
     slurm.list().await.expect("list in the detected dialect");
+}
+
+/// This release's kept schema (mock-providers/schemas, derived from its own `/openapi/v3`) is
+/// what it really takes and answers: the adapter's submission validates and is accepted without
+/// a warning, and the job and node lists, with the job running, validate. 22.05's document
+/// does not describe its own answers, so there only the submission is checked.
+#[tokio::test]
+async fn the_kept_schema_of_this_release_is_what_it_takes_and_answers() {
+    use mock_providers::schema::{SlurmRelease, slurm as slurm_schema};
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let dialect = adapter(&env).dialect().await.unwrap();
+    let slurm = adapter_with(SlurmConfig {
+        dialect,
+        ..config(&env)
+    });
+    let release = match env.version.as_deref() {
+        Some(v) if v.starts_with("24.11") => SlurmRelease::R2411,
+        Some(v) if v.starts_with("26.05") => SlurmRelease::R2605,
+        _ => SlurmRelease::R2205,
+    };
+    let spec = slurm_schema(release);
+    let w = workload("sleep 60").build();
+    let body = slurm.submit_body(&w).unwrap();
+    let errors = spec.request_errors(&format!("POST /slurm/{dialect}/job/submit"), &body);
+    assert!(errors.is_empty(), "{}: {errors:?}", spec.name());
+    // The same body to the daemon: no warning (a dropped field would be one).
+    let http = reqwest::Client::new();
+    let token = std::fs::read_to_string(&env.token_file).unwrap();
+    let call = |method: reqwest::Method, path: String| {
+        http.request(method, format!("{}{path}", env.url))
+            .header("X-SLURM-USER-NAME", &env.user)
+            .header("X-SLURM-USER-TOKEN", token.trim())
+    };
+    let answer: Value = call(
+        reqwest::Method::POST,
+        format!("/slurm/{dialect}/job/submit"),
+    )
+    .json(&body)
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let job_id = answer["job_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{answer}"));
+    let warnings = answer["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(warnings.is_empty(), "{dialect}: {warnings:?}");
+    wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+    if release.describes_answers() {
+        for what in ["jobs", "nodes"] {
+            let got: Value = call(reqwest::Method::GET, format!("/slurm/{dialect}/{what}/"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let op = format!("GET /slurm/{dialect}/{what}");
+            let errors = spec.response_errors(&op, 200, &got);
+            assert!(errors.is_empty(), "{op} of {}: {errors:?}", spec.name());
+        }
+    }
+    slurm.delete(&job_id.to_string()).await.unwrap();
 }
 
 #[tokio::test]

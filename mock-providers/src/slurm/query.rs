@@ -54,10 +54,22 @@ pub(super) async fn get_job(
             StatusCode::OK,
             jobs_answer(dialect, vec![render(dialect, j)]),
         ),
-        None => json_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            unknown_job_body(dialect, &id),
-        ),
+        None => match dialect {
+            Dialect::V0038 => json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                unknown_job_body(dialect, &id),
+            ),
+            // 24.11.5 (measured): HTTP 404, an empty list with its timestamps, error 2017.
+            Dialect::V0041 => {
+                let err = SlurmErr::invalid_job(&id, "Unable to query ");
+                let mut body = jobs_answer(dialect, Vec::new());
+                body["last_backfill"] = no_val(0);
+                body["last_update"] = no_val(0);
+                body["errors"] = json!([{"description": err.description,
+                    "error_number": err.number, "error": err.message, "source": "_handle_job_get"}]);
+                json_response(StatusCode::NOT_FOUND, body)
+            }
+        },
     }
 }
 
@@ -108,7 +120,14 @@ pub(super) async fn cancel(
         Err(SlurmErr::invalid_job(&id, "unable to signal "))
     };
     emu.settle(&mut inner);
+    // 24.11.5's v0.0.41 (measured) answers the cancel of a job it no longer knows, or of one
+    // that has ended, as a success with no error.
+    let gone = |e: &SlurmErr| matches!(e.number, 2017 | 2021);
     match result {
+        Err(e) if dialect == Dialect::V0041 && gone(&e) => json_response(
+            StatusCode::OK,
+            json!({"meta": meta(dialect), "errors": [], "warnings": []}),
+        ),
         Ok(()) => {
             let mut body = json!({"meta": meta(dialect), "errors": []});
             if dialect == Dialect::V0041 {

@@ -41,6 +41,10 @@ pub(super) async fn submit(
     let Ok(value) = serde_json::from_slice::<Value>(&body) else {
         return plain(StatusCode::BAD_REQUEST, "Unable to parse query.");
     };
+    let warnings = match strict::check_submission(dialect, &value) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     let spec = match parse_submission(dialect, &value) {
         Ok(spec) => spec,
         Err(e) => return slurm_error(dialect, &e, "slurm_submit_batch_job()", true),
@@ -65,7 +69,7 @@ pub(super) async fn submit(
                        "result": {"job_id": id, "step_id": "batch", "error_code": 0,
                                   "error": "No error", "job_submit_user_msg": ""},
                        "job_submit_user_msg": "", "meta": meta(dialect), "errors": [],
-                       "warnings": []}),
+                       "warnings": warnings}),
             ),
         },
         Err(e) => slurm_error(dialect, &e, "slurm_submit_batch_job()", true),

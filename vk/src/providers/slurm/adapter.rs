@@ -43,6 +43,14 @@ impl Provider for Slurm {
             && let Some(job_id) = answer.as_ref().and_then(SubmitAnswer::job_id)
         {
             info!(provider = %self.name, workload = %w.id, job_id, "submitted Slurm job");
+            let warned = answer
+                .as_ref()
+                .map(SubmitAnswer::warned_fields)
+                .unwrap_or_default();
+            if !warned.is_empty() {
+                warn!(provider = %self.name, workload = %w.id, job_id, fields = %warned.join(", "),
+                    "slurmrestd dropped or converted fields of the submission; a setting may be lost");
+            }
             if let Some(msg) = answer
                 .and_then(|a| a.job_submit_user_msg)
                 .filter(|m| !m.trim().is_empty())

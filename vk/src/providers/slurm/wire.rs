@@ -223,9 +223,27 @@ pub(crate) struct SubmitAnswer {
     pub result: Option<Value>,
     #[serde(default, deserialize_with = "crate::providers::rest::lenient")]
     pub job_submit_user_msg: Option<String>,
+    /// v0.0.40 on: what the data parser dropped or converted (`Ignoring unknown field`).
+    #[serde(default, deserialize_with = "crate::providers::rest::lenient")]
+    pub warnings: Option<Vec<Value>>,
 }
 
 impl SubmitAnswer {
+    /// The fields slurmrestd warned about (each warning's `source`, `#/job/F/`); never the
+    /// descriptions, which may quote a value.
+    pub fn warned_fields(&self) -> Vec<String> {
+        self.warnings
+            .iter()
+            .flatten()
+            .map(|w| {
+                w.get("source")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned()
+            })
+            .collect()
+    }
+
     pub fn job_id(&self) -> Option<u64> {
         self.job_id.filter(|id| *id > 0).or_else(|| {
             self.result

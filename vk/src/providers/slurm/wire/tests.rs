@@ -214,3 +214,19 @@ fn errors_are_read_in_every_spelling() {
     );
     assert!(e.is_empty(), "{e:?}");
 }
+
+#[test]
+fn submit_warnings_name_the_fields_never_the_values() {
+    // 24.11.5's answer to a job with an unknown field and a number for a boolean (measured).
+    let a: SubmitAnswer = serde_json::from_str(
+        r##"{"job_id": 5, "warnings": [
+            {"description": "Expected OpenAPI type=boolean (Slurm type=boolean) but got OpenAPI type=integer (Slurm type=64 bit integer): 3", "source": "#/job/requeue/"},
+            {"description": "Ignoring unknown field \"bogus\" of type string in DATA_PARSER_JOB_DESC_MSG", "source": "#/job/bogus/"}],
+            "errors": []}"##,
+    )
+    .unwrap();
+    assert_eq!(a.job_id(), Some(5));
+    assert_eq!(a.warned_fields(), vec!["#/job/requeue/", "#/job/bogus/"]);
+    let none: SubmitAnswer = serde_json::from_str(r#"{"job_id": 5, "warnings": []}"#).unwrap();
+    assert!(none.warned_fields().is_empty());
+}
