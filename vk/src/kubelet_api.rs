@@ -297,7 +297,7 @@ impl ApiError {
             ProviderError::Transient { .. } | ProviderError::Capacity { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ProviderError::Auth { .. } => StatusCode::BAD_GATEWAY,
+            ProviderError::Auth { .. } | ProviderError::Malformed { .. } => StatusCode::BAD_GATEWAY,
         };
         let message = match e {
             // Already "not supported by provider <name>: <what>".

@@ -84,6 +84,17 @@ pub enum ProviderError {
     /// The provider does not offer this optional capability.
     #[error("not supported by provider {provider}: {what}")]
     Unsupported { provider: String, what: String },
+    /// An answer that breaks the provider's own schema where the VK cannot do without the
+    /// field (a listed workload of ours without its id): retried like `Transient`, counted by
+    /// provider and field (`gpu_vk_provider_malformed_answers_total`), and nothing is judged
+    /// on it, so no workload is taken for lost because its entry could not be read.
+    #[error("malformed answer from {provider}: {field}: {message}")]
+    Malformed {
+        provider: String,
+        /// The field by its schema name (`Pod.id`, `Instance.id`, `job_id`).
+        field: String,
+        message: String,
+    },
 }
 
 impl ProviderError {

@@ -40,6 +40,12 @@ pub struct ProviderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FieldLabels {
+    pub provider: String,
+    pub field: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DispatchLabels {
     pub policy: String,
     pub provider: String,
@@ -57,6 +63,8 @@ pub struct Metrics {
     registry: Arc<Registry>,
     pub reconciles: Family<ResultLabels, Counter>,
     pub provider_calls: Family<CallLabels, Counter>,
+    /// Provider answers that broke the provider's schema, by field (`ProviderError::Malformed`).
+    pub provider_malformed: Family<FieldLabels, Counter>,
     pub status_writes: Counter,
     pub pod_deletes: Counter,
     pub gc_deletes: Counter,
@@ -118,6 +126,12 @@ impl Metrics {
             "provider_calls",
             "Provider API calls by provider, operation and result",
             provider_calls.clone(),
+        );
+        let provider_malformed = Family::<FieldLabels, Counter>::default();
+        r.register(
+            "provider_malformed_answers",
+            "Provider answers that broke the provider's schema, by provider and field",
+            provider_malformed.clone(),
         );
         let status_writes = Counter::default();
         r.register(
@@ -243,6 +257,7 @@ impl Metrics {
             registry: Arc::new(r),
             reconciles,
             provider_calls,
+            provider_malformed,
             status_writes,
             pod_deletes,
             gc_deletes,
@@ -272,6 +287,16 @@ impl Metrics {
                 provider: provider.to_owned(),
                 op: op.to_owned(),
                 result: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
+    }
+
+    /// One answer of `provider` whose `field` broke its schema.
+    pub fn malformed(&self, provider: &str, field: &str) {
+        self.provider_malformed
+            .get_or_create(&FieldLabels {
+                provider: provider.to_owned(),
+                field: field.to_owned(),
             })
             .inc();
     }

@@ -637,6 +637,37 @@ async fn malformed_list_answers_are_transient() {
     }
 }
 
+/// A pod of ours listed without its `id` (the v2 schema requires it) makes the list malformed:
+/// an error naming the field, so the pipeline judges nothing on it, rather than a list without
+/// the workload, which would be taken for lost. Someone else's pod without an id is skipped.
+#[tokio::test]
+async fn a_listed_pod_of_ours_without_its_id_is_a_malformed_answer_not_a_lost_workload() {
+    let w = workload().build();
+    let mut ours = pod("p1", w.id.as_str(), "RUNNING");
+    ours.as_object_mut().unwrap().remove("id");
+    let mut foreign = pod("p2", "my-notebook", "RUNNING");
+    foreign["id"] = Value::Null;
+
+    let server = MockServer::start().await;
+    mount_list(&server, json!([foreign.clone(), ours])).await;
+    let err = adapter(&server).list().await.unwrap_err();
+    match &err {
+        ProviderError::Malformed {
+            provider,
+            field,
+            message,
+        } => {
+            assert_eq!((provider.as_str(), field.as_str()), ("runpod", "Pod.id"));
+            assert!(message.contains(w.id.as_str()), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let server = MockServer::start().await;
+    mount_list(&server, json!([foreign])).await;
+    assert_eq!(adapter(&server).list().await.unwrap(), Vec::new());
+}
+
 #[tokio::test]
 async fn list_errors_are_classified() {
     let server = MockServer::start().await;

@@ -413,8 +413,9 @@ async fn submit_errors_are_classified() {
             ProviderError::Capacity { .. } => "capacity",
             ProviderError::Auth { .. } => "auth",
             ProviderError::Transient { .. } => "transient",
-            ProviderError::NotFound => "notfound",
             ProviderError::Unsupported { .. } => "unsupported",
+            ProviderError::Malformed { .. } => "malformed",
+            ProviderError::NotFound => "notfound",
         };
         assert_eq!(got, want, "{status} {body}");
     }

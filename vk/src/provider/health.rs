@@ -88,9 +88,11 @@ impl Breaker {
                 took.as_secs_f64(),
                 self.rules.slow.as_secs()
             )),
-            Err(e @ (ProviderError::Transient { .. } | ProviderError::Auth { .. })) => {
-                Some(e.to_string())
-            }
+            Err(
+                e @ (ProviderError::Transient { .. }
+                | ProviderError::Auth { .. }
+                | ProviderError::Malformed { .. }),
+            ) => Some(e.to_string()),
             _ => None,
         };
         let mut s = self.lock();

@@ -74,6 +74,9 @@ impl Layered {
             ))),
         };
         self.metrics.call(name, op, succeeded(op, &result));
+        if let Err(ProviderError::Malformed { field, .. }) = &result {
+            self.metrics.malformed(name, field);
+        }
         // Streams (logs, exec) report only on opening; `Unsupported` says nothing of health.
         if !matches!(result, Err(ProviderError::Unsupported { .. })) {
             self.breaker
@@ -209,5 +212,24 @@ mod tests {
         let (p, m) = layered(Duration::ZERO, Ok(()));
         assert_eq!(p.list().await.map(|l| l.len()), Ok(0));
         assert_eq!(count(&m, "list", "ok"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_answer_is_counted_by_provider_and_field() {
+        let malformed = ProviderError::Malformed {
+            provider: "slow".into(),
+            field: "Pod.id".into(),
+            message: "no id".into(),
+        };
+        let (p, m) = layered(Duration::ZERO, Err(malformed.clone()));
+        assert_eq!(p.list().await, Err(malformed));
+        assert_eq!(count(&m, "list", "error"), 1);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"gpu_vk_provider_malformed_answers_total{provider="slow",field="Pod.id"} 1"#
+            ),
+            "{text}"
+        );
     }
 }

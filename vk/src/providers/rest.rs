@@ -1,6 +1,6 @@
 //! Wire helpers shared by the adapters' JSON APIs: lenient field decoding (one odd field
 //! never breaks a list), ids sent as numbers or strings, epoch timestamps, and the
-//! environment as an object.
+//! environment as an object; and the check that a list is whole before anything is judged on it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +17,32 @@ where
 {
     let value = serde_json::Value::deserialize(d)?;
     Ok(serde_json::from_value(value).ok())
+}
+
+/// `Err(Malformed)` when a listed entry of this VK's (its name a workload id) lacks the
+/// provider's id for it (`field`, by the schema's name): the list is not whole, so the caller
+/// returns the error and nothing is judged on it (a workload missing from a partial list would
+/// otherwise be taken for lost and started again). `entries` are (name, has an id).
+pub(crate) fn whole_list<'a>(
+    provider: &str,
+    field: &str,
+    entries: impl IntoIterator<Item = (Option<&'a str>, bool)>,
+) -> Result<(), crate::provider::ProviderError> {
+    let missing = entries.into_iter().find_map(|(name, has_id)| {
+        let name = name?.trim();
+        (!has_id && crate::naming::WorkloadId::parse(name).is_some()).then_some(name)
+    });
+    match missing {
+        None => Ok(()),
+        Some(name) => Err(crate::provider::ProviderError::Malformed {
+            provider: provider.to_owned(),
+            field: field.to_owned(),
+            message: format!(
+                "the listed workload {name} has no {field}, which the provider's schema \
+                 requires; nothing is judged on this list until it is whole"
+            ),
+        }),
+    }
 }
 
 /// An id that providers send as a number or a string.
@@ -63,6 +89,25 @@ pub(crate) fn timestamp_from_epoch(secs: f64) -> Option<jiff::Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_is_whole_unless_an_entry_of_ours_lacks_its_id() {
+        let w = crate::test_support::workload();
+        let ours = w.id.as_str();
+        assert!(whole_list("p", "Pod.id", [(Some("notebook"), false), (None, false)]).is_ok());
+        assert!(whole_list("p", "Pod.id", [(Some(ours), true)]).is_ok());
+        let err = whole_list(
+            "p",
+            "Pod.id",
+            [(Some("notebook"), true), (Some(ours), false)],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, crate::provider::ProviderError::Malformed { field, message, .. }
+                if field == "Pod.id" && message.contains(ours)),
+            "{err:?}"
+        );
+    }
 
     #[derive(Debug, Deserialize)]
     struct Item {

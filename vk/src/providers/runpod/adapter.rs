@@ -12,6 +12,7 @@ use crate::provider::{
     Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Vanished,
     Workload,
 };
+use crate::providers::rest;
 
 impl Provider for RunPod {
     fn name(&self) -> &str {
@@ -134,6 +135,12 @@ impl Provider for RunPod {
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let sent = Instant::now();
         let pods = self.list_pods().await?;
+        let has_id = |p: &Pod| p.id.as_deref().is_some_and(|id| !id.is_empty());
+        rest::whole_list(
+            &self.name,
+            "Pod.id",
+            pods.iter().map(|p| (p.name.as_deref(), has_id(p))),
+        )?;
         let now = Instant::now();
         let mut exits = self.exits.lock().unwrap_or_else(|e| e.into_inner());
         let ids: Vec<&str> = pods.iter().filter_map(|p| p.id.as_deref()).collect();

@@ -11,6 +11,7 @@ use crate::provider::{
     Observed, Price, Provider, ProviderError, Quote, Workload, WorkloadState,
 };
 use crate::providers::http;
+use crate::providers::rest;
 
 impl Provider for Slurm {
     fn name(&self) -> &str {
@@ -91,6 +92,12 @@ impl Provider for Slurm {
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let jobs = self.client.jobs().await?;
+        rest::whole_list(
+            &self.name,
+            "job_id",
+            jobs.iter()
+                .map(|j| (j.name.as_deref(), j.job_id.is_some_and(|id| id > 0))),
+        )?;
         // Every job of ours, even two carrying one workload id (a finished job and its
         // restart, or a create that was lost and retried): the pipeline picks one and deletes
         // live extras (`pods::duplicates`).

@@ -15,6 +15,7 @@ use crate::provider::{
     Capabilities, FailureReason, Inventory, LogOptions, LogStream, Observed, Provider,
     ProviderError, Workload, WorkloadState,
 };
+use crate::providers::rest;
 
 impl Provider for Vast {
     fn name(&self) -> &str {
@@ -96,6 +97,14 @@ impl Provider for Vast {
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let instances = self.instances(None).await?;
+        rest::whole_list(
+            &self.name,
+            "Instance.id",
+            instances.iter().map(|i| {
+                let has_id = i.id.as_ref().is_some_and(|id| !id.to_string().is_empty());
+                (i.label.as_deref(), has_id)
+            }),
+        )?;
         let now = std::time::Instant::now();
         let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
         let mut unreachable = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
