@@ -116,169 +116,163 @@ impl Default for Metrics {
     }
 }
 
+/// Registers `metric` as `name` and hands back the handle the code updates.
+fn reg<M: prometheus_client::registry::Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    r.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::with_prefix("gpu_vk");
-        let reconciles = Family::<ResultLabels, Counter>::default();
-        r.register("reconciles", "Pod reconciles by result", reconciles.clone());
-        let provider_calls = Family::<CallLabels, Counter>::default();
-        r.register(
-            "provider_calls",
-            "Provider API calls by provider, operation and result",
-            provider_calls.clone(),
-        );
-        let provider_malformed = Family::<FieldLabels, Counter>::default();
-        r.register(
-            "provider_malformed_answers",
-            "Provider answers that broke the provider's schema, by provider and field",
-            provider_malformed.clone(),
-        );
-        let status_writes = Counter::default();
-        r.register(
-            "pod_status_writes",
-            "Pod status writes to the API server",
-            status_writes.clone(),
-        );
-        let pod_deletes = Counter::default();
-        r.register(
-            "pod_deletes",
-            "Pods removed from the API server after their workload was gone",
-            pod_deletes.clone(),
-        );
-        let gc_deletes = Counter::default();
-        r.register(
-            "gc_deletes",
-            "Orphaned provider workloads collected",
-            gc_deletes.clone(),
-        );
-        let events_dropped = Counter::default();
-        r.register(
-            "events_dropped",
-            "Events dropped because the API server fell too far behind",
-            events_dropped.clone(),
-        );
-        let refusal_storm_held = Counter::default();
-        r.register(
-            "refusal_storm_held",
-            "Pods held instead of failed because more pods of their owner failed in a window than refusals.stormThreshold",
-            refusal_storm_held.clone(),
-        );
-        let queue_depth = Gauge::default();
-        r.register(
-            "queue_depth",
-            "Pods waiting to be reconciled",
-            queue_depth.clone(),
-        );
-        let startup_reconcile_seconds = Gauge::<f64, AtomicU64>::default();
-        r.register(
-            "startup_reconcile_seconds",
-            "Seconds from start until every pod and workload known at start-up was reconciled once (0 until then)",
-            startup_reconcile_seconds.clone(),
-        );
-        let pods = Family::<PodLabels, Gauge>::default();
-        r.register(
-            "pods",
-            "Pods on this node by provider and phase",
-            pods.clone(),
-        );
-        let create_latency = Histogram::new(LATENCY_BUCKETS);
-        r.register(
-            "pod_create_latency_seconds",
-            "Seconds from the VK first seeing a pod to the provider accepting its workload",
-            create_latency.clone(),
-        );
-        let status_latency = Histogram::new(LATENCY_BUCKETS);
-        r.register(
-            "pod_status_latency_seconds",
-            "Seconds from a provider list showing a workload state change to the pod status write reporting it",
-            status_latency.clone(),
-        );
-        let leader = Gauge::default();
-        r.register(
-            "leader",
-            "1 while this replica leads its node, 0 while it stands by (leader election)",
-            leader.clone(),
-        );
-        let overflow_admissions = Family::<OutcomeLabels, Counter>::default();
-        r.register(
-            "overflow_admissions",
-            "Opted-in pods admitted by the overflow webhook, by outcome (offload: may use the virtual node; refuse: stays in-cluster)",
-            overflow_admissions.clone(),
-        );
-        let in_cluster_gpus = Family::<StateLabels, Gauge>::default();
-        r.register(
-            "in_cluster_gpus",
-            "GPUs of in-cluster (non-virtual, Ready, schedulable) nodes, allocatable and allocated",
-            in_cluster_gpus.clone(),
-        );
-        let offloaded_replicas = Family::<ProviderLabels, Gauge>::default();
-        r.register(
-            "offloaded_replicas",
-            "Opted-in replicas running on virtual nodes, by provider",
-            offloaded_replicas.clone(),
-        );
-        let reclaim_moves = Counter::default();
-        r.register(
-            "reclaim_moves",
-            "Offloaded replicas evicted to move back to in-cluster GPUs",
-            reclaim_moves.clone(),
-        );
-        let spend = Family::<ProviderLabels, Gauge<f64, AtomicU64>>::default();
-        r.register(
-            "spend_dollars_per_hour",
-            "Dollars per hour the live workloads cost, by provider, from the providers' own lists",
-            spend.clone(),
-        );
-        let workloads = Family::<ProviderLabels, Gauge>::default();
-        r.register(
-            "provider_workloads",
-            "Live (not finished) workloads by provider",
-            workloads.clone(),
-        );
-        let provider_healthy = Family::<ProviderLabels, Gauge>::default();
-        r.register(
-            "provider_healthy",
-            "1 while the provider's circuit breaker admits new pods, 0 while it is open",
-            provider_healthy.clone(),
-        );
-        let dispatch_decisions = Family::<DispatchLabels, Counter>::default();
-        r.register(
-            "dispatch_decisions",
-            "Workloads created, by dispatch policy and provider",
-            dispatch_decisions.clone(),
-        );
-        let held_pods = Gauge::default();
-        r.register(
-            "held_pods",
-            "Pods waiting Pending because a spend or workload guardrail is reached",
-            held_pods.clone(),
-        );
-        Self {
-            registry: Arc::new(r),
-            reconciles,
-            provider_calls,
-            provider_malformed,
-            status_writes,
-            pod_deletes,
-            gc_deletes,
-            events_dropped,
-            refusal_storm_held,
-            queue_depth,
-            startup_reconcile_seconds,
-            pods,
-            create_latency,
-            status_latency,
-            leader,
-            overflow_admissions,
-            in_cluster_gpus,
-            offloaded_replicas,
-            reclaim_moves,
-            spend,
-            workloads,
-            provider_healthy,
-            dispatch_decisions,
-            held_pods,
-        }
+        let mut m = Self {
+            registry: Arc::default(),
+            reconciles: reg(
+                &mut r,
+                "reconciles",
+                "Pod reconciles by result",
+                Family::<ResultLabels, Counter>::default(),
+            ),
+            provider_calls: reg(
+                &mut r,
+                "provider_calls",
+                "Provider API calls by provider, operation and result",
+                Family::<CallLabels, Counter>::default(),
+            ),
+            provider_malformed: reg(
+                &mut r,
+                "provider_malformed_answers",
+                "Provider answers that broke the provider's schema, by provider and field",
+                Family::<FieldLabels, Counter>::default(),
+            ),
+            status_writes: reg(
+                &mut r,
+                "pod_status_writes",
+                "Pod status writes to the API server",
+                Counter::default(),
+            ),
+            pod_deletes: reg(
+                &mut r,
+                "pod_deletes",
+                "Pods removed from the API server after their workload was gone",
+                Counter::default(),
+            ),
+            gc_deletes: reg(
+                &mut r,
+                "gc_deletes",
+                "Orphaned provider workloads collected",
+                Counter::default(),
+            ),
+            events_dropped: reg(
+                &mut r,
+                "events_dropped",
+                "Events dropped because the API server fell too far behind",
+                Counter::default(),
+            ),
+            refusal_storm_held: reg(
+                &mut r,
+                "refusal_storm_held",
+                "Pods held instead of failed because more pods of their owner failed in a window than refusals.stormThreshold",
+                Counter::default(),
+            ),
+            queue_depth: reg(
+                &mut r,
+                "queue_depth",
+                "Pods waiting to be reconciled",
+                Gauge::default(),
+            ),
+            startup_reconcile_seconds: reg(
+                &mut r,
+                "startup_reconcile_seconds",
+                "Seconds from start until every pod and workload known at start-up was reconciled once (0 until then)",
+                Gauge::<f64, AtomicU64>::default(),
+            ),
+            pods: reg(
+                &mut r,
+                "pods",
+                "Pods on this node by provider and phase",
+                Family::<PodLabels, Gauge>::default(),
+            ),
+            create_latency: reg(
+                &mut r,
+                "pod_create_latency_seconds",
+                "Seconds from the VK first seeing a pod to the provider accepting its workload",
+                Histogram::new(LATENCY_BUCKETS),
+            ),
+            status_latency: reg(
+                &mut r,
+                "pod_status_latency_seconds",
+                "Seconds from a provider list showing a workload state change to the pod status write reporting it",
+                Histogram::new(LATENCY_BUCKETS),
+            ),
+            leader: reg(
+                &mut r,
+                "leader",
+                "1 while this replica leads its node, 0 while it stands by (leader election)",
+                Gauge::default(),
+            ),
+            overflow_admissions: reg(
+                &mut r,
+                "overflow_admissions",
+                "Opted-in pods admitted by the overflow webhook, by outcome (offload: may use the virtual node; refuse: stays in-cluster)",
+                Family::<OutcomeLabels, Counter>::default(),
+            ),
+            in_cluster_gpus: reg(
+                &mut r,
+                "in_cluster_gpus",
+                "GPUs of in-cluster (non-virtual, Ready, schedulable) nodes, allocatable and allocated",
+                Family::<StateLabels, Gauge>::default(),
+            ),
+            offloaded_replicas: reg(
+                &mut r,
+                "offloaded_replicas",
+                "Opted-in replicas running on virtual nodes, by provider",
+                Family::<ProviderLabels, Gauge>::default(),
+            ),
+            reclaim_moves: reg(
+                &mut r,
+                "reclaim_moves",
+                "Offloaded replicas evicted to move back to in-cluster GPUs",
+                Counter::default(),
+            ),
+            spend: reg(
+                &mut r,
+                "spend_dollars_per_hour",
+                "Dollars per hour the live workloads cost, by provider, from the providers' own lists",
+                Family::<ProviderLabels, Gauge<f64, AtomicU64>>::default(),
+            ),
+            workloads: reg(
+                &mut r,
+                "provider_workloads",
+                "Live (not finished) workloads by provider",
+                Family::<ProviderLabels, Gauge>::default(),
+            ),
+            provider_healthy: reg(
+                &mut r,
+                "provider_healthy",
+                "1 while the provider's circuit breaker admits new pods, 0 while it is open",
+                Family::<ProviderLabels, Gauge>::default(),
+            ),
+            dispatch_decisions: reg(
+                &mut r,
+                "dispatch_decisions",
+                "Workloads created, by dispatch policy and provider",
+                Family::<DispatchLabels, Counter>::default(),
+            ),
+            held_pods: reg(
+                &mut r,
+                "held_pods",
+                "Pods waiting Pending because a spend or workload guardrail is reached",
+                Gauge::default(),
+            ),
+        };
+        m.registry = Arc::new(r);
+        m
     }
 
     pub fn call(&self, provider: &str, op: &str, ok: bool) {
@@ -424,10 +418,10 @@ mod tests {
     fn the_grafana_dashboard_reads_only_metrics_the_vk_exports() {
         let text = include_str!("../../deploy/grafana-dashboard.json");
         // What `Metrics::new` registers (empty families are not encoded, so the names are
-        // read from the registrations themselves).
+        // read from the registrations themselves: the string after each `reg(&mut r,`).
         let source = include_str!("telemetry.rs");
         let registered: Vec<String> = source
-            .split("r.register(")
+            .split(concat!("&mut ", "r,"))
             .skip(1)
             .filter_map(|rest| {
                 let start = rest.find('"')? + 1;
@@ -435,7 +429,11 @@ mod tests {
                 Some(format!("gpu_vk_{}", &rest[start..start + len]))
             })
             .collect();
-        assert!(registered.len() >= 20, "{registered:?}");
+        assert_eq!(registered.len(), 24, "{registered:?}");
+        assert!(
+            registered.contains(&"gpu_vk_provider_malformed_answers".to_owned()),
+            "{registered:?}"
+        );
         let mut names: Vec<&str> = Vec::new();
         let mut rest = text;
         while let Some(at) = rest.find("gpu_vk_") {
