@@ -1,4 +1,6 @@
-//! Emulator configuration: API key, GPU stock, execution mode and rate limits.
+//! Emulator configuration: API key, GPU stock, execution mode, rate limits, and the two
+//! profiles (`fast` for tests of the VK's logic, `realistic` for what users of the services
+//! report).
 
 use std::fmt;
 use std::time::Duration;
@@ -25,6 +27,67 @@ impl GpuStock {
             gpu_type: gpu_type.into(),
             count,
             price_per_hour,
+        }
+    }
+}
+
+/// A named set of timings and failures (`mock-providers --profile`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// Seconds to start, every start succeeds, no quota: for scenarios that are not about
+    /// time (the conformance suite's default, `make demo`, `make bench`).
+    Fast,
+    /// What users of the real services report (the binary's default):
+    /// - minutes from create to running: RunPod "The first deployment may take a few minutes
+    ///   as Runpod downloads your image" (runpod/docs `pods/templates/create-custom-template.mdx`);
+    ///   Vast "takes 1-3 minutes to pull the Docker image and start" (vast-ai/docs
+    ///   `examples/ai-ml-frameworks/unsloth-studio.mdx`), "Normal for 30 seconds with cached
+    ///   images, can take hours with slow internet/large images" (`guides/instances/
+    ///   manage-instances.mdx`). Modelled: 15 s placing, then 150 s pulling and starting;
+    /// - starts that never run: the same pages' "Instance Stuck on Loading" and RunPod's "Pod
+    ///   stuck initializing" (`pods/manage-pods.mdx`). Neither publishes a share; one create
+    ///   in [`REALISTIC_STUCK_EVERY`] staying in its start phase is our assumption;
+    /// - RunPod's quota windows of 60 requests a minute, 3,000 an hour and 50,000 a day, and
+    ///   Vast's per-endpoint intervals at their real figures.
+    Realistic,
+}
+
+/// One create in this many never leaves its start phase under [`Profile::Realistic`].
+pub const REALISTIC_STUCK_EVERY: u32 = 20;
+
+impl Profile {
+    /// Milliseconds placing (PROVISIONING, Vast `actual_status` null) and then pulling and
+    /// starting (STARTING, `loading`).
+    pub fn timings_ms(self) -> (u64, u64) {
+        match self {
+            Self::Fast => (2000, 1000),
+            Self::Realistic => (15_000, 150_000),
+        }
+    }
+
+    /// The execution mode of the profile (simulated, running until stopped).
+    pub fn mode(self) -> ExecutionMode {
+        let (provision, start) = self.timings_ms();
+        ExecutionMode::simulated(provision, start, None)
+    }
+
+    /// Every how many creates one stays starting forever (`None`: never).
+    pub fn stuck_every(self) -> Option<u32> {
+        match self {
+            Self::Fast => None,
+            Self::Realistic => Some(REALISTIC_STUCK_EVERY),
+        }
+    }
+
+    /// RunPod's quota windows under the profile.
+    pub fn rate_windows(self) -> RateWindows {
+        match self {
+            Self::Fast => RateWindows::default(),
+            Self::Realistic => RateWindows {
+                per_minute: Some(60),
+                per_hour: Some(3000),
+                per_day: Some(50_000),
+            },
         }
     }
 }
@@ -121,6 +184,9 @@ pub struct EmulatorConfig {
     /// every interval multiplied by this scale (1.0: the real figures; 0.1: ten times
     /// shorter, for runs on shortened timings); `None` enforces none.
     pub endpoint_limit_scale: Option<f64>,
+    /// Simulated mode: every how many creates one never leaves its start phase (RunPod
+    /// STARTING, Vast `loading`, Slurm CONFIGURING); `None`: every start succeeds.
+    pub stuck_every: Option<u32>,
 }
 
 impl EmulatorConfig {
@@ -133,7 +199,14 @@ impl EmulatorConfig {
             mode: ExecutionMode::default(),
             rate_windows: RateWindows::default(),
             endpoint_limit_scale: None,
+            stuck_every: None,
         }
+    }
+
+    /// Every `n`th create stays starting forever (`None` or 0: never).
+    pub fn with_stuck_every(mut self, n: Option<u32>) -> Self {
+        self.stuck_every = n.filter(|n| *n > 0);
+        self
     }
 
     /// Replace the execution mode.
@@ -170,6 +243,7 @@ impl fmt::Debug for EmulatorConfig {
             .field("mode", &self.mode)
             .field("rate_windows", &self.rate_windows)
             .field("endpoint_limit_scale", &self.endpoint_limit_scale)
+            .field("stuck_every", &self.stuck_every)
             .finish()
     }
 }

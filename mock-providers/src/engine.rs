@@ -74,6 +74,8 @@ pub struct Engine {
     flavor: Flavor,
     api_key: String,
     mode: ExecutionMode,
+    /// Simulated mode: every how many creates one never leaves its start phase.
+    stuck_every: Option<u32>,
     rate_windows: RateWindows,
     /// Per-endpoint limits (already scaled), by the endpoint names the routes pass.
     endpoint_limits: HashMap<&'static str, EndpointLimit>,
@@ -105,6 +107,7 @@ impl Engine {
         Arc::new_cyclic(|weak| Self {
             flavor,
             api_key: config.api_key,
+            stuck_every: config.stuck_every.filter(|_| !config.mode.is_process()),
             mode: config.mode,
             rate_windows: config.rate_windows,
             endpoint_limits: match (flavor, config.endpoint_limit_scale) {
@@ -238,7 +241,7 @@ impl Engine {
                 let start = provision + self.mode.start();
                 if elapsed < provision {
                     Phase::Provisioning
-                } else if elapsed < start {
+                } else if elapsed < start || self.stuck(w) {
                     Phase::Starting
                 } else if self.mode.is_process() {
                     if w.proc.started {
@@ -260,6 +263,13 @@ impl Engine {
             } => Phase::Preempted,
             Run::Stopped { .. } => Phase::Stopped,
         }
+    }
+
+    /// Whether `w` is one of the creates that never start (`EmulatorConfig::stuck_every`; a
+    /// restart in place keeps its fate).
+    pub fn stuck(&self, w: &Workload) -> bool {
+        self.stuck_every
+            .is_some_and(|n| w.seq.is_multiple_of(u64::from(n)))
     }
 
     /// Phase of `w`, writing the lifecycle log lines it implies (simulated mode only writes
@@ -297,7 +307,7 @@ impl Engine {
                 format!("image {} ready, starting container", w.image),
             );
         }
-        if w.announced < 3 && elapsed >= start && !self.mode.is_process() {
+        if w.announced < 3 && elapsed >= start && !self.mode.is_process() && !self.stuck(w) {
             w.announced = 3;
             let at = ts_add(since_wall, start);
             w.running_since = Some(at);
@@ -327,7 +337,7 @@ impl Engine {
             .unwrap_or_else(|_| Timestamp::now());
         w.run = Run::Active { since, since_wall };
         let ready = since + self.mode.provision() + self.mode.start();
-        if let Some(run) = self.mode.run().or(w.rerun_for) {
+        if let Some(run) = self.mode.run().or(w.rerun_for).filter(|_| !self.stuck(w)) {
             inner.exits.push(Reverse((ready + run, seq, w.generation)));
         }
         if !self.mode.is_process() {

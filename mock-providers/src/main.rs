@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
+use mock_providers::config::Profile;
 use mock_providers::{
     EmulatorConfig, ExecutionMode, GpuStock, parse_gpus, runpod, slurm, spawn_on, vast,
 };
@@ -18,6 +19,16 @@ enum Mode {
     Simulated,
     /// Each workload's command runs as a local child process (`sh -c`).
     Process,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProfileArg {
+    /// Seconds to start, every start succeeds, no quota (tests of the VK's logic, demos,
+    /// benchmarks).
+    Fast,
+    /// What users of the services report: minutes to start, one create in 20 that never
+    /// starts, RunPod's quota windows (see `mock_providers::config::Profile`).
+    Realistic,
 }
 
 /// Emulators of GPU provider APIs with an admin and fault-injection API under /_admin.
@@ -59,26 +70,33 @@ struct Args {
     /// Price per GPU-hour of GPUs read through NVML.
     #[arg(long, default_value_t = 1.0)]
     nvml_price: f64,
+    /// Timings and failures: the flags below override the profile's figures one by one.
+    #[arg(long, value_enum, default_value_t = ProfileArg::Realistic)]
+    profile: ProfileArg,
     /// Execution mode.
     #[arg(long, value_enum, default_value_t = Mode::Simulated)]
     mode: Mode,
-    /// Time in PROVISIONING.
-    #[arg(long, default_value_t = 2000)]
-    provision_ms: u64,
-    /// Time in STARTING.
-    #[arg(long, default_value_t = 1000)]
-    start_ms: u64,
+    /// Time in PROVISIONING (default: the profile's; fast 2000, realistic 15000).
+    #[arg(long)]
+    provision_ms: Option<u64>,
+    /// Time in STARTING (default: the profile's; fast 1000, realistic 150000).
+    #[arg(long)]
+    start_ms: Option<u64>,
+    /// Simulated mode: every Nth create never leaves its start phase (default: the
+    /// profile's; fast never, realistic 20); 0: never.
+    #[arg(long)]
+    stuck_every: Option<u32>,
     /// Simulated mode: exit with code 0 after running this long (default: run forever).
     #[arg(long)]
     run_ms: Option<u64>,
-    /// Requests per minute on the real-API routes (default: unlimited). RunPod's documented
-    /// quota is 60.
+    /// Requests per minute on the real-API routes (default: the profile's; fast unlimited,
+    /// realistic RunPod's documented quota, 60).
     #[arg(long)]
     rate_limit_per_minute: Option<u32>,
-    /// Requests per hour on the real-API routes (default: unlimited; RunPod's: 3000).
+    /// Requests per hour on the real-API routes (default: the profile's; RunPod's: 3000).
     #[arg(long)]
     rate_limit_per_hour: Option<u32>,
-    /// Requests per day on the real-API routes (default: unlimited; RunPod's: 50000).
+    /// Requests per day on the real-API routes (default: the profile's; RunPod's: 50000).
     #[arg(long)]
     rate_limit_per_day: Option<u32>,
     /// The Vast emulator enforces Vast's documented per-endpoint minimum intervals (rent
@@ -149,13 +167,21 @@ async fn main() -> anyhow::Result<()> {
     if args.api_key.is_empty() {
         bail!("the API key must not be empty");
     }
+    let profile = match args.profile {
+        ProfileArg::Fast => Profile::Fast,
+        ProfileArg::Realistic => Profile::Realistic,
+    };
+    let (provision, start) = profile.timings_ms();
+    let provision_ms = args.provision_ms.unwrap_or(provision);
+    let start_ms = args.start_ms.unwrap_or(start);
     let mode = match args.mode {
-        Mode::Simulated => ExecutionMode::simulated(args.provision_ms, args.start_ms, args.run_ms),
+        Mode::Simulated => ExecutionMode::simulated(provision_ms, start_ms, args.run_ms),
         Mode::Process => ExecutionMode::Process {
-            provision_ms: args.provision_ms,
-            start_ms: args.start_ms,
+            provision_ms,
+            start_ms,
         },
     };
+    let windows = profile.rate_windows();
     if args.mode == Mode::Process && !args.allow_non_loopback {
         for addr in [args.runpod, args.vast, args.slurm].into_iter().flatten() {
             if !addr.ip().is_loopback() {
@@ -182,12 +208,17 @@ async fn main() -> anyhow::Result<()> {
         inventory: gpus,
         mode,
         rate_windows: mock_providers::config::RateWindows {
-            per_minute: args.rate_limit_per_minute,
-            per_hour: args.rate_limit_per_hour,
-            per_day: args.rate_limit_per_day,
+            per_minute: args.rate_limit_per_minute.or(windows.per_minute),
+            per_hour: args.rate_limit_per_hour.or(windows.per_hour),
+            per_day: args.rate_limit_per_day.or(windows.per_day),
         },
         endpoint_limit_scale: None,
+        stuck_every: args
+            .stuck_every
+            .or(profile.stuck_every())
+            .filter(|n| *n > 0),
     };
+    tracing::info!(?profile, mode = ?config.mode, stuck_every = ?config.stuck_every, "emulator profile");
     if !args.vast_rate_limit_scale.is_finite() || args.vast_rate_limit_scale < 0.0 {
         bail!("--vast-rate-limit-scale must be a non-negative number");
     }
@@ -211,6 +242,13 @@ async fn main() -> anyhow::Result<()> {
         }
         vast_config.endpoint_limit_scale =
             (args.vast_rate_limit_scale > 0.0).then_some(args.vast_rate_limit_scale);
+        // The profile's quota windows are RunPod's; Vast limits each endpoint instead. Windows
+        // given as flags apply to both.
+        vast_config.rate_windows = mock_providers::config::RateWindows {
+            per_minute: args.rate_limit_per_minute,
+            per_hour: args.rate_limit_per_hour,
+            per_day: args.rate_limit_per_day,
+        };
         let state = vast::State::new(vast_config);
         engines.push(state.engine().clone());
         let router = vast::router(state);
@@ -230,10 +268,19 @@ async fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("unknown Slurm dialect {d:?} (v0.0.38, v0.0.41)"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // A Slurm job's wait is its queue (the cluster's size models it), not an image pull:
+        // the profile's start times are the clouds'; explicit flags still apply.
+        let slurm_mode = match (&config.mode, args.provision_ms, args.start_ms) {
+            (ExecutionMode::Simulated { run_ms, .. }, None, None) => {
+                let (provision, start) = Profile::Fast.timings_ms();
+                ExecutionMode::simulated(provision, start, *run_ms)
+            }
+            (mode, _, _) => mode.clone(),
+        };
         let cfg = slurm::SlurmConfig {
             dialects,
             ..slurm::SlurmConfig::new(args.api_key.clone(), args.slurm_user.clone())
-                .with_mode(config.mode.clone())
+                .with_mode(slurm_mode)
                 .with_cluster(args.slurm_nodes, args.slurm_gpus_per_node)
         };
         let state = slurm::State::new(cfg);

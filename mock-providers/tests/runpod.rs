@@ -686,3 +686,54 @@ async fn logs_stream_as_server_sent_events() {
     let r = emu.get("/v2/pods/nope/logs").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
+
+/// The realistic profile's starts that never run: every Nth create stays STARTING (with no
+/// "container is running" in its log) while the others run; the rest of the lifecycle is intact
+/// (a terminate ends it and frees its GPUs).
+#[tokio::test]
+async fn every_nth_create_stays_starting_when_configured() {
+    let cfg = config(ExecutionMode::simulated(0, 0, None)).with_stuck_every(Some(2));
+    let emu = start_runpod(cfg).await;
+    let mut ids = Vec::new();
+    for name in ["a", "b", "c", "d"] {
+        let pod: Value = create(&emu, pod_body(name, "RTX4090", 1))
+            .await
+            .json()
+            .await
+            .unwrap();
+        ids.push(pod["id"].as_str().unwrap().to_owned());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut statuses = Vec::new();
+    for id in &ids {
+        statuses.push(status_of(&emu, id).await);
+    }
+    assert_eq!(statuses, ["RUNNING", "STARTING", "RUNNING", "STARTING"]);
+    let r = emu
+        .delete(&format!("/v2/pods/{}", ids[1]))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(listed_names(&emu).await, ["a", "c", "d"]);
+    // Without the setting every start succeeds.
+    let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;
+    for name in ["a", "b"] {
+        create(&emu, pod_body(name, "RTX4090", 1)).await;
+    }
+    let list: Value = emu
+        .get("/v2/pods")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let running = list["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["status"] == "RUNNING")
+        .count();
+    assert_eq!(running, 2, "{list}");
+}
