@@ -389,6 +389,66 @@ async fn a_workload_stuck_starting_fails_the_pod_at_its_deadline_and_is_deleted(
     vk.cleanup(&c).await;
 }
 
+/// The realistic profile's failure mode at the scale of a Deployment: one create in three never
+/// starts. The start deadline fails each stuck pod (StartDeadlineExceeded, its workload
+/// deleted), the ReplicaSet replaces it, and the Deployment reaches its replicas with nothing
+/// left starting at the provider: no storm, no workload billing forever.
+#[tokio::test]
+async fn a_deployment_reaches_its_replicas_when_some_starts_never_run() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use mock_providers::config::EmulatorConfig;
+
+    let c = client().await;
+    let ns = namespace(&c, "life-stuck-share").await;
+    let cfg = EmulatorConfig::new(API_KEY, vec![GpuStock::new("A100-80GB", 16, 1.89)])
+        .with_mode(fast())
+        .with_stuck_every(Some(3));
+    let rp = Emulator::runpod_from(cfg).await;
+    let providers = format!("{}  startDeadlineSeconds: 3\n", rp.provider_yaml("runpod"));
+    let mut vk = Vk::start_with(providers, VkOptions::default()).await;
+    ready_node(&c, &vk).await;
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "train"},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": {"metadata": {"labels": {"app": "train"}}, "spec": pod_spec(&vk.node, 1)},
+        },
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &deploy)
+        .await
+        .unwrap();
+    let pods = wait_for(Duration::from_secs(90), "4 replicas Running", || async {
+        let pods = pods_with_label(&c, &ns, "train").await;
+        (pods.iter().filter(|p| phase(p) == "Running").count() == 4).then_some(pods)
+    })
+    .await;
+    let deadline: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| {
+            p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("StartDeadlineExceeded")
+        })
+        .collect();
+    assert!(
+        !deadline.is_empty(),
+        "the third create never starts, so a pod must have failed at its deadline"
+    );
+    assert!(pods.len() <= 8, "{} pods for 4 replicas", pods.len());
+    wait_for(
+        Duration::from_secs(20),
+        "no workload left starting",
+        || async {
+            let live = rp.live().await;
+            (live.len() == 4 && live.iter().all(|w| w["state"] == "RUNNING")).then_some(())
+        },
+    )
+    .await;
+    delete_namespace(&c, &ns).await;
+    vk.cleanup(&c).await;
+}
+
 #[tokio::test]
 async fn a_failing_readiness_probe_keeps_the_pod_out_of_its_service_until_it_passes() {
     use k8s_openapi::api::apps::v1::Deployment;

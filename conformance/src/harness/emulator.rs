@@ -61,8 +61,17 @@ impl Drop for Emulator {
 
 impl Emulator {
     pub async fn runpod(mode: ExecutionMode, gpus: Vec<GpuStock>) -> Self {
-        let cfg = EmulatorConfig::new(API_KEY, gpus.clone()).with_mode(mode);
-        let default_gpu = gpus.first().map(|g| g.gpu_type.clone()).unwrap_or_default();
+        Self::runpod_from(EmulatorConfig::new(API_KEY, gpus).with_mode(mode)).await
+    }
+
+    /// A RunPod emulator from a full configuration (a share of stuck starts, quotas...); its
+    /// key must be [`API_KEY`].
+    pub async fn runpod_from(cfg: EmulatorConfig) -> Self {
+        let default_gpu = cfg
+            .inventory
+            .first()
+            .map(|g| g.gpu_type.clone())
+            .unwrap_or_default();
         let router = mock_providers::runpod::router(mock_providers::runpod::State::new(cfg));
         Self::serve(router, "runpod", default_gpu).await
     }
