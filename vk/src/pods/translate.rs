@@ -209,7 +209,9 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
                     cs.started = Some(true);
                     phase = "Running";
                     pod_reason = None;
-                    message = None;
+                    // What the provider says of a running workload (Vast: when its rental
+                    // contract ends), on the pod for `kubectl describe`.
+                    message = obs.message.clone();
                     if let WorkloadState::NotReady { reason: r } = &obs.state {
                         ready = false;
                         ready_reason = "ProviderNotReady";

@@ -190,6 +190,19 @@ fn state_change_is_a_change_and_moves_transition_time() {
     );
 }
 
+/// What a provider says of a running workload (Vast: when its rental contract ends) is the
+/// running pod's message, for `kubectl describe`.
+#[test]
+fn a_running_workloads_message_is_the_pods() {
+    let mut obs = observed(WorkloadState::Running);
+    obs.message = Some("the Vast rental contract ends at 2033-05-18T03:33:20Z".into());
+    let st = translate(&Situation::Observed(&obs));
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(st.message, obs.message);
+    let st = translate(&Situation::Observed(&observed(WorkloadState::Running)));
+    assert_eq!(st.message, None);
+}
+
 #[test]
 fn unknown_state_keeps_running_phase() {
     let mut p = pod();

@@ -30,11 +30,22 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
     if let WorkloadState::Unknown { raw } = &state {
         warn!(provider, workload = %id, actual_status = %raw, "unknown Vast instance status");
     }
-    let message = inst
+    let status = inst
         .status_msg
         .clone()
         .map(|m| http::truncate(m.trim()))
         .filter(|m| !m.is_empty());
+    let now = jiff::Timestamp::now().as_second() as f64;
+    let message = match (&state, contract_note(&inst, now)) {
+        // A running instance says when its contract ends (its status_msg says nothing a
+        // user needs then, and would cost a status write each time it changes).
+        (WorkloadState::Running, note) => note.map(|(_, text)| text),
+        (_, Some((true, text))) => Some(match status {
+            Some(s) => format!("{s}; {text}"),
+            None => text,
+        }),
+        _ => status,
+    };
     Some(Observed {
         id,
         provider_id,
@@ -54,6 +65,29 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
         // `dph_total`: what the instance costs per hour, GPU and storage (show-instances).
         price: inst.dph_total.and_then(Price::from_dollars),
         container_exits: Default::default(),
+    })
+}
+
+/// The rental contract's end (`end_date`), as (ended, sentence). "When the rental end date is
+/// reached, the rental contract expires and the instance is stopped" (vast-ai/docs
+/// `guides/reference/faq/instances.mdx`; the host may extend it). `None` without a date.
+fn contract_note(inst: &Instance, now: f64) -> Option<(bool, String)> {
+    let end = inst.end_date?;
+    let at = rest::timestamp_from_epoch(end)?;
+    Some(if end <= now {
+        (
+            true,
+            format!(
+                "the Vast rental contract ended at {at} (end_date): Vast stops the instance then"
+            ),
+        )
+    } else {
+        (
+            false,
+            format!(
+                "the Vast rental contract ends at {at} (end_date): Vast stops the instance then, unless the host extends it"
+            ),
+        )
     })
 }
 
@@ -227,6 +261,47 @@ mod tests {
 
     fn inst(v: serde_json::Value) -> Instance {
         serde_json::from_value(v).unwrap()
+    }
+
+    /// The rental contract's end is on a running instance's pod before Vast stops it, and on
+    /// the stopped instance's after; without an `end_date`, a running instance says nothing
+    /// (its `status_msg` is not shown while it runs).
+    #[test]
+    fn the_rental_contracts_end_is_said_before_and_after_it_stops_the_instance() {
+        let label = crate::test_support::workload().id.as_str().to_owned();
+        let now = jiff::Timestamp::now().as_second() as f64;
+        let obs = |v: serde_json::Value| {
+            let mut v = v;
+            v["id"] = json!(7);
+            v["label"] = json!(label);
+            observe("vast", inst(v)).unwrap()
+        };
+        let running = obs(
+            json!({"actual_status": "running", "status_msg": "success, running x",
+                                 "end_date": 2_000_000_000.0}),
+        );
+        assert_eq!(running.state, WorkloadState::Running);
+        assert_eq!(
+            running.message.as_deref(),
+            Some(
+                "the Vast rental contract ends at 2033-05-18T03:33:20Z (end_date): Vast stops the instance then, unless the host extends it"
+            )
+        );
+        let quiet = obs(json!({"actual_status": "running", "status_msg": "success, running x"}));
+        assert_eq!(quiet.message, None);
+        let ended = obs(
+            json!({"actual_status": "stopped", "intended_status": "running",
+                               "status_msg": "stopped", "end_date": now - 60.0}),
+        );
+        assert!(matches!(ended.state, WorkloadState::NotReady { .. }));
+        let m = ended.message.unwrap();
+        assert!(
+            m.starts_with("stopped; the Vast rental contract ended at "),
+            "{m}"
+        );
+        let loading = obs(json!({"actual_status": "loading", "status_msg": "pulling",
+                                 "end_date": 2_000_000_000.0}));
+        assert_eq!(loading.message.as_deref(), Some("pulling"));
     }
 
     #[test]

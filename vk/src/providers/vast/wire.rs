@@ -167,6 +167,9 @@ pub(super) struct Instance {
     pub(super) is_bid: Option<bool>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) start_date: Option<f64>,
+    /// The rental contract's end (epoch seconds): Vast stops the instance then.
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) end_date: Option<f64>,
     #[serde(default, deserialize_with = "lenient")]
     pub(super) public_ipaddr: Option<String>,
     /// CPU use in percent of one core (see [`super::state`] for the units).
