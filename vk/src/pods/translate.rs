@@ -209,9 +209,7 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
                     cs.started = Some(true);
                     phase = "Running";
                     pod_reason = None;
-                    // What the provider says of a running workload (Vast: when its rental
-                    // contract ends), on the pod for `kubectl describe`.
-                    message = obs.message.clone();
+                    message = obs.message.clone(); // Vast: when its rental contract ends
                     if let WorkloadState::NotReady { reason: r } = &obs.state {
                         ready = false;
                         ready_reason = "ProviderNotReady";
