@@ -1,13 +1,16 @@
 //! Work queue keyed by pod UID: one reconcile per pod at a time, duplicates collapsed, delayed
 //! retries with exponential back-off and jitter, and a first lane for pods that just arrived
 //! (their provider create is what a user waits for; status refreshes can wait behind it).
+//! Delayed keys wait in one ordered map served by one timer task (as kube-runtime's
+//! `DelayQueue`), not a task per delay; on tokio's clock, so tests can pause it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 #[derive(Default)]
 struct State {
@@ -21,6 +24,11 @@ struct State {
     /// The dirty keys that go back to the first lane.
     dirty_first: HashSet<String>,
     failures: HashMap<String, u32>,
+    /// Keys due later ([`Queue::add_after`]) by due time, in order of arrival among equals.
+    delayed: BTreeMap<(Instant, u64), String>,
+    delayed_seq: u64,
+    /// Whether the timer task that moves due keys into the queue runs.
+    timer_running: bool,
     shutdown: bool,
 }
 
@@ -31,6 +39,8 @@ pub struct Queue {
     notify: Arc<Notify>,
     /// Wakes workers dedicated to the first lane ([`Queue::next_first`]).
     notify_first: Arc<Notify>,
+    /// Wakes the timer task: an earlier due time, or the shutdown.
+    timer: Arc<Notify>,
 }
 
 /// Back-off for a key that failed `failures` times in a row: 200 ms doubling to 60 s, ±20 %.
@@ -90,17 +100,69 @@ impl Queue {
         self.notify.notify_one();
     }
 
-    /// Schedules `key` after `delay`.
+    /// Schedules `key` after `delay` (each call is one wake-up; they collapse only with a
+    /// key already waiting when they fall due, as [`Queue::add`] does).
     pub fn add_after(&self, key: &str, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
         }
-        let q = self.clone();
-        let key = key.to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            q.add(&key);
-        });
+        let due = Instant::now() + delay;
+        let (earliest, start) = {
+            let mut s = self.lock();
+            if s.shutdown {
+                return;
+            }
+            s.delayed_seq += 1;
+            let seq = s.delayed_seq;
+            let earliest = s.delayed.keys().next().is_none_or(|(d, _)| due < *d);
+            s.delayed.insert((due, seq), key.to_owned());
+            (earliest, !std::mem::replace(&mut s.timer_running, true))
+        };
+        if start {
+            let q = self.clone();
+            tokio::spawn(async move { q.run_timer().await });
+        } else if earliest {
+            self.timer.notify_one();
+        }
+    }
+
+    /// The timer task: adds each delayed key when it falls due, sleeping until the earliest;
+    /// ends at shutdown.
+    async fn run_timer(&self) {
+        loop {
+            let woken = self.timer.notified();
+            let (due, next) = {
+                let mut s = self.lock();
+                if s.shutdown {
+                    s.timer_running = false;
+                    return;
+                }
+                let now = Instant::now();
+                let mut due = Vec::new();
+                while let Some(e) = s.delayed.first_entry() {
+                    if e.key().0 > now {
+                        break;
+                    }
+                    due.push(e.remove());
+                }
+                (due, s.delayed.keys().next().map(|(at, _)| *at))
+            };
+            for key in due {
+                self.add(&key);
+            }
+            match next {
+                Some(at) => tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = woken => {}
+                },
+                None => woken.await,
+            }
+        }
+    }
+
+    /// Keys waiting for their delay (for tests and metrics).
+    pub fn delayed(&self) -> usize {
+        self.lock().delayed.len()
     }
 
     /// Records a failed reconcile and schedules a retry with back-off.
@@ -201,6 +263,7 @@ impl Queue {
         self.lock().shutdown = true;
         self.notify.notify_waiters();
         self.notify_first.notify_waiters();
+        self.timer.notify_one();
     }
 }
 
@@ -208,6 +271,58 @@ impl Queue {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// On a paused clock: each delayed key arrives at its time, earliest first, and not before.
+    #[tokio::test(start_paused = true)]
+    async fn delayed_keys_arrive_at_their_time_in_order() {
+        let q = Queue::new();
+        q.add_after("b", Duration::from_secs(2));
+        q.add_after("a", Duration::from_secs(1));
+        q.add_after("now", Duration::ZERO);
+        assert_eq!(q.next().await.as_deref(), Some("now"));
+        q.done("now");
+        tokio::time::sleep(Duration::from_millis(999)).await;
+        assert!(q.is_empty(), "a key came before its time");
+        assert_eq!(q.delayed(), 2);
+        let t0 = Instant::now();
+        assert_eq!(q.next().await.as_deref(), Some("a"));
+        assert!(t0.elapsed() <= Duration::from_millis(1));
+        q.done("a");
+        assert_eq!(q.next().await.as_deref(), Some("b"));
+        assert_eq!(q.delayed(), 0);
+    }
+
+    /// A shorter delay added after a longer one still comes first (the timer is woken), and a
+    /// thousand delays cost one task, not a thousand.
+    #[tokio::test(start_paused = true)]
+    async fn one_timer_serves_every_delay() {
+        let q = Queue::new();
+        let before = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        for i in 0..1000 {
+            q.add_after(&format!("k{i}"), Duration::from_secs(60));
+        }
+        q.add_after("soon", Duration::from_secs(1));
+        tokio::task::yield_now().await;
+        let alive = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        assert_eq!(alive, before + 1, "one timer task for all delays");
+        assert_eq!(q.next().await.as_deref(), Some("soon"));
+        q.done("soon");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(q.len(), 1000);
+        q.shutdown();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+            before,
+            "the timer ends at shutdown"
+        );
+    }
 
     #[tokio::test]
     async fn duplicates_collapse() {
