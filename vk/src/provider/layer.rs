@@ -185,7 +185,7 @@ mod tests {
             .get()
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_call_past_the_timeout_is_transient_and_counted_as_an_error() {
         let (p, m) = layered(Duration::from_secs(5), Ok(()));
         let err = p.list().await.err();
@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(count(&m, "list", "ok"), 0);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn not_found_is_success_for_delete_only() {
         let (p, m) = layered(Duration::ZERO, Err(ProviderError::NotFound));
         assert_eq!(p.delete("x").await, Err(ProviderError::NotFound));
@@ -207,14 +207,14 @@ mod tests {
         assert_eq!(count(&m, "create", "error"), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_timely_answer_passes_through() {
         let (p, m) = layered(Duration::ZERO, Ok(()));
         assert_eq!(p.list().await.map(|l| l.len()), Ok(0));
         assert_eq!(count(&m, "list", "ok"), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_malformed_answer_is_counted_by_provider_and_field() {
         let malformed = ProviderError::Malformed {
             provider: "slow".into(),
