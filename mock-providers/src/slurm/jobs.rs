@@ -173,6 +173,20 @@ pub struct Launch {
     pub output: String,
 }
 
+impl Launch {
+    /// The process of `job`'s current run.
+    fn of(job: &Job) -> Self {
+        Self {
+            job_id: job.id,
+            generation: job.generation,
+            script: job.spec.script.clone(),
+            env: job.spec.environment.clone(),
+            cwd: job.spec.cwd.clone(),
+            output: output_path(job),
+        }
+    }
+}
+
 /// Cluster shape.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Cluster {

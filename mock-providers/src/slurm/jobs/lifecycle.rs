@@ -81,14 +81,7 @@ impl Jobs {
                     j.phase_since += self.mode.start();
                     j.start_time = Some(ts_ago(now, j.phase_since));
                     if self.mode.is_process() {
-                        launches.push(Launch {
-                            job_id: id,
-                            generation: j.generation,
-                            script: j.spec.script.clone(),
-                            env: j.spec.environment.clone(),
-                            cwd: j.spec.cwd.clone(),
-                            output: output_path(j),
-                        });
+                        launches.push(Launch::of(j));
                     }
                 }
                 JobState::Running => {
@@ -140,14 +133,7 @@ impl Jobs {
                 j.state = JobState::Running;
                 j.start_time = Some(Timestamp::now());
                 if self.mode.is_process() {
-                    launches.push(Launch {
-                        job_id: id,
-                        generation: j.generation,
-                        script: j.spec.script.clone(),
-                        env: j.spec.environment.clone(),
-                        cwd: j.spec.cwd.clone(),
-                        output: output_path(j),
-                    });
+                    launches.push(Launch::of(j));
                 }
             } else {
                 j.state = JobState::Configuring;
