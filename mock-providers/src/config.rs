@@ -31,24 +31,26 @@ impl GpuStock {
     }
 }
 
-/// A named set of timings and failures (`mock-providers --profile`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A named set of timings and failures (`mock-providers --profile`). `Realistic` is what users
+/// of the real services report:
+/// - minutes from create to running: RunPod "The first deployment may take a few minutes as
+///   Runpod downloads your image" (runpod/docs `pods/templates/create-custom-template.mdx`);
+///   Vast "takes 1-3 minutes to pull the Docker image and start" (vast-ai/docs
+///   `examples/ai-ml-frameworks/unsloth-studio.mdx`), "Normal for 30 seconds with cached
+///   images, can take hours with slow internet/large images" (`guides/instances/
+///   manage-instances.mdx`). Modelled: 15 s placing, then 150 s pulling and starting;
+/// - starts that never run: the same pages' "Instance Stuck on Loading" and RunPod's "Pod
+///   stuck initializing" (`pods/manage-pods.mdx`). Neither publishes a share; one create in
+///   [`REALISTIC_STUCK_EVERY`] staying in its start phase is our assumption;
+/// - RunPod's quota windows of 60 requests a minute, 3,000 an hour and 50,000 a day, and Vast's
+///   per-endpoint intervals at their real figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
-    /// Seconds to start, every start succeeds, no quota: for scenarios that are not about
-    /// time (the conformance suite's default, `make demo`, `make bench`).
+    /// Seconds to start, every start succeeds, no quota (tests of the VK's logic, demos,
+    /// benchmarks).
     Fast,
-    /// What users of the real services report (the binary's default):
-    /// - minutes from create to running: RunPod "The first deployment may take a few minutes
-    ///   as Runpod downloads your image" (runpod/docs `pods/templates/create-custom-template.mdx`);
-    ///   Vast "takes 1-3 minutes to pull the Docker image and start" (vast-ai/docs
-    ///   `examples/ai-ml-frameworks/unsloth-studio.mdx`), "Normal for 30 seconds with cached
-    ///   images, can take hours with slow internet/large images" (`guides/instances/
-    ///   manage-instances.mdx`). Modelled: 15 s placing, then 150 s pulling and starting;
-    /// - starts that never run: the same pages' "Instance Stuck on Loading" and RunPod's "Pod
-    ///   stuck initializing" (`pods/manage-pods.mdx`). Neither publishes a share; one create
-    ///   in [`REALISTIC_STUCK_EVERY`] staying in its start phase is our assumption;
-    /// - RunPod's quota windows of 60 requests a minute, 3,000 an hour and 50,000 a day, and
-    ///   Vast's per-endpoint intervals at their real figures.
+    /// What users of the services report (the binary's default): minutes to start, one create
+    /// in 20 that never starts, RunPod's quota windows.
     Realistic,
 }
 
@@ -63,12 +65,6 @@ impl Profile {
             Self::Fast => (2000, 1000),
             Self::Realistic => (15_000, 150_000),
         }
-    }
-
-    /// The execution mode of the profile (simulated, running until stopped).
-    pub fn mode(self) -> ExecutionMode {
-        let (provision, start) = self.timings_ms();
-        ExecutionMode::simulated(provision, start, None)
     }
 
     /// Every how many creates one stays starting forever (`None`: never).

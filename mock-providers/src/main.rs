@@ -21,16 +21,6 @@ enum Mode {
     Process,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum ProfileArg {
-    /// Seconds to start, every start succeeds, no quota (tests of the VK's logic, demos,
-    /// benchmarks).
-    Fast,
-    /// What users of the services report: minutes to start, one create in 20 that never
-    /// starts, RunPod's quota windows (see `mock_providers::config::Profile`).
-    Realistic,
-}
-
 /// Emulators of GPU provider APIs with an admin and fault-injection API under /_admin.
 #[derive(Parser)]
 #[command(name = "mock-providers", version, about)]
@@ -71,8 +61,8 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     nvml_price: f64,
     /// Timings and failures: the flags below override the profile's figures one by one.
-    #[arg(long, value_enum, default_value_t = ProfileArg::Realistic)]
-    profile: ProfileArg,
+    #[arg(long, value_enum, default_value_t = Profile::Realistic)]
+    profile: Profile,
     /// Execution mode.
     #[arg(long, value_enum, default_value_t = Mode::Simulated)]
     mode: Mode,
@@ -167,10 +157,7 @@ async fn main() -> anyhow::Result<()> {
     if args.api_key.is_empty() {
         bail!("the API key must not be empty");
     }
-    let profile = match args.profile {
-        ProfileArg::Fast => Profile::Fast,
-        ProfileArg::Realistic => Profile::Realistic,
-    };
+    let profile = args.profile;
     let (provision, start) = profile.timings_ms();
     let provision_ms = args.provision_ms.unwrap_or(provision);
     let start_ms = args.start_ms.unwrap_or(start);
@@ -180,6 +167,12 @@ async fn main() -> anyhow::Result<()> {
             provision_ms,
             start_ms,
         },
+    };
+    // Windows given as flags apply to every emulator; the profile's are RunPod's.
+    let flagged = mock_providers::config::RateWindows {
+        per_minute: args.rate_limit_per_minute,
+        per_hour: args.rate_limit_per_hour,
+        per_day: args.rate_limit_per_day,
     };
     let windows = profile.rate_windows();
     if args.mode == Mode::Process && !args.allow_non_loopback {
@@ -208,9 +201,9 @@ async fn main() -> anyhow::Result<()> {
         inventory: gpus,
         mode,
         rate_windows: mock_providers::config::RateWindows {
-            per_minute: args.rate_limit_per_minute.or(windows.per_minute),
-            per_hour: args.rate_limit_per_hour.or(windows.per_hour),
-            per_day: args.rate_limit_per_day.or(windows.per_day),
+            per_minute: flagged.per_minute.or(windows.per_minute),
+            per_hour: flagged.per_hour.or(windows.per_hour),
+            per_day: flagged.per_day.or(windows.per_day),
         },
         endpoint_limit_scale: None,
         stuck_every: args
@@ -242,13 +235,8 @@ async fn main() -> anyhow::Result<()> {
         }
         vast_config.endpoint_limit_scale =
             (args.vast_rate_limit_scale > 0.0).then_some(args.vast_rate_limit_scale);
-        // The profile's quota windows are RunPod's; Vast limits each endpoint instead. Windows
-        // given as flags apply to both.
-        vast_config.rate_windows = mock_providers::config::RateWindows {
-            per_minute: args.rate_limit_per_minute,
-            per_hour: args.rate_limit_per_hour,
-            per_day: args.rate_limit_per_day,
-        };
+        // Vast limits each endpoint instead of RunPod's windows.
+        vast_config.rate_windows = flagged;
         let state = vast::State::new(vast_config);
         engines.push(state.engine().clone());
         let router = vast::router(state);
