@@ -47,6 +47,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod restart;
 pub mod secrets;
+mod slots;
 pub mod spec;
 pub mod startup;
 pub mod status;
@@ -56,8 +57,6 @@ pub mod translate;
 pub mod watch;
 pub mod worker;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -68,14 +67,13 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::naming::Owner;
-use crate::provider::health::{Breaker, Health};
-use crate::provider::layer;
-use crate::provider::{DynProvider, Inventory, Observed, ProviderError};
+use crate::provider::health::Health;
+use crate::provider::{DynProvider, Observed, ProviderError};
 use crate::telemetry::{Metrics, PodLabels};
 use events::Events;
 use memory::Recent;
 pub use queue::Queue;
-pub use store::StoredPod;
+pub use store::{PodStore, StoredPod};
 
 /// Errors of one reconcile; all are retried with back-off.
 #[derive(Debug, thiserror::Error)]
@@ -96,50 +94,21 @@ pub enum Error {
     NotListed(String),
 }
 
-/// What the pipeline knows about one provider.
-struct ProviderSlot {
-    provider: Arc<dyn DynProvider>,
-    /// Our workloads at this provider by pod UID, from the last list plus local changes.
-    cache: RwLock<HashMap<String, Observed>>,
-    /// Start time of the last successful list.
-    listed_at: RwLock<Option<Instant>>,
-    /// Successful lists applied so far.
-    lists: std::sync::atomic::AtomicU64,
-    /// Absences of our workloads from its lists (see [`evidence`]).
-    evidence: RwLock<evidence::Evidence>,
-    /// Workloads beyond the first for one pod, by provider id, with the list count when first
-    /// seen (see [`duplicates`]); the garbage collector deletes them.
-    extras: RwLock<HashMap<String, (Observed, u64)>>,
-    /// Extras already deleted, by provider id, while the provider still lists them (slurmctld
-    /// lists a cancelled job until `MinJobAge`): never deleted a second time.
-    collected: RwLock<std::collections::HashSet<String>>,
-    /// Fed by every call through the layer; dispatch skips the provider while it is open.
-    breaker: Arc<Breaker>,
-    /// The last inventory (prices, free capacity), refreshed by [`inventory`].
-    inventory: RwLock<Option<Arc<Inventory>>>,
-    /// GPU types (lower case; `None`: CPU-only or any) this provider refused for capacity,
-    /// until when (see `dispatch.capacityMemoryMs`).
-    refused: RwLock<HashMap<Option<String>, Instant>>,
-}
-
 /// The shared state of the pod pipeline of a running VK.
 pub struct PodController {
     client: Client,
     cfg: Arc<Config>,
     owner: Owner,
-    slots: Vec<ProviderSlot>,
+    slots: slots::Slots,
     /// What [`decide`] needs to know of the providers (names and capabilities).
     offers: Vec<dispatch::Offer>,
     /// Who may have workloads created (see [`decide::Admission`]).
     admission: decide::Admission,
     /// Each provider's start deadline (see `providers[].startDeadlineSeconds`).
     start_deadlines: Vec<crate::config::StartDeadline>,
-    pods: RwLock<HashMap<String, Arc<StoredPod>>>,
-    pods_synced: AtomicBool,
-    /// UIDs of pods seen deleted whose workloads may still need deleting.
-    gone: RwLock<HashSet<String>>,
+    pods: PodStore,
     ready: signal::Sender<bool>,
-    recent: RwLock<Recent>,
+    recent: Recent,
     queue: Queue,
     events: Events,
     /// Spend and workload guardrails, and the pods they hold.
@@ -174,35 +143,13 @@ impl PodController {
             &cfg.node_name,
             metrics.events_dropped.clone(),
         );
-        let slots: Vec<ProviderSlot> = providers
-            .into_iter()
-            .map(|p| {
-                let breaker = Arc::new(Breaker::new(breaker_rules(&cfg.dispatch.breaker)));
-                ProviderSlot {
-                    provider: layer::layer(
-                        p,
-                        metrics.clone(),
-                        layer::DEFAULT_TIMEOUT,
-                        breaker.clone(),
-                    ),
-                    cache: RwLock::default(),
-                    listed_at: RwLock::default(),
-                    lists: Default::default(),
-                    evidence: RwLock::default(),
-                    extras: RwLock::default(),
-                    collected: RwLock::default(),
-                    breaker,
-                    inventory: RwLock::default(),
-                    refused: RwLock::default(),
-                }
-            })
-            .collect();
+        let slots = slots::Slots::new(providers, &metrics, breaker_rules(&cfg.dispatch.breaker));
         let guard = guard::Guard::new(
             cfg.limits.clone(),
             slots
                 .iter()
                 .map(|s| {
-                    let name = s.provider.name().to_owned();
+                    let name = s.name().to_owned();
                     let limits = cfg
                         .providers
                         .iter()
@@ -216,7 +163,7 @@ impl PodController {
         let offers = slots
             .iter()
             .map(|s| {
-                let name = s.provider.name().to_owned();
+                let name = s.name().to_owned();
                 // A provider without an entry in the file (tests build some) follows the
                 // strictest default.
                 let secret_env = cfg
@@ -228,7 +175,7 @@ impl PodController {
                     });
                 dispatch::Offer {
                     name,
-                    capabilities: s.provider.capabilities(),
+                    capabilities: s.provider().capabilities(),
                     secret_env,
                 }
             })
@@ -242,7 +189,7 @@ impl PodController {
         let start_deadlines = slots
             .iter()
             .map(|s| {
-                let name = s.provider.name();
+                let name = s.name();
                 cfg.providers
                     .iter()
                     .find(|p| p.name == name)
@@ -260,11 +207,9 @@ impl PodController {
             offers,
             admission,
             start_deadlines,
-            pods: RwLock::default(),
-            pods_synced: AtomicBool::new(false),
-            gone: RwLock::default(),
+            pods: PodStore::default(),
             ready: signal::channel(false).0,
-            recent: RwLock::default(),
+            recent: Recent::default(),
             queue: Queue::new(),
             events,
             guard,
@@ -280,21 +225,21 @@ impl PodController {
 
     /// The providers, each behind the call layer.
     pub fn providers(&self) -> impl Iterator<Item = &Arc<dyn DynProvider>> {
-        self.slots.iter().map(|s| &s.provider)
+        self.slots.iter().map(|s| s.provider())
     }
 
     /// A pod of this node by namespace and name.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
-        let found = read(&self.pods)
-            .values()
-            .find(|p| &*p.namespace == namespace && &*p.name == name)
-            .cloned();
-        found.and_then(|p| p.pod()).map(Arc::new)
+        self.pods
+            .find(namespace, name)
+            .and_then(|p| p.pod())
+            .map(Arc::new)
     }
 
     /// Every pod of this node, decoded from the store (for the kubelet API; not a hot path).
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        self.stored(&|_| true)
+        self.pods
+            .select(|_| true)
             .iter()
             .filter_map(|p| p.pod())
             .map(Arc::new)
@@ -305,26 +250,16 @@ impl PodController {
     /// `gpu-vk.io/published-ports` annotation), decoded: the pods `crate::endpoints` writes
     /// EndpointSlices for.
     pub fn published_pods(&self) -> Vec<Pod> {
-        let stored: Vec<Arc<StoredPod>> = read(&self.pods)
-            .values()
-            .filter(|p| p.published)
-            .cloned()
-            .collect();
-        stored.iter().filter_map(|p| p.pod()).collect()
-    }
-
-    /// The stored pods whose UID passes `want` (a snapshot: the lock is not held after).
-    fn stored(&self, want: &dyn Fn(&str) -> bool) -> Vec<Arc<StoredPod>> {
-        read(&self.pods)
-            .values()
-            .filter(|p| want(&p.uid))
-            .cloned()
+        self.pods
+            .select(|p| p.published)
+            .iter()
+            .filter_map(|p| p.pod())
             .collect()
     }
 
     /// Decodes, one at a time, the pods whose UID passes `want` and hands each to `f`.
     pub fn visit_pods(&self, want: &dyn Fn(&str) -> bool, f: &mut dyn FnMut(&Pod)) {
-        for p in self.stored(want) {
+        for p in self.pods.select(|p| want(&p.uid)) {
             if let Some(pod) = p.pod() {
                 f(&pod);
             }
@@ -334,23 +269,16 @@ impl PodController {
     /// The provider and workload serving a pod, if any.
     pub fn workload_of(&self, uid: &str) -> Option<(Arc<dyn DynProvider>, Observed)> {
         self.find(uid)
-            .map(|(i, o)| (self.slots[i].provider.clone(), o))
+            .map(|(i, o)| (self.slots[i].provider().clone(), o))
     }
 
     /// The provider index and observed workload of a pod, if any provider holds one.
     fn find(&self, uid: &str) -> Option<(usize, Observed)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .find_map(|(i, s)| read(&s.cache).get(uid).map(|o| (i, o.clone())))
-    }
-
-    fn index(&self, name: &str) -> Option<usize> {
-        self.slots.iter().position(|s| s.provider.name() == name)
+        self.slots.find(uid)
     }
 
     fn provider_name(&self, i: usize) -> &str {
-        self.slots[i].provider.name()
+        self.slots[i].name()
     }
 
     /// Each provider's health now, by name (for the node's conditions and the metrics).
@@ -358,16 +286,13 @@ impl PodController {
         let now = Instant::now();
         self.slots
             .iter()
-            .map(|s| (s.provider.name().to_owned(), s.breaker.health(now)))
+            .map(|s| (s.name().to_owned(), s.health(now)))
             .collect()
     }
 
     /// GPUs the providers' inventories show free (providers that give no count add none).
     pub fn inventory_gpus(&self) -> u64 {
-        self.slots
-            .iter()
-            .filter_map(|s| read(&s.inventory).as_ref().and_then(|i| i.available_gpus()))
-            .sum()
+        self.slots.iter().filter_map(|s| s.available_gpus()).sum()
     }
 
     /// True once the pod store is synced and every provider was listed once.
@@ -409,12 +334,7 @@ impl PodController {
     async fn export_gauges(self: Arc<Self>) {
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let mut counts: HashMap<(String, String), i64> = HashMap::new();
-            for p in read(&self.pods).values() {
-                let provider = p.assigned.as_deref().unwrap_or_default().to_owned();
-                let phase = p.phase.as_deref().unwrap_or("Pending").to_owned();
-                *counts.entry((provider, phase)).or_default() += 1;
-            }
+            let counts = self.pods.count_by_provider_and_phase();
             self.metrics.pods.clear();
             for ((provider, phase), n) in counts {
                 self.metrics
@@ -426,7 +346,7 @@ impl PodController {
             self.metrics.held_pods.set(self.guard.held() as i64);
             let now = Instant::now();
             for (s, t) in self.slots.iter().zip(self.guard.tallies()) {
-                let provider = s.provider.name().to_owned();
+                let provider = s.name().to_owned();
                 let l = crate::telemetry::ProviderLabels { provider };
                 self.metrics.spend.get_or_create(&l).set(t.spend.dollars());
                 self.metrics
@@ -436,7 +356,7 @@ impl PodController {
                 self.metrics
                     .provider_healthy
                     .get_or_create(&l)
-                    .set(i64::from(s.breaker.health(now).admits()));
+                    .set(i64::from(s.health(now).admits()));
             }
         }
     }

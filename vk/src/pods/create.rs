@@ -16,7 +16,7 @@ use super::events::EventType;
 use super::reconcile::Action;
 use super::spec::{self, Request};
 use super::translate::{Situation, reason};
-use super::{Error, PodController, env, queue, read, write};
+use super::{Error, PodController, env, queue};
 use crate::naming::WorkloadId;
 use crate::provider::{GpuRequest, Observed, WorkloadState};
 use crate::telemetry::DispatchLabels;
@@ -107,11 +107,11 @@ impl PodController {
         for (n, c) in plan.candidates.iter().enumerate() {
             let i = c.provider;
             let slot = &self.slots[i];
-            let name = slot.provider.name().to_owned();
+            let name = slot.name().to_owned();
             // An earlier attempt on this provider may have created the workload even though it
             // failed for us (timeout, crash): only a list that began after it can tell. This is
             // what lets adapters create without looking up the name first.
-            if read(&self.recent).created.contains_key(&(i, uid.clone())) {
+            if self.recent.creating(i, &uid) {
                 return Ok(Action::requeue(self.cfg.timings.poll_interval()));
             }
             if let Err(why) = self.guard.reserve(&uid, i, c.price) {
@@ -125,18 +125,14 @@ impl PodController {
                     count: g.count,
                 });
             }
-            write(&self.recent)
-                .created
-                .insert((i, uid.clone()), Instant::now());
+            self.recent.note_create(i, &uid);
             let call = Instant::now();
-            let result = slot.provider.create(&workload).await;
+            let result = slot.provider().create(&workload).await;
             let call = call.elapsed();
             // Only a list that began after the provider answered is sure to show the workload:
             // a list sent while the create was in flight may be served before it (seen under
             // load: the workload judged vanished and the pod failed with ProviderLost).
-            write(&self.recent)
-                .created
-                .insert((i, uid.clone()), Instant::now());
+            self.recent.note_create(i, &uid);
             let e = match result {
                 Ok(()) => {
                     // The next held pod (if any) may fit too.
@@ -249,7 +245,7 @@ impl PodController {
             price: c.price,
             container_exits: Default::default(),
         };
-        write(&self.slots[c.provider].cache).insert(uid.clone(), obs.clone());
+        self.slots[c.provider].cache(uid.clone(), obs.clone());
         let waited = seen.elapsed();
         if restart_count(pod) == 0 {
             // Relaunches after a restart back-off are not admission latency.
@@ -278,9 +274,7 @@ impl PodController {
         // the chosen provider and the decision in one PATCH, so a workload already running
         // when first listed costs one write. Should no list show it in time, the pod comes
         // back here and writes what is known (queued at its provider).
-        write(&self.recent)
-            .decisions
-            .insert(uid, (c.provider, decision));
+        self.recent.note_decision(uid, c.provider, decision);
         Ok(Action::requeue(self.cfg.timings.poll_interval() * 2))
     }
 

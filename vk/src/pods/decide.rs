@@ -49,13 +49,24 @@ pub enum Step {
     /// The pod ended but its workload still holds resources: stop it. Workloads that exited
     /// are kept (their logs stay readable) until the pod is deleted.
     StopWorkload { provider: usize },
-    /// The pod can never run as specified.
+    /// The pod can never run as specified. A failed pod keeps no live workload (a start past
+    /// its deadline is still billing): `stop` is the provider whose live workload is stopped
+    /// after the pod is failed.
     Fail {
         reason: &'static str,
         message: String,
+        stop: Option<usize>,
     },
-    /// Report the workload's state on the pod.
-    Report { provider: usize },
+    /// Report the workload's state on the pod. `stop_finished`: the workload just ended at a
+    /// provider that keeps billing a finished one, so it is deleted after the report (our own
+    /// status write may not come back as a change to act on). `recheck`: when the start
+    /// deadline of a workload still queued or starting is due (a workload stuck starting
+    /// changes nothing a list would report).
+    Report {
+        provider: usize,
+        stop_finished: bool,
+        recheck: Option<Duration>,
+    },
     /// The workload ended and the restart policy wants the container back: record how it
     /// ended, delete the workload, create it again after `delay`.
     Restart {
@@ -153,6 +164,28 @@ pub fn decide(
     memory: &Memory,
     now: Timestamp,
 ) -> Step {
+    match choose(rules, pod, found, memory, now) {
+        Step::Fail {
+            reason, message, ..
+        } => Step::Fail {
+            reason,
+            message,
+            stop: found
+                .filter(|f| !f.observed.state.is_terminal())
+                .map(|f| f.provider),
+        },
+        step => step,
+    }
+}
+
+/// [`decide`] before a failure is told which workload to stop.
+fn choose(
+    rules: &Rules<'_>,
+    pod: Option<&Pod>,
+    found: Option<Found<'_>>,
+    memory: &Memory,
+    now: Timestamp,
+) -> Step {
     let Some(pod) = pod else {
         // A workload whose pod this process never saw is left to the garbage collector and
         // its grace window.
@@ -225,29 +258,7 @@ pub fn decide(
         Err((reason, why)) => return refuse(rules, pod, reason, why),
     };
     if plan.candidates.is_empty() {
-        let names = |i: usize| {
-            rules
-                .offers
-                .get(i)
-                .map(|o| o.name.clone())
-                .unwrap_or_default()
-        };
-        let (reason, what) = if plan.only_capacity() {
-            (reason::PROVIDER_CAPACITY, "no provider has capacity now")
-        } else {
-            (
-                reason::PROVIDER_UNAVAILABLE,
-                "no provider can take the pod now",
-            )
-        };
-        return Step::Hold {
-            reason,
-            message: format!("{what}: {}", plan.describe_passed_over(&names)),
-            retry: plan
-                .retry_in()
-                .unwrap_or(rules.timings.poll_interval())
-                .max(Duration::from_millis(200)),
-        };
+        return passed_over(rules, &plan);
     }
     let uid = pod.uid().unwrap_or_default();
     let Some(id) = rules.owner.workload_id(&uid) else {
@@ -260,6 +271,34 @@ pub fn decide(
         id,
         request: Box::new(request),
         plan,
+    }
+}
+
+/// Every provider that could run the pod is passed over for now: the pod is held, saying why,
+/// until the first of them may take it.
+fn passed_over(rules: &Rules<'_>, plan: &Plan) -> Step {
+    let names = |i: usize| {
+        rules
+            .offers
+            .get(i)
+            .map(|o| o.name.clone())
+            .unwrap_or_default()
+    };
+    let (reason, what) = if plan.only_capacity() {
+        (reason::PROVIDER_CAPACITY, "no provider has capacity now")
+    } else {
+        (
+            reason::PROVIDER_UNAVAILABLE,
+            "no provider can take the pod now",
+        )
+    };
+    Step::Hold {
+        reason,
+        message: format!("{what}: {}", plan.describe_passed_over(&names)),
+        retry: plan
+            .retry_in()
+            .unwrap_or(rules.timings.poll_interval())
+            .max(Duration::from_millis(200)),
     }
 }
 
@@ -392,6 +431,8 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
     if !restart {
         return Step::Report {
             provider: f.provider,
+            stop_finished: obs.state.is_terminal() && deletes_finished(rules, f.provider),
+            recheck: start_deadline_due_in(rules, pod, f, now),
         };
     }
     let restarts = restart_count(pod) + 1;
@@ -429,8 +470,13 @@ fn deletes_finished(rules: &Rules<'_>, provider: usize) -> bool {
         .is_some_and(|o| o.capabilities.delete_finished)
 }
 
+/// A failure; which live workload to stop is filled in by [`decide`].
 fn fail(reason: &'static str, message: String) -> Step {
-    Step::Fail { reason, message }
+    Step::Fail {
+        reason,
+        message,
+        stop: None,
+    }
 }
 
 /// A refusal of what the pod asks for. A pod its controller would replace is held rather than

@@ -10,7 +10,7 @@ use tracing::{debug, info};
 
 use super::events::EventType;
 use super::translate::reason;
-use super::{Error, PodController, read, write};
+use super::{Error, PodController};
 use crate::provider::ProviderError;
 
 impl PodController {
@@ -18,7 +18,7 @@ impl PodController {
     /// so a new pod with the same name is never touched).
     pub(super) async fn finish_deletion(&self, pod: &Pod, uid: &str) -> Result<(), Error> {
         self.delete_workloads(uid, Some(pod)).await?;
-        if read(&self.recent).pods_deleted.contains(uid) {
+        if self.recent.pod_deleted(uid) {
             return Ok(());
         }
         let api: Api<Pod> =
@@ -34,7 +34,7 @@ impl PodController {
         match api.delete(&pod.name_any(), &dp).await {
             Ok(_) => {
                 self.metrics.pod_deletes.inc();
-                write(&self.recent).pods_deleted.insert(uid.to_owned());
+                self.recent.note_pod_deleted(uid);
                 debug!(pod = pod.name_any(), uid, "pod deleted after its workload");
                 Ok(())
             }
@@ -46,9 +46,7 @@ impl PodController {
     /// Deletes the pod's workload at every provider that lists one.
     pub(super) async fn delete_workloads(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
         for i in 0..self.slots.len() {
-            let found = read(&self.slots[i].cache)
-                .get(uid)
-                .map(|o| o.provider_id.clone());
+            let found = self.slots[i].cached(uid).map(|o| o.provider_id);
             if let Some(provider_id) = found {
                 self.delete_one(i, uid, &provider_id, pod).await?;
             }
@@ -65,7 +63,7 @@ impl PodController {
         pod: Option<&Pod>,
     ) -> Result<(), Error> {
         let slot = &self.slots[i];
-        let name = slot.provider.name().to_owned();
+        let name = slot.name().to_owned();
         let provider_id = if provider_id.is_empty() {
             // Created moments ago and not listed yet: learn its provider id first.
             match self.lookup_provider_id(i, uid).await? {
@@ -75,12 +73,10 @@ impl PodController {
         } else {
             provider_id.to_owned()
         };
-        match slot.provider.delete(&provider_id).await {
+        match slot.provider().delete(&provider_id).await {
             Ok(()) | Err(ProviderError::NotFound) => {
-                write(&slot.cache).remove(uid);
-                write(&self.recent)
-                    .deleted
-                    .insert((i, uid.to_owned()), Instant::now());
+                slot.uncache(uid);
+                self.recent.note_delete(i, uid);
                 info!(uid, provider = %name, provider_id, "deleted workload");
                 Ok(())
             }
@@ -108,11 +104,11 @@ impl PodController {
         let slot = &self.slots[i];
         let started = Instant::now();
         let list = slot
-            .provider
+            .provider()
             .list()
             .await
             .map_err(|source| Error::Provider {
-                provider: slot.provider.name().to_owned(),
+                provider: slot.name().to_owned(),
                 source,
             })?;
         let found = list

@@ -6,14 +6,12 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use tracing::{info, warn};
 
+use super::PodController;
 use super::events::EventType;
-use super::{PodController, read, write};
-use crate::provider::{Observed, ProviderError};
+use crate::provider::ProviderError;
 
 impl PodController {
     /// Runs the collector every poll interval once the pipeline is ready.
@@ -24,40 +22,24 @@ impl PodController {
         let min_lists = u64::from(self.cfg.timings.loss_lists);
         loop {
             let mut victims = Vec::new();
-            {
-                let pods = read(&self.pods);
-                let mut recent = write(&self.recent);
-                let mut still = HashSet::new();
-                for (i, slot) in self.slots.iter().enumerate() {
-                    let name = slot.provider.name();
-                    let lists = slot.lists.load(Ordering::Relaxed);
-                    for (uid, obs) in read(&slot.cache).iter() {
-                        let live = pods
-                            .get(uid)
-                            .is_some_and(|p| p.assigned_to_or_unassigned(name));
-                        if live {
-                            continue;
-                        }
-                        let key = (i, obs.id.clone());
-                        still.insert(key.clone());
-                        let (first, first_lists) = *recent
-                            .orphans
-                            .entry(key)
-                            .or_insert_with(|| (Instant::now(), lists));
-                        let repeated = lists.saturating_sub(first_lists) >= min_lists;
-                        if first.elapsed() >= grace && repeated && !obs.provider_id.is_empty() {
-                            victims.push((i, uid.clone(), obs.provider_id.clone(), obs.id.clone()));
-                        }
+            let mut still = HashSet::new();
+            for (i, slot) in self.slots.iter().enumerate() {
+                let name = slot.name();
+                let lists = slot.lists();
+                for (uid, obs) in slot.unclaimed(|uid| self.pods.claims(uid, name)) {
+                    let key = (i, obs.id.clone());
+                    let (first, first_lists) = self.recent.orphaned_since(i, &obs.id, lists);
+                    still.insert(key);
+                    let repeated = lists.saturating_sub(first_lists) >= min_lists;
+                    if first.elapsed() >= grace && repeated && !obs.provider_id.is_empty() {
+                        victims.push((i, uid, obs.provider_id.clone(), obs.id.clone()));
                     }
                 }
-                recent.orphans.retain(|k, _| still.contains(k));
             }
+            self.recent.keep_orphans(&still);
             for (i, uid, provider_id, id) in victims {
                 // Re-check: a pod may have appeared since the snapshot.
-                if read(&self.pods)
-                    .get(&uid)
-                    .is_some_and(|p| p.assigned_to_or_unassigned(self.provider_name(i)))
-                {
+                if self.pods.claims(&uid, self.provider_name(i)) {
                     continue;
                 }
                 info!(provider = self.provider_name(i), workload = %id, provider_id, "collecting orphaned workload");
@@ -74,21 +56,14 @@ impl PodController {
     /// [`super::duplicates`]); the one the pod follows is never touched.
     async fn collect_duplicates(&self, min_lists: u64) {
         for (i, slot) in self.slots.iter().enumerate() {
-            let lists = slot.lists.load(Ordering::Relaxed);
-            let due: Vec<Observed> = read(&slot.extras)
-                .values()
-                .filter(|(_, first)| lists.saturating_sub(*first) >= min_lists)
-                .map(|(o, _)| o.clone())
-                .collect();
-            for o in due {
+            for o in slot.due_extras(min_lists) {
                 let uid = o.id.pod_uid().to_owned();
-                match slot.provider.delete(&o.provider_id).await {
+                match slot.provider().delete(&o.provider_id).await {
                     Ok(()) | Err(ProviderError::NotFound) => {
-                        write(&slot.extras).remove(&o.provider_id);
-                        write(&slot.collected).insert(o.provider_id.clone());
+                        slot.extra_collected(&o.provider_id);
                         self.metrics.gc_deletes.inc();
                         info!(provider = self.provider_name(i), uid, provider_id = %o.provider_id, "deleted a duplicate workload");
-                        let pod = read(&self.pods).get(&uid).and_then(|p| p.pod());
+                        let pod = self.pods.get(&uid).and_then(|p| p.pod());
                         if let Some(pod) = pod {
                             self.event(
                                 &pod,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use super::dispatch::Standing;
-use super::{PodController, queue, read, write};
+use super::{PodController, queue};
 use crate::provider::{Inventory, ProviderError};
 
 /// An inventory older than this many intervals is dropped: stale prices mislead more than
@@ -24,26 +24,26 @@ impl PodController {
         let mut failures = 0u32;
         let mut last_ok = Instant::now();
         loop {
-            match slot.provider.inventory().await {
+            match slot.provider().inventory().await {
                 Ok(inv) => {
                     debug!(
-                        provider = slot.provider.name(),
+                        provider = slot.name(),
                         quotes = inv.quotes.len(),
                         "inventory refreshed"
                     );
-                    *write(&slot.inventory) = Some(Arc::new(inv));
+                    slot.set_inventory(Some(inv));
                     failures = 0;
                     last_ok = Instant::now();
                     tokio::time::sleep(interval).await;
                 }
                 Err(ProviderError::Unsupported { .. }) => {
-                    debug!(provider = slot.provider.name(), "provider has no inventory");
+                    debug!(provider = slot.name(), "provider has no inventory");
                     return std::future::pending().await;
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     if last_ok.elapsed() > interval * STALE_AFTER_INTERVALS {
-                        write(&slot.inventory).take();
+                        slot.set_inventory(None);
                     }
                     let wait = match &e {
                         ProviderError::Transient {
@@ -52,7 +52,7 @@ impl PodController {
                         } => *d,
                         _ => queue::backoff(failures).min(interval),
                     };
-                    warn!(provider = slot.provider.name(), error = %e, retry_in_ms = wait.as_millis() as u64, "provider inventory failed");
+                    warn!(provider = slot.name(), error = %e, retry_in_ms = wait.as_millis() as u64, "provider inventory failed");
                     tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
                 }
             }
@@ -65,35 +65,13 @@ impl PodController {
         if ttl.is_zero() {
             return;
         }
-        write(&self.slots[i].refused)
-            .insert(gpu_type.map(str::to_ascii_lowercase), Instant::now() + ttl);
+        self.slots[i].refuse(gpu_type.map(str::to_ascii_lowercase), Instant::now() + ttl);
     }
 
     /// Health, inventories and refusals of every provider now: O(providers), not per pod.
     pub(super) fn standings(&self) -> (Vec<Option<Arc<Inventory>>>, Vec<Standing<'static>>) {
         let now = Instant::now();
-        let inventories = self
-            .slots
-            .iter()
-            .map(|s| read(&s.inventory).clone())
-            .collect();
-        let standings = self
-            .slots
-            .iter()
-            .map(|s| {
-                let mut refused = write(&s.refused);
-                refused.retain(|_, until| *until > now);
-                Standing {
-                    health: s.breaker.health(now),
-                    inventory: None,
-                    refused: refused
-                        .iter()
-                        .map(|(t, until)| (t.clone(), *until - now))
-                        .collect(),
-                }
-            })
-            .collect();
-        (inventories, standings)
+        self.slots.iter().map(|s| s.standing(now)).unzip()
     }
 }
 

@@ -8,10 +8,11 @@ use jiff::Timestamp;
 use tracing::warn;
 
 use super::decide::{self, Found, Rules, Step};
+use super::dispatch::Standing;
 use super::events::EventType;
 use super::memory::Memory;
 use super::translate::reason;
-use super::{Error, PodController, read, write};
+use super::{Error, PodController};
 use crate::provider::Vanished;
 use crate::telemetry::{ErrorChain, ResultLabels};
 
@@ -39,18 +40,22 @@ impl PodController {
     /// Why `pod` could never run on this node as it is (see [`decide::refusal`]): what the
     /// admission webhook refuses.
     pub fn refusal(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<decide::Refusal> {
-        let rules = Rules {
+        decide::refusal(&self.rules(&[]), pod)
+    }
+
+    /// What [`decide`] works with, given what dispatch knows of each provider now.
+    fn rules<'a>(&'a self, standing: &'a [Standing<'a>]) -> Rules<'a> {
+        Rules {
             owner: &self.owner,
             offers: &self.offers,
             timings: &self.cfg.timings,
             admission: &self.admission,
             secret_failover: self.cfg.secret_failover,
-            standing: &[],
+            standing,
             dispatch: &self.cfg.dispatch,
             start_deadlines: &self.start_deadlines,
             hold_retry: self.cfg.refusals.hold_retry(),
-        };
-        decide::refusal(&rules, pod)
+        }
     }
 
     /// [`Self::reconcile_logged`] for a worker, which hands over the key.
@@ -85,8 +90,8 @@ impl PodController {
 
     /// Brings one pod and its workload together.
     pub(super) async fn reconcile(&self, uid: &str) -> Result<Action, Error> {
-        let stored = read(&self.pods).get(uid).cloned();
-        let list_changed = write(&self.recent).changed.remove(uid);
+        let stored = self.pods.get(uid);
+        let list_changed = self.recent.take_changed(uid);
         let seen = stored.as_ref().map(|s| s.seen);
         let pod = match stored {
             Some(s) => match s.pod() {
@@ -96,33 +101,20 @@ impl PodController {
             None => None,
         };
         let found = self.find(uid);
-        let created_on = read(&self.recent).decisions.get(uid).map(|(i, _)| *i);
+        let created_on = self.recent.decision(uid).map(|(i, _)| i);
         let memory = Memory {
-            gone: read(&self.gone).contains(uid),
+            gone: self.pods.is_gone(uid),
             listed: pod
                 .as_ref()
                 .and_then(|p| decide::assigned(p))
-                .and_then(|a| self.index(a))
+                .and_then(|a| self.slots.index(a))
                 .or(created_on)
-                .map(|i| {
-                    let listed_at = *read(&self.slots[i].listed_at);
-                    read(&self.recent).listed(i, uid, listed_at)
-                }),
+                .map(|i| self.recent.listed(i, uid, self.slots[i].listed_at())),
             created_on,
         };
         let (inventories, standings) = self.standings();
         let standing = super::inventory::attach(&inventories, standings);
-        let rules = Rules {
-            owner: &self.owner,
-            offers: &self.offers,
-            timings: &self.cfg.timings,
-            admission: &self.admission,
-            secret_failover: self.cfg.secret_failover,
-            standing: &standing,
-            dispatch: &self.cfg.dispatch,
-            start_deadlines: &self.start_deadlines,
-            hold_retry: self.cfg.refusals.hold_retry(),
-        };
+        let rules = self.rules(&standing);
         let step = decide::decide(
             &rules,
             pod.as_ref(),
@@ -151,7 +143,7 @@ impl PodController {
             if step == Step::DeleteOrphanedWorkloads {
                 self.delete_workloads(uid, None).await?;
                 if self.find(uid).is_none() {
-                    write(&self.gone).remove(uid);
+                    self.pods.forget_gone(uid);
                 }
             }
             return Ok(Action::await_change());
@@ -169,27 +161,33 @@ impl PodController {
                 }
                 Ok(Action::await_change())
             }
-            Step::Fail { reason, message } => {
-                let live = found.as_ref().is_some_and(|(_, o)| !o.state.is_terminal());
-                let action = self.fail_unless_storm(&pod, reason, &message, live).await?;
-                // A failed pod keeps no live workload (a start past its deadline is still
-                // billing): stop it now rather than wait for a change to bring the pod back,
-                // which a workload stuck starting never makes.
-                if let Some((i, obs)) = &found
-                    && live
-                {
-                    self.delete_one(*i, uid, &obs.provider_id, Some(&pod))
+            Step::Fail {
+                reason,
+                message,
+                stop,
+            } => {
+                let action = self
+                    .fail_unless_storm(&pod, reason, &message, stop.is_some())
+                    .await?;
+                // Now, rather than wait for a change to bring the pod back, which a workload
+                // stuck starting never makes.
+                if let (Some(i), Some((_, obs))) = (stop, &found) {
+                    self.delete_one(i, uid, &obs.provider_id, Some(&pod))
                         .await?;
                 }
                 Ok(action)
             }
-            Step::Report { provider } => {
+            Step::Report {
+                provider,
+                stop_finished,
+                recheck,
+            } => {
                 let Some((_, obs)) = &found else {
                     return Ok(Action::await_change());
                 };
                 let synced =
                     self.prober
-                        .sync(uid, &pod, &self.slots[provider].provider, obs, &self.queue);
+                        .sync(uid, &pod, self.slots[provider].provider(), obs, &self.queue);
                 if let Some(note) = &synced.not_evaluable {
                     self.event(
                         &pod,
@@ -207,20 +205,7 @@ impl PodController {
                     return Ok(again.map_or_else(Action::await_change, Action::requeue));
                 }
                 self.report(&pod, provider, obs).await?;
-                let due = decide::start_deadline_due_in(
-                    &rules,
-                    &pod,
-                    Found {
-                        provider,
-                        observed: obs,
-                    },
-                    Timestamp::now(),
-                );
-                // The pod just ended: a provider that keeps billing a finished workload gets it
-                // deleted now (our own status write may not come back as a change to act on).
-                if obs.state.is_terminal()
-                    && self.slots[provider].provider.capabilities().delete_finished
-                {
+                if stop_finished {
                     self.delete_one(provider, uid, &obs.provider_id, Some(&pod))
                         .await?;
                 }
@@ -229,7 +214,7 @@ impl PodController {
                         .status_latency
                         .observe(t.elapsed().as_secs_f64());
                 }
-                Ok(due.map_or_else(Action::await_change, Action::requeue))
+                Ok(recheck.map_or_else(Action::await_change, Action::requeue))
             }
             Step::Restart {
                 provider,
@@ -278,9 +263,8 @@ impl PodController {
     ) -> Result<Action, Error> {
         let cause = self
             .slots
-            .iter()
-            .find(|s| s.provider.name() == provider)
-            .and_then(|s| s.provider.vanished_cause());
+            .named(provider)
+            .and_then(|s| s.provider().vanished_cause());
         let lost = format!("workload vanished at provider {provider}");
         let (why, msg) = match cause {
             Some(Vanished::BalanceExhausted(how)) => {

@@ -4,13 +4,12 @@
 //! over from the previous process: the pods and the provider lists are the state.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tracing::{error, info};
 
+use super::PodController;
 use super::worker::{self, Lane};
-use super::{PodController, read};
 use crate::telemetry::ResultLabels;
 
 impl PodController {
@@ -18,23 +17,22 @@ impl PodController {
     pub(super) async fn start_when_ready(self: Arc<Self>) {
         let t0 = Instant::now();
         loop {
-            let listed = self.slots.iter().all(|s| read(&s.listed_at).is_some());
-            if listed && self.pods_synced.load(Ordering::SeqCst) {
+            if self.slots.all_listed() && self.pods.is_synced() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         info!(
             elapsed_ms = t0.elapsed().as_millis() as u64,
-            pods = read(&self.pods).len(),
+            pods = self.pods.len(),
             "pod store synced and every provider listed: reconciling"
         );
-        for uid in read(&self.pods).keys() {
-            self.queue.add(uid);
+        for uid in self.pods.uids() {
+            self.queue.add(&uid);
         }
-        for s in &self.slots {
-            for uid in read(&s.cache).keys() {
-                self.queue.add(uid);
+        for s in self.slots.iter() {
+            for uid in s.cached_uids() {
+                self.queue.add(&uid);
             }
         }
         self.ready.send_replace(true);
@@ -74,7 +72,7 @@ impl PodController {
                 .set(elapsed.as_secs_f64().max(1e-6));
             info!(
                 elapsed_ms = elapsed.as_millis() as u64,
-                pods = read(&pc.pods).len(),
+                pods = pc.pods.len(),
                 "start-up reconcile finished"
             );
         });

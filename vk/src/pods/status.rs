@@ -2,8 +2,6 @@
 //! [`super::translate`]) goes through the status subresource, only when it changed; failures
 //! also become Events on the pod.
 
-use std::sync::Arc;
-
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -16,7 +14,7 @@ use super::decide::{assigned, restart_count};
 use super::events::EventType;
 use super::spec::{ANN_ASSIGNED, ANN_DISPATCH, ANN_PUBLISHED};
 use super::translate::{self, Situation, reason};
-use super::{Error, PodController, StoredPod, read, write};
+use super::{Error, PodController, StoredPod};
 use crate::provider::{Observed, WorkloadState};
 
 impl PodController {
@@ -126,9 +124,8 @@ impl PodController {
             },
             all_containers: self
                 .slots
-                .iter()
-                .find(|slot| slot.provider.name() == provider)
-                .is_some_and(|slot| slot.provider.capabilities().containers),
+                .named(provider)
+                .is_some_and(|slot| slot.provider().capabilities().containers),
         };
         let mut status = translate::pod_status(pod, s, &cx);
         // The published ports ride on the status write too, only when they change.
@@ -152,10 +149,7 @@ impl PodController {
         // annotations), so creating a workload costs no extra API request before or after.
         let annotate = !provider.is_empty() && assigned(pod) != Some(provider);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let pending = read(&self.recent)
-            .decisions
-            .get(&uid)
-            .map(|(_, d)| d.clone());
+        let pending = self.recent.decision(&uid).map(|(_, d)| d);
         let decide = pending.filter(|d| {
             pod.metadata
                 .annotations
@@ -204,7 +198,7 @@ impl PodController {
             Ok(updated) => {
                 self.metrics.status_writes.inc();
                 if decide.is_some() {
-                    write(&self.recent).decisions.remove(&uid);
+                    self.recent.forget_decision(&uid);
                 }
                 debug!(
                     namespace = pod.namespace().unwrap_or_default(),
@@ -215,20 +209,12 @@ impl PodController {
                 );
                 // Keep our store current so the next reconcile compares against what we wrote.
                 if let Some(uid) = updated.metadata.uid.clone() {
-                    let updated = StoredPod::new(updated);
-                    let mut pods = write(&self.pods);
-                    if let Some(old) = pods
-                        .get(&uid)
-                        .filter(|p| p.resource_version <= updated.resource_version)
-                    {
-                        let updated = updated.seen_since(Some(old));
-                        pods.insert(uid, Arc::new(updated));
-                    }
+                    self.pods.refresh(uid, StoredPod::new(updated));
                 }
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {
-                write(&self.recent).decisions.remove(&uid);
+                self.recent.forget_decision(&uid);
                 Ok(())
             }
             Err(e) => Err(Error::WriteStatus(e)),

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
@@ -11,7 +10,7 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tracing::warn;
 
-use super::{PodController, StoredPod, write};
+use super::{PodController, StoredPod};
 
 impl PodController {
     /// Keeps the pod store in step with the API server until the stream ends.
@@ -40,15 +39,10 @@ impl PodController {
                 watcher::Event::InitDone => self.replace_all(buffer.take().unwrap_or_default()),
                 watcher::Event::Apply(p) => self.apply(p),
                 watcher::Event::Delete(p) => {
-                    if let Some(uid) = p.metadata.uid.clone() {
-                        write(&self.pods).remove(&uid);
-                        {
-                            let mut recent = write(&self.recent);
-                            recent.pods_deleted.remove(&uid);
-                            recent.decisions.remove(&uid);
-                        }
-                        write(&self.gone).insert(uid.clone());
-                        self.queue.add(&uid);
+                    if let Some(uid) = p.metadata.uid.as_deref() {
+                        self.pods.remove(uid);
+                        self.recent.pod_gone(uid);
+                        self.queue.add(uid);
                     }
                 }
             }
@@ -57,17 +51,11 @@ impl PodController {
 
     /// A full (re-)list: pods missing from it were deleted while the watch was down.
     fn replace_all(&self, new: HashMap<String, Arc<StoredPod>>) {
-        let old = std::mem::replace(&mut *write(&self.pods), new.clone());
-        {
-            let mut recent = write(&self.recent);
-            recent.pods_deleted.retain(|u| new.contains_key(u));
-            recent.decisions.retain(|u, _| new.contains_key(u));
+        let uids = self.pods.replace_all(new);
+        self.recent.keep_pods(|u| self.pods.get(u).is_some());
+        for uid in uids {
+            self.queue.add(&uid);
         }
-        write(&self.gone).extend(old.keys().filter(|u| !new.contains_key(*u)).cloned());
-        for uid in old.keys().chain(new.keys()) {
-            self.queue.add(uid);
-        }
-        self.pods_synced.store(true, Ordering::SeqCst);
     }
 
     /// One added or changed pod.
@@ -75,26 +63,7 @@ impl PodController {
         let Some(uid) = p.metadata.uid.clone() else {
             return;
         };
-        let p = StoredPod::new(p);
-        let changed = {
-            let mut pods = write(&self.pods);
-            let old = pods.get(&uid);
-            if old.is_some_and(|old| old.resource_version > p.resource_version) {
-                // The answer to one of our own writes is already stored and is newer than this
-                // event, which was in flight: keeping it avoids a reconcile (and a status
-                // write) against a stale status.
-                None
-            } else {
-                let changed = old.is_none_or(|old| !old.same_generation(&p));
-                // A pod new to this node (or being deleted) goes ahead of status refreshes:
-                // its create (or its deletion) is what users wait on.
-                let first = old.is_none() || (p.deleting && old.is_some_and(|o| !o.deleting));
-                let p = p.seen_since(old.map(|o| &**o));
-                pods.insert(uid.clone(), Arc::new(p));
-                changed.then_some(first)
-            }
-        };
-        match changed {
+        match self.pods.upsert(uid.clone(), StoredPod::new(p)) {
             Some(true) => self.queue.add_first(&uid),
             Some(false) => self.queue.add(&uid),
             None => {}

@@ -82,7 +82,7 @@ fn a_pod_whose_candidates_all_deny_secrets_fails_naming_them() {
     let pod = with_secret().build();
     let step = decide_with(&pod, &[("runpod", Deny), ("vast", Deny)], true);
     assert!(
-        matches!(&step, Step::Fail { reason: "SecretsNotAllowed", message }
+        matches!(&step, Step::Fail { reason: "SecretsNotAllowed", message, .. }
             if message.contains("runpod, vast") && message.contains("\"hf\"")),
         "{step:?}"
     );
@@ -90,7 +90,7 @@ fn a_pod_whose_candidates_all_deny_secrets_fails_naming_them() {
     let pinned = with_secret().annotation(ANN_PROVIDER, "runpod").build();
     let step = decide_with(&pinned, &[("runpod", Deny), ("slurm", Allow)], true);
     assert!(
-        matches!(&step, Step::Fail { reason: "SecretsNotAllowed", message }
+        matches!(&step, Step::Fail { reason: "SecretsNotAllowed", message, .. }
             if message.contains("provider runpod") && !message.contains("slurm")),
         "{step:?}"
     );

@@ -54,13 +54,21 @@ fn step(pod: Option<&Pod>, found: Option<(usize, &Observed)>, memory: Memory) ->
 /// Runs `f` with the test offers and timings, no admission rules, and these start deadlines
 /// (parallel to the offers).
 fn with_rules<T>(deadlines: &[crate::config::StartDeadline], f: impl FnOnce(&Rules<'_>) -> T) -> T {
+    with_offers(&offers(), deadlines, f)
+}
+
+/// [`with_rules`] with these offers.
+fn with_offers<T>(
+    offers: &[Offer],
+    deadlines: &[crate::config::StartDeadline],
+    f: impl FnOnce(&Rules<'_>) -> T,
+) -> T {
     let owner = owner();
-    let offers = offers();
     let timings = timings();
     let admission = Admission::default();
     f(&Rules {
         owner: &owner,
-        offers: &offers,
+        offers,
         timings: &timings,
         admission: &admission,
         secret_failover: false,
@@ -69,6 +77,15 @@ fn with_rules<T>(deadlines: &[crate::config::StartDeadline], f: impl FnOnce(&Rul
         start_deadlines: deadlines,
         hold_retry: Duration::from_secs(60),
     })
+}
+
+/// Report the workload of `provider`: nothing to stop, no start deadline to come back for.
+fn report(provider: usize) -> Step {
+    Step::Report {
+        provider,
+        stop_finished: false,
+        recheck: None,
+    }
 }
 
 fn failed(exit_code: i32, reason: FailureReason) -> Observed {
@@ -194,7 +211,10 @@ fn an_invalid_spec_fails_the_pod_even_with_a_workload() {
             s.containers.push(second);
         })
         .build();
-    let Step::Fail { reason, message } = step(Some(&pod), None, fresh()) else {
+    let Step::Fail {
+        reason, message, ..
+    } = step(Some(&pod), None, fresh())
+    else {
         panic!("expected Fail");
     };
     assert_eq!(reason, "InvalidSpec");
@@ -313,7 +333,7 @@ fn a_pin_to_an_unknown_provider_or_an_unservable_request_fails_with_a_reason() {
         .build();
     assert!(matches!(
         step(Some(&unknown), None, fresh()),
-        Step::Fail { reason: "UnknownProvider", message } if message.contains("lambda")
+        Step::Fail { reason: "UnknownProvider", message, .. } if message.contains("lambda")
     ));
     let too_big = PodBuilder::new()
         .gpus("16")
@@ -321,7 +341,7 @@ fn a_pin_to_an_unknown_provider_or_an_unservable_request_fails_with_a_reason() {
         .build();
     assert!(matches!(
         step(Some(&too_big), None, fresh()),
-        Step::Fail { reason: "InvalidSpec", message } if message.contains("16 x RTX4090")
+        Step::Fail { reason: "InvalidSpec", message, .. } if message.contains("16 x RTX4090")
     ));
 }
 
@@ -330,7 +350,7 @@ fn a_pod_uid_that_is_not_a_uuid_fails_instead_of_creating_an_unaddressable_workl
     let pod = PodBuilder::new().uid("not-a-uuid").build();
     assert!(matches!(
         step(Some(&pod), None, fresh()),
-        Step::Fail { reason: "InvalidSpec", message } if message.contains("not a UUID")
+        Step::Fail { reason: "InvalidSpec", message, .. } if message.contains("not a UUID")
     ));
 }
 

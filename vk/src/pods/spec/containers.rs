@@ -2,6 +2,7 @@
 //! those left out by annotation, and the one-container policy of providers that run one.
 
 use super::*;
+use crate::vocab::shell::quote;
 
 /// The names in [`ANN_OMIT_CONTAINERS`], as written (empty entries dropped).
 pub fn omitted(pod: &Pod) -> Vec<&str> {
@@ -184,11 +185,6 @@ fn one_container(pod: &Pod, run: &[&Container], main: &Container) -> Result<(), 
     Ok(())
 }
 
-/// Quotes `word` for a POSIX shell.
-fn sh_quote(word: &str) -> String {
-    format!("'{}'", word.replace('\'', "'\\''"))
-}
-
 /// The command running the init containers in order (each in its working directory, the
 /// first failure ending the workload with its exit code) and then the main command.
 pub(super) fn with_init_containers(inits: &[&Container], main: &Container) -> Vec<String> {
@@ -198,7 +194,7 @@ pub(super) fn with_init_containers(inits: &[&Container], main: &Container) -> Ve
             .iter()
             .flatten()
             .chain(c.args.iter().flatten())
-            .map(|w| sh_quote(w))
+            .map(|w| quote(w))
             .collect();
         words.join(" ")
     };
@@ -206,7 +202,7 @@ pub(super) fn with_init_containers(inits: &[&Container], main: &Container) -> Ve
     for c in inits {
         script.push_str(&format!("# init container {}\n", c.name.replace('\n', " ")));
         match &c.working_dir {
-            Some(dir) => script.push_str(&format!("(cd {} && {})\n", sh_quote(dir), line(c))),
+            Some(dir) => script.push_str(&format!("(cd {} && {})\n", quote(dir), line(c))),
             None => script.push_str(&format!("{}\n", line(c))),
         }
     }

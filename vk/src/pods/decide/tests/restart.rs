@@ -34,7 +34,7 @@ fn restart_policy_always_restarts_on_success_and_failure() {
 #[test]
 fn restart_policy_on_failure_restarts_failures_only() {
     let s = with_policy(Some("OnFailure"), &observed(WorkloadState::Succeeded));
-    assert_eq!(s, Step::Report { provider: 0 });
+    assert_eq!(s, report(0));
     assert!(is_restart(&with_policy(
         Some("OnFailure"),
         &failed(2, FailureReason::Error)
@@ -48,12 +48,7 @@ fn restart_policy_never_reports_the_end_as_it_is() {
         failed(1, FailureReason::Error),
         failed(137, FailureReason::OomKilled),
     ] {
-        assert_eq!(
-            with_policy(Some("Never"), &o),
-            Step::Report { provider: 0 },
-            "{:?}",
-            o.state
-        );
+        assert_eq!(with_policy(Some("Never"), &o), report(0), "{:?}", o.state);
     }
 }
 
@@ -62,7 +57,7 @@ fn an_evicted_workload_is_never_restarted_in_place() {
     for policy in ["Always", "OnFailure", "Never"] {
         assert_eq!(
             with_policy(Some(policy), &failed(143, FailureReason::Evicted)),
-            Step::Report { provider: 0 },
+            report(0),
             "{policy}"
         );
     }
@@ -82,7 +77,7 @@ fn preempted_lost_and_live_workloads_are_reported() {
     ] {
         assert_eq!(
             with_policy(Some("Always"), &observed(state.clone())),
-            Step::Report { provider: 0 },
+            report(0),
             "{state:?}"
         );
     }

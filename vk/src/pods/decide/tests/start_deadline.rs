@@ -39,7 +39,7 @@ fn a_workload_still_starting_at_its_deadline_fails_the_pod_naming_it() {
     let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
     let stuck = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:30:05Z");
     assert!(
-        matches!(&stuck, Step::Fail { reason, message }
+        matches!(&stuck, Step::Fail { reason, message, .. }
             if *reason == "StartDeadlineExceeded" && message.contains("still starting at provider runpod (pulling image) 1800s")),
         "{stuck:?}"
     );
@@ -58,11 +58,19 @@ fn a_workload_still_starting_at_its_deadline_fails_the_pod_naming_it() {
     ));
     // One second short, running, or on a provider without a deadline: reported as usual.
     let early = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:30:06Z");
-    assert_eq!(early, Step::Report { provider: 0 });
+    // ... and looked at again when the deadline is due, a second from now.
+    assert_eq!(
+        early,
+        Step::Report {
+            provider: 0,
+            stop_finished: false,
+            recheck: Some(Duration::from_secs(1)),
+        }
+    );
     let running = with_deadline(&pod, 0, WorkloadState::Running, "2026-11-29T05:00:00Z");
-    assert_eq!(running, Step::Report { provider: 0 });
+    assert_eq!(running, report(0));
     let slurm = with_deadline(&pod, 2, WorkloadState::Starting, "2026-11-29T05:00:00Z");
-    assert_eq!(slurm, Step::Report { provider: 2 });
+    assert_eq!(slurm, report(2));
 }
 
 #[test]
@@ -90,7 +98,7 @@ fn a_pod_sets_its_own_start_deadline_within_the_providers_ceiling() {
         .build();
     let s = with_deadline(&long, 0, WorkloadState::Starting, "2026-11-29T09:59:00Z");
     assert!(
-        matches!(&s, Step::Fail { reason: "InvalidSpec", message } if message.contains("3600s")),
+        matches!(&s, Step::Fail { reason: "InvalidSpec", message, .. } if message.contains("3600s")),
         "{s:?}"
     );
 }
@@ -119,7 +127,7 @@ fn a_huge_start_deadline_is_never_due_and_never_panics() {
         });
         assert_eq!(due, None, "{secs}");
         let step = with_deadline(&pod, 2, WorkloadState::Starting, "2026-11-29T10:05:00Z");
-        assert_eq!(step, Step::Report { provider: 2 }, "{secs}");
+        assert_eq!(step, report(2), "{secs}");
     }
 }
 
@@ -141,4 +149,71 @@ fn a_starting_workload_is_looked_at_again_when_its_deadline_is_due() {
         Some(Duration::from_secs(1740))
     );
     assert_eq!(due(WorkloadState::Running), None);
+}
+
+#[test]
+fn a_failed_pod_stops_its_live_workload_and_leaves_an_ended_one() {
+    let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
+    // Past its deadline and still starting: still billing, so it is stopped.
+    let live = with_deadline(&pod, 0, WorkloadState::Starting, "2026-11-29T09:00:00Z");
+    assert!(
+        matches!(
+            live,
+            Step::Fail {
+                reason: "StartDeadlineExceeded",
+                stop: Some(0),
+                ..
+            }
+        ),
+        "{live:?}"
+    );
+    // A pod that can never run, whose workload already ended: nothing to stop.
+    let bad = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_DEADLINE, "soon")
+        .build();
+    let ended = with_deadline(&bad, 0, WorkloadState::Succeeded, "2026-11-29T09:00:00Z");
+    assert!(
+        matches!(
+            ended,
+            Step::Fail {
+                reason: "InvalidSpec",
+                stop: None,
+                ..
+            }
+        ),
+        "{ended:?}"
+    );
+}
+
+#[test]
+fn an_ended_workload_is_stopped_after_the_report_only_where_it_keeps_billing() {
+    let pod = PodBuilder::new()
+        .gpus("1")
+        .restart_policy("Never")
+        .assigned("vast")
+        .build();
+    let obs = observed(WorkloadState::Succeeded);
+    let mut offers = offers();
+    offers[1].capabilities.delete_finished = true;
+    let decided = |offers: &[Offer]| {
+        with_offers(offers, &[], |rules| {
+            let found = Some(Found {
+                provider: 1,
+                observed: &obs,
+            });
+            decide(rules, Some(&pod), found, &Memory::fresh(), ts(NOW))
+        })
+    };
+    let billed = decided(&offers);
+    assert_eq!(
+        billed,
+        Step::Report {
+            provider: 1,
+            stop_finished: true,
+            recheck: None,
+        }
+    );
+    assert_eq!(decided(&super::offers()), report(1));
 }
