@@ -12,14 +12,17 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::config::GpuStock;
-use crate::engine::gate::{FaultSpec, HideSpec, same_secret};
+use crate::engine::gate::{GateState, same_secret};
 use crate::engine::logs::LogSource;
 use crate::engine::{AdminError, Engine, Extra, NewWorkload, Usage};
 use crate::inventory::AllocError;
+
+pub(crate) mod shared;
+
+use shared::{body, err};
 
 /// Header carrying the admin key when one is configured.
 pub const ADMIN_KEY_HEADER: &str = "x-admin-key";
@@ -69,6 +72,12 @@ pub fn check_exposure(addrs: &[std::net::SocketAddr], key: Option<&str>) -> Resu
     }
 }
 
+impl shared::Gated for Engine {
+    fn with_gate<R>(&self, f: impl FnOnce(&mut GateState) -> R) -> R {
+        f(&mut self.lock().gate)
+    }
+}
+
 /// Admin routes for `engine`.
 pub fn router(engine: Arc<Engine>) -> Router {
     Router::new()
@@ -80,21 +89,12 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/_admin/workloads/{id}/usage", post(usage))
         .route("/_admin/workloads/{id}/logs", post(add_logs))
         .route("/_admin/inventory", get(get_inventory).put(put_inventory))
-        .route(
-            "/_admin/faults",
-            get(list_faults).post(add_fault).delete(clear_faults),
-        )
-        .route("/_admin/hide", post(hide))
         .route("/_admin/serve", post(serve))
         .route("/_admin/addresses", post(addresses))
-        .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
+        .merge(shared::gate_routes())
         .with_state(engine)
-}
-
-fn err(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, axum::Json(json!({"error": msg.into()}))).into_response()
 }
 
 fn admin_error(e: AdminError) -> Response {
@@ -111,16 +111,6 @@ fn done(r: Result<(), AdminError>) -> Response {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => admin_error(e),
     }
-}
-
-/// Parse a JSON body; an empty body means `{}`.
-fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
-    let text = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        bytes
-    };
-    serde_json::from_slice(text).map_err(|e| err(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
 async fn list(State(e): State<Arc<Engine>>) -> Response {
@@ -309,21 +299,6 @@ async fn put_inventory(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
     axum::Json(json!({"gpus": e.inventory_lines()})).into_response()
 }
 
-async fn list_faults(State(e): State<Arc<Engine>>) -> Response {
-    axum::Json(json!({"active": e.lock().gate.fault_count()})).into_response()
-}
-
-async fn add_fault(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
-    let spec: FaultSpec = match body(&bytes) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    match e.lock().gate.add_fault(spec) {
-        Ok(()) => StatusCode::CREATED.into_response(),
-        Err(x) => err(StatusCode::BAD_REQUEST, x.to_string()),
-    }
-}
-
 /// `POST /_admin/hide {"lists": N, "ids": [...]}`: leave workloads out of the next N list
 /// answers (every workload when `ids` is absent); they keep running.
 /// How the stand-in servers on published ports answer (see [`crate::serve`]): body
@@ -337,24 +312,6 @@ async fn serve(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
-async fn hide(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
-    let spec: HideSpec = match body(&bytes) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    e.lock().gate.hide(spec);
-    StatusCode::NO_CONTENT.into_response()
-}
-
-async fn clear_faults(State(e): State<Arc<Engine>>) -> Response {
-    e.lock().gate.clear_faults();
-    StatusCode::NO_CONTENT.into_response()
-}
-
-async fn counters(State(e): State<Arc<Engine>>) -> Response {
-    axum::Json(e.lock().gate.counters()).into_response()
-}
-
 async fn reset(State(e): State<Arc<Engine>>) -> Response {
     e.reset();
     StatusCode::NO_CONTENT.into_response()
@@ -365,19 +322,7 @@ async fn config(State(e): State<Arc<Engine>>) -> Response {
         crate::engine::Flavor::RunPod => "runpod",
         crate::engine::Flavor::Vast => "vast",
     };
-    let mode = match e.mode() {
-        crate::config::ExecutionMode::Simulated {
-            provision_ms,
-            start_ms,
-            run_ms,
-        } => {
-            json!({"kind": "simulated", "provision_ms": provision_ms, "start_ms": start_ms, "run_ms": run_ms})
-        }
-        crate::config::ExecutionMode::Process {
-            provision_ms,
-            start_ms,
-        } => json!({"kind": "process", "provision_ms": provision_ms, "start_ms": start_ms}),
-    };
+    let mode = shared::mode_json(e.mode());
     axum::Json(json!({"provider": flavor, "mode": mode})).into_response()
 }
 

@@ -1,4 +1,4 @@
-//! Small helpers: shell quoting, base64 for pagination tokens, random ids, time formatting.
+//! Small helpers: shell quoting, the `Retry-After` of injected faults, base64 for pagination tokens, random ids, time formatting.
 
 use jiff::Timestamp;
 use rand::Rng;
@@ -32,6 +32,20 @@ pub fn shell_join<S: AsRef<str>>(words: &[S]) -> String {
         .map(|w| shell_quote(w.as_ref()))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `resp` with `Retry-After: secs` when an injected fault sets one.
+pub fn with_retry_after(
+    mut resp: axum::response::Response,
+    secs: Option<u64>,
+) -> axum::response::Response {
+    if let Some(s) = secs {
+        resp.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(s),
+        );
+    }
+    resp
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

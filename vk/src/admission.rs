@@ -17,14 +17,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::{AdmissionResponse, AdmissionReview};
+
 use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::pods::PodController;
 use crate::pods::translate::reason;
-use crate::tls::{Limits, TlsConfigs, TlsListener};
+use crate::tls::{Limits, TlsConfigs, TlsListener, review};
 
 mod register;
 mod target;
@@ -111,13 +112,9 @@ async fn validate(
     State(judge): State<Judge>,
     Json(review): Json<AdmissionReview<Pod>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let req: AdmissionRequest<Pod> = match review.try_into() {
+    let req = match review::pod_request(review) {
         Ok(r) => r,
-        Err(_) => {
-            return Json(
-                AdmissionResponse::invalid("not an AdmissionReview request").into_review(),
-            );
-        }
+        Err(answer) => return answer,
     };
     let verdict = req
         .object

@@ -51,6 +51,7 @@ mod acceptor;
 mod client_ca;
 mod config;
 mod identity;
+pub mod review;
 mod serve;
 mod serving;
 #[cfg(test)]

@@ -111,15 +111,10 @@ impl Engine {
 
     /// Stop (user stop or preemption): GPUs are released and any process is killed.
     pub fn stop_locked(&self, inner: &mut Inner, seq: u64, reason: StopReason) {
-        let Some(w) = inner.workloads.get_mut(&seq) else {
+        let Some(w) = halt(inner, seq) else {
             return;
         };
         let at = Timestamp::now();
-        w.proc.kill();
-        w.generation += 1;
-        if let Some(p) = w.placement.take() {
-            inner.inventory.release(p);
-        }
         let line = match &reason {
             StopReason::User => "stopped by user".to_owned(),
             StopReason::Preempted { outbid_price } => match outbid_price {
@@ -190,15 +185,10 @@ impl Engine {
             self.restart_in_place_locked(inner, seq, code, Instant::now());
             return;
         }
-        let Some(w) = inner.workloads.get_mut(&seq) else {
+        let Some(w) = halt(inner, seq) else {
             return;
         };
         let at = Timestamp::now();
-        w.proc.kill();
-        w.generation += 1;
-        if let Some(p) = w.placement.take() {
-            inner.inventory.release(p);
-        }
         w.exit_code = Some(code);
         w.logs.push(
             at,
@@ -252,15 +242,10 @@ impl Engine {
 
     /// Put the workload into the error state (GPUs released).
     pub fn fail_locked(&self, inner: &mut Inner, seq: u64, message: String) {
-        let Some(w) = inner.workloads.get_mut(&seq) else {
+        let Some(w) = halt(inner, seq) else {
             return;
         };
         let at = Timestamp::now();
-        w.proc.kill();
-        w.generation += 1;
-        if let Some(p) = w.placement.take() {
-            inner.inventory.release(p);
-        }
         w.logs
             .push(at, LogSource::System, format!("error: {message}"));
         w.run = Run::Failed { at, message };
@@ -278,4 +263,16 @@ impl Engine {
         }
         Some(w)
     }
+}
+
+/// Ends workload `seq`'s process and gives its GPUs back; the timers set for it before are
+/// void from now on (a new generation).
+fn halt(inner: &mut Inner, seq: u64) -> Option<&mut Workload> {
+    let w = inner.workloads.get_mut(&seq)?;
+    w.proc.kill();
+    w.generation += 1;
+    if let Some(p) = w.placement.take() {
+        inner.inventory.release(p);
+    }
+    Some(w)
 }

@@ -40,25 +40,16 @@ pub fn defaults(image: &str) -> (&'static [&'static str], &'static [&'static str
 /// is split into words as a POSIX shell would.
 pub fn command_line(image: &str, args: &str) -> Option<String> {
     let (entrypoint, cmd) = defaults(image);
-    let mut parts: Vec<String> = entrypoint.iter().map(|w| quote(w)).collect();
+    let mut parts: Vec<String> = entrypoint
+        .iter()
+        .map(|w| crate::util::shell_quote(w))
+        .collect();
     if args.trim().is_empty() {
-        parts.extend(cmd.iter().map(|w| quote(w)));
+        parts.extend(cmd.iter().map(|w| crate::util::shell_quote(w)));
     } else {
         parts.push(args.to_owned());
     }
     (!parts.is_empty()).then(|| parts.join(" "))
-}
-
-fn quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-=:,+@%".contains(c));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]

@@ -71,16 +71,11 @@ pub(super) fn denied(d: Denied) -> Response {
             body,
             retry_after_s,
         } => {
-            let mut resp = match body {
+            let resp = match body {
                 Some(body) => problem_body(status, body),
                 None => problem(status, "injected fault", Vec::new()),
             };
-            if let Some(s) = retry_after_s
-                && let Ok(v) = HeaderValue::from_str(&s.to_string())
-            {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            resp
+            crate::util::with_retry_after(resp, retry_after_s)
         }
         Denied::Unauthorized { missing } => {
             let detail = if missing {

@@ -16,12 +16,18 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::Emulator;
 use super::jobs::{Job, JobState, NewJob};
-use crate::engine::gate::{FaultSpec, HideSpec};
+use crate::admin::shared::{Gated, body, err, gate_routes, mode_json};
+use crate::engine::gate::GateState;
+
+impl Gated for Emulator {
+    fn with_gate<R>(&self, f: impl FnOnce(&mut GateState) -> R) -> R {
+        f(&mut self.lock().gate)
+    }
+}
 
 pub(crate) fn router(emu: Arc<Emulator>) -> Router {
     Router::new()
@@ -29,29 +35,11 @@ pub(crate) fn router(emu: Arc<Emulator>) -> Router {
         .route("/_admin/workloads/{id}", delete(vanish))
         .route("/_admin/workloads/{id}/{action}", post(act))
         .route("/_admin/inventory", get(get_inventory).put(put_inventory))
-        .route(
-            "/_admin/faults",
-            get(list_faults).post(add_fault).delete(clear_faults),
-        )
-        .route("/_admin/hide", post(hide))
         .route("/_admin/addresses", post(addresses))
-        .route("/_admin/counters", get(counters))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
+        .merge(gate_routes())
         .with_state(emu)
-}
-
-fn err(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, axum::Json(json!({"error": msg.into()}))).into_response()
-}
-
-fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
-    let text = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        bytes
-    };
-    serde_json::from_slice(text).map_err(|e| err(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
 /// The admin view of a job.
@@ -293,41 +281,6 @@ async fn put_inventory(State(e): State<Arc<Emulator>>, bytes: Bytes) -> Response
     get_inventory(State(e)).await
 }
 
-async fn list_faults(State(e): State<Arc<Emulator>>) -> Response {
-    axum::Json(json!({"active": e.lock().gate.fault_count()})).into_response()
-}
-
-async fn add_fault(State(e): State<Arc<Emulator>>, bytes: Bytes) -> Response {
-    let spec: FaultSpec = match body(&bytes) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    match e.lock().gate.add_fault(spec) {
-        Ok(()) => StatusCode::CREATED.into_response(),
-        Err(x) => err(StatusCode::BAD_REQUEST, x.to_string()),
-    }
-}
-
-/// `POST /_admin/hide {"lists": N, "ids": [...]}`: leave workloads out of the next N list
-/// answers (every workload when `ids` is absent); they keep running.
-async fn hide(State(e): State<Arc<Emulator>>, bytes: Bytes) -> Response {
-    let spec: HideSpec = match body(&bytes) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
-    e.lock().gate.hide(spec);
-    StatusCode::NO_CONTENT.into_response()
-}
-
-async fn clear_faults(State(e): State<Arc<Emulator>>) -> Response {
-    e.lock().gate.clear_faults();
-    StatusCode::NO_CONTENT.into_response()
-}
-
-async fn counters(State(e): State<Arc<Emulator>>) -> Response {
-    axum::Json(e.lock().gate.counters()).into_response()
-}
-
 /// `POST /_admin/addresses` (`{"listed": <text or null>}`): what the node records list as
 /// every node's address.
 async fn addresses(
@@ -347,19 +300,7 @@ async fn reset(State(e): State<Arc<Emulator>>) -> Response {
 
 async fn config(State(e): State<Arc<Emulator>>) -> Response {
     let cfg = e.config();
-    let mode = match &cfg.mode {
-        crate::config::ExecutionMode::Simulated {
-            provision_ms,
-            start_ms,
-            run_ms,
-        } => {
-            json!({"kind": "simulated", "provision_ms": provision_ms, "start_ms": start_ms, "run_ms": run_ms})
-        }
-        crate::config::ExecutionMode::Process {
-            provision_ms,
-            start_ms,
-        } => json!({"kind": "process", "provision_ms": provision_ms, "start_ms": start_ms}),
-    };
+    let mode = mode_json(&cfg.mode);
     let dialects: Vec<&str> = cfg.dialects.iter().map(|d| d.version()).collect();
     axum::Json(json!({"provider": "slurm", "mode": mode, "dialects": dialects, "user": cfg.user}))
         .into_response()

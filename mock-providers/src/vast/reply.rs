@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -34,16 +34,11 @@ pub(super) fn denied(d: Denied) -> Response {
             body,
             retry_after_s,
         } => {
-            let mut resp = match body {
+            let resp = match body {
                 Some(body) => (status, axum::Json(body)).into_response(),
                 None => error(status, "injected_fault", "injected fault"),
             };
-            if let Some(s) = retry_after_s
-                && let Ok(v) = HeaderValue::from_str(&s.to_string())
-            {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            resp
+            crate::util::with_retry_after(resp, retry_after_s)
         }
         Denied::Unauthorized { .. } => {
             error(StatusCode::UNAUTHORIZED, "auth_error", "Invalid user key")

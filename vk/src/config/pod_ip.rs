@@ -4,8 +4,9 @@
 
 use std::net::IpAddr;
 
-/// Loopback, link-local or unspecified (IPv4-mapped IPv6 addresses as their IPv4 address).
-pub fn is_local(ip: IpAddr) -> bool {
+/// `ip` with an IPv4-mapped IPv6 address as its IPv4 address (`::ffff:127.0.0.1` is
+/// loopback too), and whether it is link-local.
+fn unmapped(ip: IpAddr) -> (IpAddr, bool) {
     let ip = match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
@@ -14,6 +15,12 @@ pub fn is_local(ip: IpAddr) -> bool {
         IpAddr::V4(v4) => v4.is_link_local(),
         IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
     };
+    (ip, link_local)
+}
+
+/// Loopback, link-local or unspecified (IPv4-mapped IPv6 addresses as their IPv4 address).
+pub fn is_local(ip: IpAddr) -> bool {
+    let (ip, link_local) = unmapped(ip);
     ip.is_loopback() || ip.is_unspecified() || link_local
 }
 
@@ -39,15 +46,7 @@ pub fn in_networks(host: &str, nets: &[ipnet::IpNet]) -> bool {
 /// EndpointSlices, and the node's own address would make the pod look like a host-network
 /// pod.
 pub fn unusable(ip: IpAddr, node: Option<IpAddr>) -> Option<&'static str> {
-    // `::ffff:127.0.0.1` is loopback too.
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    let link_local = match ip {
-        IpAddr::V4(v4) => v4.is_link_local(),
-        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-    };
+    let (ip, link_local) = unmapped(ip);
     if ip.is_unspecified() {
         Some("unspecified")
     } else if ip.is_loopback() {

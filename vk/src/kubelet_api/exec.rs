@@ -333,30 +333,34 @@ async fn serve(
     }
     .await;
     let what = kind.what();
-    let (ws, protocol) = match upgrade {
-        Upgrade::WebSocket(ws, p) => (ws, p),
+    let (protocol, transport) = match &upgrade {
+        Upgrade::WebSocket(_, p) => (p.clone(), "WebSocket"),
+        Upgrade::Spdy(_, p) => ((*p).to_owned(), "SPDY/3.1"),
+    };
+    let started = started.map_err(|e| {
+        debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "{what} session refused");
+        channel::Outcome::Refused {
+            code: e.status.as_u16(),
+            message: e.message,
+        }
+    });
+    if started.is_ok() {
+        debug!(
+            namespace,
+            pod,
+            container,
+            provider = %name,
+            workload = %observed.id,
+            protocol,
+            transport,
+            stdin = opts.stdin,
+            tty = opts.tty,
+            "{what} session starting"
+        );
+    }
+    let ws = match upgrade {
+        Upgrade::WebSocket(ws, _) => ws,
         Upgrade::Spdy(on, protocol) => {
-            let started = started.map_err(|e| {
-                debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "{what} session refused");
-                channel::Outcome::Refused {
-                    code: e.status.as_u16(),
-                    message: e.message,
-                }
-            });
-            if started.is_ok() {
-                debug!(
-                    namespace,
-                    pod,
-                    container,
-                    provider = %name,
-                    workload = %observed.id,
-                    protocol,
-                    transport = "SPDY/3.1",
-                    stdin = opts.stdin,
-                    tty = opts.tty,
-                    "{what} session starting"
-                );
-            }
             let setup = spdy::Setup {
                 protocol,
                 stdin: opts.stdin,
@@ -391,26 +395,10 @@ async fn serve(
         .max_frame_size(s.exec.max_message_bytes);
     let session = match started {
         Ok(session) => session,
-        Err(e) => {
-            debug!(namespace, pod, container, provider = %name, status = e.status.as_u16(), error = %e.message, "{what} session refused");
-            let outcome = channel::Outcome::Refused {
-                code: e.status.as_u16(),
-                message: e.message,
-            };
+        Err(outcome) => {
             return Ok(ws.on_upgrade(move |socket| bridge::refuse(socket, outcome)));
         }
     };
-    debug!(
-        namespace,
-        pod,
-        container,
-        provider = %name,
-        workload = %observed.id,
-        protocol = %protocol,
-        stdin = opts.stdin,
-        tty = opts.tty,
-        "{what} session starting"
-    );
     let streams = bridge::Streams {
         stdout: opts.stdout,
         stderr: opts.stderr,

@@ -12,11 +12,14 @@ use axum::{Json, Router};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+
 use tracing::{info, warn};
 
 use super::mutate::{Decision, decide};
 use crate::telemetry::{Metrics, OutcomeLabels};
-use crate::tls::{Deadlines, Limits, ServingCert, TlsConfigs, TlsListener, serve as serve_tls};
+use crate::tls::{
+    Deadlines, Limits, ServingCert, TlsConfigs, TlsListener, review, serve as serve_tls,
+};
 
 /// Serves the webhook on `addr` with `tls` until the process ends.
 pub async fn serve(
@@ -46,25 +49,17 @@ async fn mutate(
     State(metrics): State<Metrics>,
     Json(review): Json<AdmissionReview<Pod>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let req: AdmissionRequest<Pod> = match review.try_into() {
+    let req = match review::pod_request(review) {
         Ok(r) => r,
-        Err(_) => {
-            return Json(
-                AdmissionResponse::invalid("not an AdmissionReview request").into_review(),
-            );
-        }
+        Err(answer) => return answer,
     };
     Json(answer(&req, &metrics).into_review())
 }
 
 async fn gate(Json(review): Json<AdmissionReview<Pod>>) -> Json<AdmissionReview<DynamicObject>> {
-    let req: AdmissionRequest<Pod> = match review.try_into() {
+    let req = match review::pod_request(review) {
         Ok(r) => r,
-        Err(_) => {
-            return Json(
-                AdmissionResponse::invalid("not an AdmissionReview request").into_review(),
-            );
-        }
+        Err(answer) => return answer,
     };
     let resp = AdmissionResponse::from(&req);
     let ops = req

@@ -81,6 +81,23 @@ impl Inventory {
         })
     }
 
+    /// The inventory of a provider that publishes no prices (Slurm, another cluster): one
+    /// configured price for any GPU type, free capacity unknown (the scheduler there queues
+    /// what does not fit); empty without a configured price.
+    pub fn configured(price_per_gpu_hour: Option<f64>, max_per_workload: u32) -> Self {
+        let Some(price) = price_per_gpu_hour.and_then(Price::from_dollars) else {
+            return Self::default();
+        };
+        Self {
+            quotes: vec![Quote {
+                gpu_type: None,
+                price_per_gpu: price,
+                available_gpus: None,
+                max_per_workload: Some(max_per_workload),
+            }],
+        }
+    }
+
     /// GPUs free across every type, where the provider tells for each.
     pub fn available_gpus(&self) -> Option<u64> {
         self.quotes

@@ -64,6 +64,28 @@ impl KubeReviewer {
     pub fn with_timeout(client: Client, timeout: Duration) -> Self {
         Self { client, timeout }
     }
+
+    /// Creates the review `obj` (a `kind`) within the timeout; `failed` wraps the API's error.
+    async fn create<K>(
+        &self,
+        kind: &'static str,
+        obj: &K,
+        failed: fn(kube::Error) -> ReviewError,
+    ) -> Result<K, ReviewError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        tokio::time::timeout(self.timeout, api.create(&PostParams::default(), obj))
+            .await
+            .map_err(|_| ReviewError::Timeout(kind, self.timeout))?
+            .map_err(failed)
+    }
 }
 
 impl Reviewer for KubeReviewer {
@@ -80,13 +102,9 @@ impl Reviewer for KubeReviewer {
                 },
                 status: None,
             };
-            let api: Api<TokenReview> = Api::all(self.client.clone());
-            let params = PostParams::default();
-            let call = api.create(&params, &review);
-            let done = tokio::time::timeout(self.timeout, call)
-                .await
-                .map_err(|_| ReviewError::Timeout("TokenReview", self.timeout))?
-                .map_err(ReviewError::TokenReview)?;
+            let done = self
+                .create("TokenReview", &review, ReviewError::TokenReview)
+                .await?;
             let status = done.status.unwrap_or_default();
             if status.authenticated != Some(true) {
                 return Ok(None);
@@ -129,13 +147,9 @@ impl Reviewer for KubeReviewer {
                 },
                 status: None,
             };
-            let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-            let params = PostParams::default();
-            let call = api.create(&params, &review);
-            let done = tokio::time::timeout(self.timeout, call)
-                .await
-                .map_err(|_| ReviewError::Timeout("SubjectAccessReview", self.timeout))?
-                .map_err(ReviewError::AccessReview)?;
+            let done = self
+                .create("SubjectAccessReview", &review, ReviewError::AccessReview)
+                .await?;
             let status = done
                 .status
                 .ok_or_else(|| ReviewError::Other("SubjectAccessReview without status".into()))?;

@@ -22,7 +22,6 @@
 mod conn;
 pub mod portforward;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -157,21 +156,16 @@ pub async fn run<IO>(io: IO, setup: Setup, started: Result<ExecSession, Outcome>
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (r, w) = tokio::io::split(io);
-    let Ok(writer) = Writer::new(w) else {
+    let limits = setup.streams.limits;
+    let Some(conn::Started {
+        writer,
+        activity,
+        mut events,
+        reader,
+    }) = conn::start(io, limits.max_message_bytes, 4)
+    else {
         return;
     };
-    let writer = Arc::new(writer);
-    let limits = setup.streams.limits;
-    let activity = Activity::new();
-    let (tx, mut events) = mpsc::channel::<Event>(4);
-    let reader = tokio::spawn(conn::read(
-        r,
-        writer.clone(),
-        tx,
-        limits.max_message_bytes,
-        activity.clone(),
-    ));
     let target = setup.streams.target.clone();
     let provider = setup.streams.provider.clone();
 

@@ -131,15 +131,7 @@ async fn carry_out(
                      virtual node takes its place, and this replica leaves once it is Ready",
                     standin.1
                 );
-                event(
-                    recorder,
-                    v,
-                    EventType::Normal,
-                    "HandoffStarted",
-                    "Handoff",
-                    &note,
-                )
-                .await;
+                handoff_started(recorder, v, &note).await;
             }
         }
         Action::Drop(k) => match api(&k.0).delete(&k.1, &DeleteParams::default()).await {
@@ -151,6 +143,19 @@ async fn carry_out(
         },
     }
     Ok(())
+}
+
+/// Tells replica `v` that a stand-in takes its place (`HandoffStarted`, as `note` says).
+async fn handoff_started(recorder: &Recorder, v: &Pod, note: &str) {
+    event(
+        recorder,
+        v,
+        EventType::Normal,
+        "HandoffStarted",
+        "Handoff",
+        note,
+    )
+    .await;
 }
 
 /// Creates a stand-in (done already when it exists) and tells the replica it replaces.
@@ -180,15 +185,7 @@ async fn start(
             "a higher-priority pod needs this replica's GPUs: its stand-in {name} starts on \
              the virtual node first, and this replica leaves once the stand-in is Ready"
         );
-        event(
-            recorder,
-            v,
-            EventType::Normal,
-            "HandoffStarted",
-            "Handoff",
-            &note,
-        )
-        .await;
+        handoff_started(recorder, v, &note).await;
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use super::state::{self, PodUsage, parse_provider_id};
 use super::{Kubernetes, api_error, spec, status_code};
 use crate::provider::{
     Capabilities, ExecRequest, ExecSession, Inventory, LogOptions, LogStream, Observed, Price,
-    Provider, ProviderError, Quote, Workload, WorkloadState,
+    Provider, ProviderError, Workload, WorkloadState,
 };
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -312,17 +312,10 @@ impl Provider for Kubernetes {
     }
 
     async fn inventory(&self) -> Result<Inventory, ProviderError> {
-        let Some(price) = self.cfg.price_per_gpu_hour.and_then(Price::from_dollars) else {
-            return Ok(Inventory::default());
-        };
-        Ok(Inventory {
-            quotes: vec![Quote {
-                gpu_type: None,
-                price_per_gpu: price,
-                available_gpus: None,
-                max_per_workload: Some(self.cfg.max_gpus_per_workload),
-            }],
-        })
+        Ok(Inventory::configured(
+            self.cfg.price_per_gpu_hour,
+            self.cfg.max_gpus_per_workload,
+        ))
     }
 
     async fn logs(&self, provider_id: &str, opts: &LogOptions) -> Result<LogStream, ProviderError> {

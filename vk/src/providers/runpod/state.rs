@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 use tracing::warn;
 
-use super::wire::{Pod, PodCompute};
+use super::wire::{Pod, PodCompute, RuntimePort};
 use super::{ERROR_EXIT_CODE, GB, RunPodConfig, UnknownExit};
 use crate::naming::WorkloadId;
 use crate::provider::{FailureReason, Observed, Price, Usage, WorkloadState};
@@ -112,18 +112,20 @@ const STOPPED_MESSAGE: &str = "RunPod stopped the pod (EXITED) without the virtu
 /// address is reachable only from other RunPod pods of the account. A pod with no tcp port has
 /// no address the cluster can reach (the provider's `podIpFallback` applies).
 fn public_ip(pod: &Pod) -> Option<String> {
+    tcp_ports(pod).find_map(|p| p.ip.clone().filter(|s| !s.trim().is_empty()))
+}
+
+/// The pod's directly published ports (`runtime.ports[]` of type `tcp`).
+fn tcp_ports(pod: &Pod) -> impl Iterator<Item = &RuntimePort> {
     pod.runtime
         .as_ref()
         .and_then(|r| r.ports.as_ref())
-        .and_then(|ports| {
-            ports
-                .iter()
-                .filter(|p| {
-                    p.kind
-                        .as_deref()
-                        .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
-                })
-                .find_map(|p| p.ip.clone().filter(|s| !s.trim().is_empty()))
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p.kind
+                .as_deref()
+                .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
         })
 }
 
@@ -131,16 +133,7 @@ fn public_ip(pod: &Pod) -> Option<String> {
 /// and a `public` port): the VK reaches them there. `http` ports go through RunPod's HTTPS
 /// proxy and are not listed (probes of them are reported as not evaluable).
 fn direct_ports(pod: &Pod) -> std::collections::BTreeMap<u16, crate::provider::Endpoint> {
-    let Some(ports) = pod.runtime.as_ref().and_then(|r| r.ports.as_ref()) else {
-        return Default::default();
-    };
-    ports
-        .iter()
-        .filter(|p| {
-            p.kind
-                .as_deref()
-                .is_some_and(|k| k.eq_ignore_ascii_case("tcp"))
-        })
+    tcp_ports(pod)
         .filter_map(|p| {
             let host = p.ip.clone().filter(|s| !s.is_empty())?;
             Some((

@@ -8,7 +8,7 @@ use super::wire::{self, SubmitAnswer};
 use super::{ExecMode, Slurm, exec, logs, nodes, observe, step_containers};
 use crate::provider::{
     Capabilities, ContainerExit, ExecRequest, ExecSession, Inventory, LogOptions, LogStream,
-    Observed, Price, Provider, ProviderError, Quote, Workload, WorkloadState,
+    Observed, Price, Provider, ProviderError, Workload, WorkloadState,
 };
 use crate::providers::http;
 use crate::providers::rest;
@@ -77,17 +77,10 @@ impl Provider for Slurm {
     /// Slurm publishes no prices: one configured quote for any GPU type it maps, free
     /// capacity unknown (the scheduler queues what does not fit).
     async fn inventory(&self) -> Result<Inventory, ProviderError> {
-        let Some(price) = self.cfg.price_per_gpu_hour.and_then(Price::from_dollars) else {
-            return Ok(Inventory::default());
-        };
-        Ok(Inventory {
-            quotes: vec![Quote {
-                gpu_type: None,
-                price_per_gpu: price,
-                available_gpus: None,
-                max_per_workload: Some(self.cfg.max_gpus_per_workload),
-            }],
-        })
+        Ok(Inventory::configured(
+            self.cfg.price_per_gpu_hour,
+            self.cfg.max_gpus_per_workload,
+        ))
     }
 
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {

@@ -249,6 +249,34 @@ impl<W: AsyncWrite + Unpin + Send> Writer<W> {
     }
 }
 
+/// A connection whose reader runs: the writer, the activity clock, the reader's events and
+/// its task (aborted when the session ends).
+pub(super) struct Started<IO> {
+    pub writer: std::sync::Arc<Writer<tokio::io::WriteHalf<IO>>>,
+    pub activity: Activity,
+    pub events: mpsc::Receiver<Event>,
+    pub reader: tokio::task::JoinHandle<()>,
+}
+
+/// Splits `io` and starts its reader, with frames of at most `max` bytes and at most `queue`
+/// events waiting for the session. `None` when the connection cannot be set up.
+pub(super) fn start<IO>(io: IO, max: usize, queue: usize) -> Option<Started<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (r, w) = tokio::io::split(io);
+    let writer = std::sync::Arc::new(Writer::new(w).ok()?);
+    let activity = Activity::new();
+    let (tx, events) = mpsc::channel(queue);
+    let reader = tokio::spawn(read(r, writer.clone(), tx, max, activity.clone()));
+    Some(Started {
+        writer,
+        activity,
+        events,
+        reader,
+    })
+}
+
 /// Reads the client's frames until the connection ends, answering what the connection layer
 /// answers itself and passing the rest on as events. `max` bounds frames and decompressed
 /// header blocks.

@@ -101,20 +101,15 @@ pub async fn run<IO>(io: IO, setup: Setup)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (r, w) = tokio::io::split(io);
-    let Ok(writer) = Writer::new(w) else {
+    let Some(conn::Started {
+        writer,
+        activity,
+        mut events,
+        reader,
+    }) = conn::start(io, setup.limits.max_message_bytes, 16)
+    else {
         return;
     };
-    let writer = Arc::new(writer);
-    let activity = Activity::new();
-    let (tx, mut events) = mpsc::channel::<Event>(16);
-    let reader = tokio::spawn(conn::read(
-        r,
-        writer.clone(),
-        tx,
-        setup.limits.max_message_bytes,
-        activity.clone(),
-    ));
     let setup = Arc::new(setup);
     // Requests waiting for their second stream, and data sent on them meanwhile (bounded).
     let mut pending = Pending::default();
