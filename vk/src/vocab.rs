@@ -1,9 +1,10 @@
 //! The project's vocabulary, a leaf every layer may use: the virtual node's taint and label,
-//! resource names, Kubernetes quantities and the toleration rule.
+//! resource names, Kubernetes quantities, the toleration rule and shell quoting.
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 pub mod quantity;
+pub mod shell;
 
 /// Taint key keeping ordinary pods off the virtual node.
 pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";

@@ -82,16 +82,45 @@ impl SecretEnv {
     }
 }
 
-/// A credential resolved from the environment or a file; `Debug` never shows it.
+/// A credential (an API key, a token, a kubeconfig) resolved from the environment or a file:
+/// the one type every credential of the VK is held in. Kept as `secrecy`'s `SecretString`
+/// (zeroed when dropped), never shown by `Debug`, exposed only for a header or a claim check,
+/// and removed from messages by [`Secret::redact`].
 #[derive(Clone, Default)]
-pub struct Secret(String);
+pub struct Secret(secrecy::SecretString);
 
 impl Secret {
-    pub fn new(value: String) -> Self {
-        Self(value)
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(secrecy::SecretString::from(value.into()))
     }
+
+    /// The secret itself, for a header, a claim check or a client's configuration; never for a
+    /// message.
     pub fn expose(&self) -> &str {
-        &self.0
+        secrecy::ExposeSecret::expose_secret(&self.0)
+    }
+
+    pub fn is_blank(&self) -> bool {
+        self.expose().trim().is_empty()
+    }
+
+    /// Removes the secret from a message, should a provider ever echo it. Secrets shorter than
+    /// four characters are left alone: replacing them would mangle ordinary words.
+    pub fn redact(&self, message: &str) -> String {
+        let secret = self.expose().trim();
+        if secret.len() >= 4 {
+            message.replace(secret, "<redacted>")
+        } else {
+            message.to_owned()
+        }
+    }
+
+    /// A sensitive header value carrying `prefix` and the secret.
+    pub fn header(&self, prefix: &str) -> Option<reqwest::header::HeaderValue> {
+        let mut value =
+            reqwest::header::HeaderValue::from_str(&format!("{prefix}{}", self.expose())).ok()?;
+        value.set_sensitive(true);
+        Some(value)
     }
 }
 
@@ -131,7 +160,7 @@ impl ProviderConfig {
     pub fn api_key(&self) -> Result<Secret, Error> {
         if let Some(var) = &self.api_key_env {
             return std::env::var(var)
-                .map(Secret)
+                .map(Secret::new)
                 .map_err(|_| Error::MissingEnv {
                     provider: self.name.clone(),
                     var: var.clone(),
@@ -139,7 +168,7 @@ impl ProviderConfig {
         }
         if let Some(path) = &self.api_key_file {
             return std::fs::read_to_string(path)
-                .map(|s| Secret(s.trim_end().to_owned()))
+                .map(|s| Secret::new(s.trim_end()))
                 .map_err(|source| Error::ReadCredentialFile {
                     provider: self.name.clone(),
                     path: path.clone(),

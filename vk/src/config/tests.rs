@@ -177,7 +177,7 @@ fn start_deadlines_default_by_kind_and_are_overridden() {
 
 #[test]
 fn secret_debug_is_redacted() {
-    let s = Secret::new("hunter2".into());
+    let s = Secret::new("hunter2");
     assert!(!format!("{s:?}").contains("hunter2"));
     assert_eq!(s.expose(), "hunter2");
 }

@@ -28,18 +28,17 @@
 //! behind the same filter). Results are cached like the kubelet's webhook caches: token
 //! reviews 2 minutes when authenticated and 10 seconds when not, access reviews 5 minutes when
 //! allowed and 30 seconds when denied; errors are not cached. Concurrent requests with the same
-//! uncached token share one TokenReview (`flight`), as the API server's cached token
-//! authenticator does, so a burst of requests with a new token is one API call. Tokens are cached by their
+//! uncached token share one TokenReview (`cache`, on `moka`), as the API server's cached
+//! token authenticator does, so a burst of requests with a new token is one API call. Tokens are cached by their
 //! SHA-256, never kept or logged in clear.
 //!
 //! The pieces: `authn` (who is calling), `authz` (what the request is authorized as and the
-//! decision), `review` (TokenReview and SubjectAccessReview through the API server), `cache`
-//! (the TTL caches of both answers) and `flight` (one TokenReview per token at a time).
+//! decision), `review` (TokenReview and SubjectAccessReview through the API server) and
+//! `cache` (the caches of both answers, one TokenReview per token at a time).
 
 mod authn;
 mod authz;
 mod cache;
-mod flight;
 mod review;
 #[cfg(test)]
 mod tests;
@@ -59,8 +58,7 @@ pub use review::{KubeReviewer, ReviewError, Reviewer};
 
 use super::{ApiError, AppState};
 use crate::tls::Peer;
-use cache::TtlCache;
-use flight::Flights;
+use cache::{TtlCache, ttl_cache};
 
 pub const TOKEN_TTL: Duration = Duration::from_secs(120);
 pub const TOKEN_FAILURE_TTL: Duration = Duration::from_secs(10);
@@ -75,9 +73,8 @@ pub const AUTHENTICATED: &str = "system:authenticated";
 pub struct Auth {
     reviewer: Arc<dyn Reviewer>,
     anonymous: bool,
+    /// TokenReview answers by token hash; concurrent requests with one token make one review.
     tokens: TtlCache<[u8; 32], Option<User>>,
-    /// TokenReviews in flight, by token hash: concurrent requests with one token make one.
-    token_flights: Flights<[u8; 32], Result<Option<User>, authn::ReviewFailed>>,
     decisions: TtlCache<String, bool>,
 }
 
@@ -86,9 +83,8 @@ impl Auth {
         Self {
             reviewer,
             anonymous,
-            tokens: TtlCache::new(),
-            token_flights: Flights::new(),
-            decisions: TtlCache::new(),
+            tokens: ttl_cache(),
+            decisions: ttl_cache(),
         }
     }
 

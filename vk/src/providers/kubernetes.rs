@@ -101,8 +101,8 @@ impl Kubernetes {
         }
         let kubeconfig = match &cfg.kubeconfig {
             Some(path) => read_kubeconfig(path).map_err(bad)?,
-            None if !cfg.kubeconfig_text.trim().is_empty() => {
-                Kubeconfig::from_yaml(&cfg.kubeconfig_text).map_err(|e| {
+            None if !cfg.kubeconfig_text.is_blank() => {
+                Kubeconfig::from_yaml(cfg.kubeconfig_text.expose()).map_err(|e| {
                     bad(format!(
                         "the kubeconfig from apiKeyEnv/apiKeyFile does not parse: {e}"
                     ))

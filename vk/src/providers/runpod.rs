@@ -85,10 +85,11 @@ use reqwest::Method;
 use tracing::warn;
 
 use super::http::{self, Bearer, Client, InitError, RawResponse};
-use super::options::{Options, shell_join};
+use super::options::Options;
 use super::rest;
 use crate::naming::Owner;
 use crate::provider::{GpuRequest, ProviderError, Workload};
+use crate::vocab::shell::shell_join;
 pub use config::{Cloud, PerGpu, RunPodConfig, UnknownExit};
 use wire::{CreateCpu, CreateGpu, CreatePodRequest, ListEntry, ListPodsResponse, Pod, Problem};
 
@@ -123,7 +124,7 @@ impl RunPod {
             });
         }
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
-        let auth = Bearer::new(&name, &cfg.api_key)?;
+        let auth = Bearer::new(&name, cfg.api_key.expose())?;
         let api = std::sync::Arc::new(Client::new(
             &name,
             &cfg.base_url,

@@ -164,8 +164,8 @@ impl Slurm {
         }
         let token = match &cfg.token_file {
             Some(path) => TokenSource::file(path.clone()),
-            None if !cfg.api_key.trim().is_empty() => {
-                TokenSource::Fixed(cfg.api_key.trim().to_owned())
+            None if !cfg.api_key.is_blank() => {
+                TokenSource::Fixed(crate::config::Secret::new(cfg.api_key.expose().trim()))
             }
             None => {
                 return Err(InitError::MissingApiKey {

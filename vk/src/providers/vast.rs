@@ -170,7 +170,7 @@ impl Vast {
             return Err(bad("maxOffersTried and searchLimit must be positive"));
         }
         let timeout = Duration::from_secs(cfg.request_timeout_secs.max(1));
-        let auth = Bearer::new(&name, &cfg.api_key)?;
+        let auth = Bearer::new(&name, cfg.api_key.expose())?;
         let api = Client::new(&name, &cfg.base_url, auth, timeout, cfg.allow_insecure_http)?;
         Ok(Self {
             name,

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use sha2::{Digest, Sha256};
 use tracing::warn;
 
+use super::cache::Timed;
 use super::{ANONYMOUS, AUTHENTICATED, Auth, TOKEN_FAILURE_TTL, TOKEN_TTL, UNAUTHENTICATED};
 use crate::kubelet_api::ApiError;
 use crate::telemetry::ErrorChain;
@@ -61,15 +62,15 @@ impl Auth {
         }
         if let Some(token) = authorization.and_then(bearer) {
             let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-            let reviewed = match self.tokens.get(&key) {
-                Some(cached) => cached,
-                None => self
-                    .token_flights
-                    .run(key, || self.review_token(key, token))
-                    .await
-                    .map_err(|ReviewFailed| unauthorized())?,
-            };
-            return reviewed.map(User::authenticated).ok_or_else(unauthorized);
+            let reviewed = self
+                .tokens
+                .try_get_with(key, self.review_token(token))
+                .await
+                .map_err(|_| unauthorized())?;
+            return reviewed
+                .value
+                .map(User::authenticated)
+                .ok_or_else(unauthorized);
         }
         if self.anonymous {
             return Ok(User::anonymous());
@@ -80,13 +81,9 @@ impl Auth {
 
 impl Auth {
     /// One TokenReview, shared by the concurrent requests carrying the same token (see
-    /// `super::flight`); answers are cached, errors only shared with the requests already
-    /// waiting (as before single flight, an error is never cached).
-    async fn review_token(&self, key: [u8; 32], token: &str) -> Result<Option<User>, ReviewFailed> {
-        // A flight that landed between our cache miss and joining has filled the cache.
-        if let Some(cached) = self.tokens.get(&key) {
-            return Ok(cached);
-        }
+    /// `super::cache`); its answer is cached, an error only shared with the requests already
+    /// waiting.
+    async fn review_token(&self, token: &str) -> Result<Timed<Option<User>>, ReviewFailed> {
         match self.reviewer.review_token(token).await {
             Ok(user) => {
                 let ttl = if user.is_some() {
@@ -94,8 +91,7 @@ impl Auth {
                 } else {
                     TOKEN_FAILURE_TTL
                 };
-                self.tokens.put(key, user.clone(), ttl);
-                Ok(user)
+                Ok(Timed { value: user, ttl })
             }
             Err(e) => {
                 warn!(error = %ErrorChain(&e), "cannot authenticate a kubelet API request");

@@ -4,6 +4,7 @@
 use axum::http::{Method, StatusCode};
 use tracing::{debug, warn};
 
+use super::cache::Timed;
 use super::{ALLOWED_TTL, Auth, DENIED_TTL, User};
 use crate::kubelet_api::ApiError;
 use crate::telemetry::ErrorChain;
@@ -69,16 +70,16 @@ impl Auth {
     ) -> Result<(), ApiError> {
         for sub in &attrs.subresources {
             let key = decision_key(user, node, attrs.verb, sub);
-            let allowed = match self.decisions.get(&key) {
-                Some(a) => a,
+            let allowed = match self.decisions.get(&key).await {
+                Some(a) => a.value,
                 None => match self
                     .reviewer
                     .review_access(user, node, attrs.verb, sub)
                     .await
                 {
                     Ok(a) => {
-                        self.decisions
-                            .put(key, a, if a { ALLOWED_TTL } else { DENIED_TTL });
+                        let ttl = if a { ALLOWED_TTL } else { DENIED_TTL };
+                        self.decisions.insert(key, Timed { value: a, ttl }).await;
                         a
                     }
                     Err(e) => {

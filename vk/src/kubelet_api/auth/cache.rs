@@ -1,41 +1,44 @@
-//! The TTL caches of token reviews and access decisions.
+//! The caches of token reviews and access decisions: `moka`'s, each answer living as long as
+//! its kind says (allowed and denied answers differ, as in the kubelet's webhook caches).
+//! Concurrent misses of one key share one computation (`try_get_with`), as the API server's
+//! cached token authenticator shares one webhook call among concurrent requests with the same
+//! token (`k8s.io/apiserver/pkg/authentication/token/cache`, a `singleflight.Group`); an error
+//! is shared with the callers already waiting, never cached, and a computation whose callers
+//! all went away is dropped, so the next caller starts anew.
 
-use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Entries per cache; beyond it expired entries are dropped, then everything.
-const CACHE_CAPACITY: usize = 10_000;
+/// Entries per cache; beyond it the least useful ones are dropped.
+const CACHE_CAPACITY: u64 = 10_000;
 
-/// A small map whose entries expire.
-pub(super) struct TtlCache<K, V> {
-    map: Mutex<HashMap<K, (V, Instant)>>,
+/// A cached answer and how long it lives.
+#[derive(Clone, Debug)]
+pub(super) struct Timed<V> {
+    pub value: V,
+    pub ttl: Duration,
 }
 
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    pub(super) fn new() -> Self {
-        Self {
-            map: Mutex::new(HashMap::new()),
-        }
-    }
+/// Each entry expires after its own [`Timed::ttl`].
+struct OwnTtl;
 
-    pub(super) fn get(&self, k: &K) -> Option<V> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(k)
-            .filter(|(_, until)| *until > Instant::now())
-            .map(|(v, _)| v.clone())
+impl<K, V> moka::Expiry<K, Timed<V>> for OwnTtl {
+    fn expire_after_create(&self, _: &K, v: &Timed<V>, _: Instant) -> Option<Duration> {
+        Some(v.ttl)
     }
+}
 
-    pub(super) fn put(&self, k: K, v: V, ttl: Duration) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= CACHE_CAPACITY {
-            let now = Instant::now();
-            map.retain(|_, (_, until)| *until > now);
-            if map.len() >= CACHE_CAPACITY {
-                map.clear();
-            }
-        }
-        map.insert(k, (v, Instant::now() + ttl));
-    }
+/// A cache of answers that expire.
+pub(super) type TtlCache<K, V> = moka::future::Cache<K, Timed<V>>;
+
+/// An empty [`TtlCache`].
+pub(super) fn ttl_cache<K, V>() -> TtlCache<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    moka::future::Cache::builder()
+        .max_capacity(CACHE_CAPACITY)
+        .expire_after(OwnTtl)
+        .build()
 }

@@ -213,7 +213,6 @@ async fn concurrent_requests_with_one_token_make_one_token_review() {
     let results = concurrent_requests(&a, &gate, "good-alice").await;
     assert_eq!(results, vec![Ok("alice".to_owned()); 16]);
     assert_eq!(fake.token_calls.load(Ordering::SeqCst), 1);
-    assert_eq!(a.token_flights.len(), 0, "a landed flight is forgotten");
     // Cached from then on.
     a.authenticate(None, Some("Bearer good-alice"))
         .await
@@ -250,7 +249,6 @@ async fn a_review_whose_requests_all_went_away_is_forgotten() {
     )
     .await;
     assert!(gave_up.is_err());
-    assert_eq!(a.token_flights.len(), 0);
     gate.add_permits(1000);
     assert_eq!(
         a.authenticate(None, Some("Bearer good-bob"))

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 
 use super::InitError;
 use crate::provider::ProviderError;
@@ -24,44 +24,7 @@ pub(crate) struct Credentials {
     pub secret: Secret,
 }
 
-/// A key or token: never shown by `Debug`, and removed from messages by [`Secret::redact`].
-#[derive(Clone, Default)]
-pub(crate) struct Secret(String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for a header or a claim check; never for a message.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Removes the secret from a message, should a provider ever echo it. Secrets shorter than
-    /// four characters are left alone: replacing them would mangle ordinary words.
-    pub fn redact(&self, message: &str) -> String {
-        let secret = self.0.trim();
-        if secret.len() >= 4 {
-            message.replace(secret, "<redacted>")
-        } else {
-            message.to_owned()
-        }
-    }
-
-    /// A sensitive header value carrying `prefix` and the secret.
-    pub fn header(&self, prefix: &str) -> Option<HeaderValue> {
-        let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.0)).ok()?;
-        value.set_sensitive(true);
-        Some(value)
-    }
-}
+pub(crate) use crate::config::Secret;
 
 /// `Authorization: Bearer <key>`, as RunPod and Vast.ai take it.
 #[derive(Debug)]

@@ -1,15 +1,16 @@
 //! The Kubernetes provider's `settings` in the VK configuration, with their defaults.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Toleration;
 use serde::Deserialize;
 
+use crate::config::Secret;
+
 /// The `settings` of a `kubernetes` provider: which remote cluster, which namespace, and what
 /// the remote pods get besides what the local pod asks for.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesConfig {
     /// Kubeconfig file of the remote cluster. Without it, the provider's `apiKeyEnv` /
@@ -69,7 +70,7 @@ pub struct KubernetesConfig {
     pub request_timeout_secs: u64,
     /// The kubeconfig text from `apiKeyEnv` / `apiKeyFile`, set by the caller.
     #[serde(skip)]
-    pub kubeconfig_text: String,
+    pub kubeconfig_text: Secret,
 }
 
 fn default_namespace() -> String {
@@ -113,7 +114,7 @@ impl Default for KubernetesConfig {
             metrics: true,
             exec: true,
             request_timeout_secs: default_timeout_secs(),
-            kubeconfig_text: String::new(),
+            kubeconfig_text: Secret::default(),
         }
     }
 }
@@ -121,7 +122,7 @@ impl Default for KubernetesConfig {
 impl KubernetesConfig {
     /// Sets the kubeconfig text resolved by the caller from `apiKeyEnv` / `apiKeyFile`.
     pub fn with_api_key(mut self, text: impl Into<String>) -> Self {
-        self.kubeconfig_text = text.into();
+        self.kubeconfig_text = Secret::new(text);
         self
     }
 
@@ -141,24 +142,5 @@ impl KubernetesConfig {
         out.sort();
         out.dedup();
         out
-    }
-}
-
-impl fmt::Debug for KubernetesConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubernetesConfig")
-            .field("kubeconfig", &self.kubeconfig)
-            .field("context", &self.context)
-            .field("namespace", &self.namespace)
-            .field("namespace_mapping", &self.namespace_mapping)
-            .field("gpu_resource", &self.gpu_resource)
-            .field("gpu_types", &self.gpu_types)
-            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
-            .field("node_selector", &self.node_selector)
-            .field("priority_class_name", &self.priority_class_name)
-            .field("metrics", &self.metrics)
-            .field("exec", &self.exec)
-            .field("kubeconfig_text", &"<redacted>")
-            .finish_non_exhaustive()
     }
 }

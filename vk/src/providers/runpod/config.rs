@@ -2,12 +2,12 @@
 //! cloud tier a pod runs in.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use super::DEFAULT_BASE_URL;
+use crate::config::Secret;
 
 /// RunPod cloud tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +54,7 @@ pub enum UnknownExit {
 }
 
 /// The `settings` of a RunPod provider in the VK configuration.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RunPodConfig {
     /// API root including `/v2`.
@@ -63,7 +63,7 @@ pub struct RunPodConfig {
     /// The API key, resolved by the caller (never part of the settings file); see
     /// [`RunPodConfig::with_api_key`].
     #[serde(skip)]
-    pub api_key: String,
+    pub api_key: Secret,
     /// Cloud tier used unless a pod asks otherwise.
     #[serde(default)]
     pub cloud: Cloud,
@@ -140,7 +140,7 @@ impl Default for RunPodConfig {
     fn default() -> Self {
         Self {
             base_url: default_base_url(),
-            api_key: String::new(),
+            api_key: Secret::default(),
             cloud: Cloud::default(),
             gpu_ids: BTreeMap::new(),
             default_gpu_type: None,
@@ -178,27 +178,7 @@ impl RunPodConfig {
 
     /// Sets the API key resolved by the caller.
     pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = api_key.into();
+        self.api_key = Secret::new(api_key);
         self
-    }
-}
-
-impl fmt::Debug for RunPodConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunPodConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &"<redacted>")
-            .field("cloud", &self.cloud)
-            .field("gpu_ids", &self.gpu_ids)
-            .field("default_gpu_type", &self.default_gpu_type)
-            .field("data_center_ids", &self.data_center_ids)
-            .field("container_disk_gb", &self.container_disk_gb)
-            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
-            .field("cpu_flavor_id", &self.cpu_flavor_id)
-            .field("unknown_exit_as", &self.unknown_exit_as)
-            .field("gpu_pod_resources", &self.gpu_pod_resources)
-            .field("request_timeout_secs", &self.request_timeout_secs)
-            .field("allow_insecure_http", &self.allow_insecure_http)
-            .finish()
     }
 }

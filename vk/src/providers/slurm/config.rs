@@ -1,15 +1,16 @@
 //! The Slurm provider's `settings` in the VK configuration, with their defaults.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::config::Secret;
+
 use super::{DEFAULT_BASE_URL, Dialect, ExecMode, Runtime};
 
 /// The `settings` of a Slurm provider in the VK configuration.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SlurmConfig {
     #[serde(default = "default_base_url")]
@@ -26,7 +27,7 @@ pub struct SlurmConfig {
     /// The token from `apiKeyEnv` / `apiKeyFile`, set by the caller; see
     /// [`SlurmConfig::with_api_key`].
     #[serde(skip)]
-    pub api_key: String,
+    pub api_key: Secret,
     /// Defaults, overridden per pod by `gpu-vk.io/partition`, `account`, `qos`, `time-limit`.
     #[serde(default)]
     pub partition: Option<String>,
@@ -121,7 +122,7 @@ impl Default for SlurmConfig {
             dialect: Dialect::default(),
             user_name: String::new(),
             token_file: None,
-            api_key: String::new(),
+            api_key: Secret::default(),
             partition: None,
             account: None,
             qos: None,
@@ -150,37 +151,7 @@ impl Default for SlurmConfig {
 impl SlurmConfig {
     /// Sets the token resolved by the caller from `apiKeyEnv` / `apiKeyFile`.
     pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = api_key.into();
+        self.api_key = Secret::new(api_key);
         self
-    }
-}
-
-impl fmt::Debug for SlurmConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlurmConfig")
-            .field("base_url", &self.base_url)
-            .field("dialect", &self.dialect)
-            .field("user_name", &self.user_name)
-            .field("token_file", &self.token_file)
-            .field("api_key", &"<redacted>")
-            .field("partition", &self.partition)
-            .field("account", &self.account)
-            .field("qos", &self.qos)
-            .field(
-                "default_time_limit_minutes",
-                &self.default_time_limit_minutes,
-            )
-            .field("runtime", &self.runtime)
-            .field("output_dir", &self.output_dir)
-            .field("work_dir", &self.work_dir)
-            .field("gpu_types", &self.gpu_types)
-            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
-            .field("price_per_gpu_hour", &self.price_per_gpu_hour)
-            .field("requeue", &self.requeue)
-            .field("exec", &self.exec)
-            .field("srun_path", &self.srun_path)
-            .field("exec_wrapper", &self.exec_wrapper)
-            .field("slurm_conf", &self.slurm_conf)
-            .finish()
     }
 }

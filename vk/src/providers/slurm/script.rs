@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::provider::{EnvVar, ProviderError, Workload};
-use crate::providers::options::{quote, shell_join};
+use crate::vocab::shell::{quote, shell_join};
 
 /// How the image is run on the compute node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]

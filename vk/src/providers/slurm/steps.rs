@@ -32,7 +32,7 @@ use super::script::{
     transport_prefix,
 };
 use crate::provider::{ContainerRole, EnvVar, PodContainer, ProviderError, Workload};
-use crate::providers::options::quote;
+use crate::vocab::shell::quote;
 
 /// The options of each container's step (shell text): with a log file, the step's stdout and
 /// stderr go straight to it (`--output` without `--error` takes both), while srun's own

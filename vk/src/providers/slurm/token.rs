@@ -4,7 +4,6 @@
 //! VK), or a fixed key given through the provider's `apiKeyEnv` / `apiKeyFile`. Tokens never
 //! appear in messages.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -59,7 +58,7 @@ impl SlurmAuth {
 
 impl Auth for SlurmAuth {
     fn credentials(&self) -> Result<Credentials, ProviderError> {
-        let secret = Secret::new(self.token.current()?);
+        let secret = self.token.current()?;
         let user = HeaderValue::from_str(&self.user).map_err(|_| ProviderError::Auth {
             message: format!(
                 "Slurm user name {:?} is not a valid header value",
@@ -80,28 +79,20 @@ impl Auth for SlurmAuth {
 }
 
 /// Where the token comes from.
+#[derive(Debug)]
 pub(crate) enum TokenSource {
     /// Read from `path`; cached until the file's modification time or length changes.
     File {
         path: PathBuf,
         cache: Mutex<Option<Cached>>,
     },
-    Fixed(String),
+    Fixed(Secret),
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Cached {
     stamp: (Option<SystemTime>, u64),
-    token: String,
-}
-
-impl fmt::Debug for TokenSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::File { path, .. } => write!(f, "TokenSource::File({})", path.display()),
-            Self::Fixed(_) => f.write_str("TokenSource::Fixed(<redacted>)"),
-        }
-    }
+    token: Secret,
 }
 
 impl TokenSource {
@@ -114,7 +105,7 @@ impl TokenSource {
 
     /// The current token. A file that cannot be read or is empty is an authentication
     /// problem (reported as an event, retried), not a crash.
-    pub fn current(&self) -> Result<String, ProviderError> {
+    pub fn current(&self) -> Result<Secret, ProviderError> {
         match self {
             Self::Fixed(t) => Ok(t.clone()),
             Self::File { path, cache } => {
@@ -132,7 +123,7 @@ impl TokenSource {
                 {
                     return Ok(c.token.clone());
                 }
-                let token = read_token(path).map_err(auth)?;
+                let token = Secret::new(read_token(path).map_err(auth)?);
                 *guard = Some(Cached {
                     stamp,
                     token: token.clone(),
@@ -208,9 +199,9 @@ mod tests {
         let path = dir.join("t");
         std::fs::write(&path, "SLURM_JWT=abc.def.ghi\n").unwrap();
         let src = TokenSource::file(&path);
-        assert_eq!(src.current().unwrap(), "abc.def.ghi");
+        assert_eq!(src.current().unwrap().expose(), "abc.def.ghi");
         std::fs::write(&path, "other-token-longer\n").unwrap();
-        assert_eq!(src.current().unwrap(), "other-token-longer");
+        assert_eq!(src.current().unwrap().expose(), "other-token-longer");
         std::fs::write(&path, "\n").unwrap();
         assert!(matches!(src.current(), Err(ProviderError::Auth { .. })));
         std::fs::remove_file(&path).unwrap();
@@ -220,13 +211,13 @@ mod tests {
 
     #[test]
     fn headers_carry_the_user_and_a_sensitive_token() {
-        let auth = SlurmAuth::new("vkslurm", TokenSource::Fixed("jwt-secret".into()));
+        let auth = SlurmAuth::new("vkslurm", TokenSource::Fixed(Secret::new("jwt-secret")));
         let creds = auth.credentials().unwrap();
         assert_eq!(creds.headers[&USER_NAME], "vkslurm");
         assert!(creds.headers[&USER_TOKEN].is_sensitive());
         assert_eq!(creds.secret.expose(), "jwt-secret");
         assert!(!format!("{auth:?} {creds:?}").contains("jwt-secret"));
-        let bad = SlurmAuth::new("vk\nslurm", TokenSource::Fixed("jwt".into()));
+        let bad = SlurmAuth::new("vk\nslurm", TokenSource::Fixed(Secret::new("jwt")));
         assert!(matches!(bad.credentials(), Err(ProviderError::Auth { .. })));
     }
 

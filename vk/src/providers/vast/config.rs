@@ -1,14 +1,15 @@
 //! The Vast provider's `settings` in the VK configuration, with their defaults.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::Deserialize;
+
+use crate::config::Secret;
 
 use super::DEFAULT_BASE_URL;
 
 /// The `settings` of a Vast provider in the VK configuration.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct VastConfig {
     #[serde(default = "default_base_url")]
@@ -16,7 +17,7 @@ pub struct VastConfig {
     /// The API key, resolved by the caller (never part of the settings file); see
     /// [`VastConfig::with_api_key`].
     #[serde(skip)]
-    pub api_key: String,
+    pub api_key: Secret,
     /// Neutral GPU type (e.g. `RTX4090`) to Vast's exact `gpu_name` (e.g. `RTX 4090`). Types
     /// not listed go through the built-in table (`gpus`), else are searched verbatim.
     #[serde(default)]
@@ -107,7 +108,7 @@ impl Default for VastConfig {
     fn default() -> Self {
         Self {
             base_url: default_base_url(),
-            api_key: String::new(),
+            api_key: Secret::default(),
             gpu_names: BTreeMap::new(),
             default_gpu_type: None,
             disk_gb: default_disk_gb(),
@@ -136,34 +137,7 @@ impl VastConfig {
 
     /// Sets the API key resolved by the caller.
     pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
-        self.api_key = api_key.into();
+        self.api_key = Secret::new(api_key);
         self
-    }
-}
-
-impl fmt::Debug for VastConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VastConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &"<redacted>")
-            .field("gpu_names", &self.gpu_names)
-            .field("default_gpu_type", &self.default_gpu_type)
-            .field("disk_gb", &self.disk_gb)
-            .field("max_price_per_hour", &self.max_price_per_hour)
-            .field("interruptible", &self.interruptible)
-            .field("verified_only", &self.verified_only)
-            .field("search_limit", &self.search_limit)
-            .field("max_offers_tried", &self.max_offers_tried)
-            .field("max_gpus_per_workload", &self.max_gpus_per_workload)
-            .field("request_timeout_secs", &self.request_timeout_secs)
-            .field("allow_insecure_http", &self.allow_insecure_http)
-            .field("log_fetch_attempts", &self.log_fetch_attempts)
-            .field("log_fetch_interval_ms", &self.log_fetch_interval_ms)
-            .field(
-                "unreachable_deadline_seconds",
-                &self.unreachable_deadline_seconds,
-            )
-            .field("rate_limits", &self.rate_limits)
-            .finish()
     }
 }

@@ -1,0 +1,168 @@
+//! How jobs end on a real Slurm: success, a cancel by the VK or by scancel, a requeue, a refusal
+//! that leaves no job, a wrong token.
+
+use super::*;
+
+#[tokio::test]
+async fn a_successful_command_succeeds() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("test \"$GREETING\" = \"it's \\\"quoted\\\" \\$HOME\"").build();
+    slurm.create(&w).await.expect("submitted");
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    assert_eq!(o.state, WorkloadState::Succeeded, "{o:?}");
+}
+
+#[tokio::test]
+async fn delete_cancels_a_running_job() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("echo started; sleep 300").build();
+    slurm.create(&w).await.expect("submitted");
+    let running = wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+
+    slurm.delete(&running.provider_id).await.expect("cancelled");
+    let o = wait_for(&slurm, &w.id, "cancelled", |o| o.state.is_terminal()).await;
+    assert!(
+        matches!(
+            o.state,
+            WorkloadState::Failed {
+                reason: FailureReason::Evicted,
+                ..
+            }
+        ),
+        "a cancelled job is no longer running: {o:?}"
+    );
+    assert!(
+        !squeue_names(&env).contains(w.id.as_str()),
+        "the job left the queue"
+    );
+    // Deleting again is harmless.
+    match slurm.delete(&running.provider_id).await {
+        Ok(()) | Err(ProviderError::NotFound) => {}
+        Err(e) => panic!("second delete: {e:?}"),
+    }
+    // A job Slurm never had is NotFound.
+    assert_eq!(slurm.delete("987654").await, Err(ProviderError::NotFound));
+}
+
+#[tokio::test]
+async fn a_job_cancelled_with_scancel_is_evicted() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("sleep 300").build();
+    slurm.create(&w).await.expect("submitted");
+    let running = wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+
+    scancel(&env, &running.provider_id);
+    let o = wait_for(&slurm, &w.id, "cancelled", |o| o.state.is_terminal()).await;
+    assert_eq!(
+        o.state,
+        WorkloadState::Failed {
+            exit_code: 143,
+            reason: FailureReason::Evicted
+        },
+        "{o:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_requeued_job_counts_a_provider_restart() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("sleep 300").build();
+    slurm.create(&w).await.expect("submitted");
+    let running = wait_for(&slurm, &w.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+    let out = env
+        .command("scontrol")
+        .args(["requeue", &running.provider_id])
+        .output()
+        .expect("scontrol runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // While its processes end, the job still reports COMPLETING (Running); then it waits
+    // again (PENDING, reason BeginTime) with its restart counted. Right after the requeue
+    // 24.11 may list it PENDING with no reason for a moment, before the scheduler sets one.
+    let o = wait_for(&slurm, &w.id, "requeued", |o| {
+        o.provider_restarts == 1
+            && matches!(&o.state, WorkloadState::Queued { reason: Some(r) } if r != "None")
+    })
+    .await;
+    assert_eq!(
+        o.state,
+        WorkloadState::Queued {
+            reason: Some("BeginTime".into())
+        }
+    );
+    slurm.delete(&o.provider_id).await.expect("cancelled");
+}
+
+#[tokio::test]
+async fn an_impossible_gpu_count_is_invalid_and_leaves_no_job_behind() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    let w = workload("nvidia-smi").any_gpu(16).build();
+    let err = slurm.create(&w).await.unwrap_err();
+    match &err {
+        ProviderError::Invalid { message } => assert!(
+            message.contains("Requested node configuration is not available"),
+            "Slurm's reason reaches the pod: {message}"
+        ),
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    // 22.05 records the refused job as FAILED (BadConstraints); nothing may be left queued or
+    // running.
+    let listed = slurm.list().await.unwrap();
+    for o in listed.iter().filter(|o| o.id == w.id) {
+        assert!(o.state.is_terminal(), "left behind: {o:?}");
+    }
+    assert!(!squeue_names(&env).contains(w.id.as_str()));
+
+    // A possible GPU count runs, with the fake GPUs allocated.
+    let w = workload("echo gpus=$SLURM_GPUS_ON_NODE").any_gpu(2).build();
+    slurm.create(&w).await.expect("2 GPUs fit the node");
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    assert_eq!(o.state, WorkloadState::Succeeded, "{o:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_an_auth_error_and_recovers_once_fixed() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(format!("vk-slurm-real-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "SLURM_JWT=not.a.valid-token\n").unwrap();
+    let mut cfg = config(&env);
+    cfg.token_file = Some(file.clone());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let slurm = Slurm::new("slurm".into(), cfg, owner()).unwrap();
+
+    match slurm.list().await {
+        Err(ProviderError::Auth { message }) => {
+            assert!(message.contains(&file.display().to_string()), "{message}")
+        }
+        other => panic!("expected Auth, got {other:?}"),
+    }
+    // The operator fixes the token file; the same adapter recovers.
+    std::fs::copy(&env.token_file, &file).unwrap();
+    slurm.list().await.expect("works with the renewed token");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
