@@ -81,7 +81,13 @@ pub use limits::{KUBELET_IDLE_TIMEOUT, MAX_MESSAGE_BYTES, SessionLimits};
 pub use request::{StreamOptions, Transport, negotiate, parse_options};
 
 use super::{ApiError, AppState, find_container, workload};
-use crate::provider::{ExecRequest, WorkloadState};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::provider::{
+    Capabilities, DynProvider, ExecRequest, ExecSession, Observed, WorkloadState,
+};
 
 /// The WebSocket subprotocols served, preferred first (both binary; v5 adds the close
 /// signal). The base64 and pre-v4 variants are not served: their status is not a
@@ -219,120 +225,25 @@ async fn serve(
     query: Q,
     up: Upgrades,
 ) -> Result<Response, ApiError> {
-    let Target {
-        kind,
-        namespace,
-        pod,
-        uid,
-        container,
-    } = t;
     let Query(pairs) =
         query.map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
-    let opts = if kind == Kind::PortForward {
+    let opts = if t.kind == Kind::PortForward {
         StreamOptions::default()
     } else {
-        parse_options(kind, &pairs)?
+        parse_options(t.kind, &pairs)?
     };
-    let p = match container {
-        Some(c) => find_container(s.host.as_ref(), namespace, pod, c)?,
-        None => s.host.pod(namespace, pod).ok_or_else(|| {
-            ApiError::not_found(format!("pod \"{namespace}/{pod}\" does not exist"))
-        })?,
-    };
-    if let Some(uid) = uid
-        && p.metadata.uid.as_deref() != Some(uid)
-    {
-        return Err(ApiError::not_found(format!(
-            "pod \"{namespace}/{pod}\" with UID {uid} does not exist"
-        )));
-    }
-    let container = container.unwrap_or("");
+    let p = target_pod(s, &t)?;
+    let container = t.container.unwrap_or("");
     let (provider, observed) = workload(s.host.as_ref(), &p, container)?;
     let name = provider.name().to_owned();
-    if kind == Kind::PortForward {
+    if t.kind == Kind::PortForward {
         return forward::port_forward(s, &p, &name, &observed, headers, up);
     }
-    let caps = provider.capabilities();
-    match kind {
-        Kind::Exec if !caps.exec => {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!("not supported by provider {name}: exec"),
-            ));
-        }
-        Kind::Attach if !(caps.logs && caps.follow_logs) => {
-            let why = if caps.logs {
-                "its logs cannot be followed"
-            } else {
-                "it serves no logs"
-            };
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!(
-                    "not supported by provider {name}: attach (an attach follows the \
-                     container's log, and {why})"
-                ),
-            ));
-        }
-        _ => {}
-    }
-    let upgrade = match negotiate(headers) {
-        Transport::Spdy => {
-            let protocol = spdy::negotiate(headers)?;
-            let Some(on) = up.spdy else {
-                return Err(ApiError::bad_request(format!(
-                    "{} over SPDY needs an HTTP/1.1 connection upgrade (Connection: Upgrade, \
-                     Upgrade: SPDY/3.1)",
-                    kind.what()
-                )));
-            };
-            Upgrade::Spdy(on, protocol)
-        }
-        Transport::None => {
-            return Err(ApiError::bad_request(format!(
-                "{} needs a WebSocket upgrade offering {} or a SPDY/3.1 upgrade offering {}",
-                kind.what(),
-                WEBSOCKET_PROTOCOLS.join(" or "),
-                spdy::PROTOCOLS.join(", ")
-            )));
-        }
-        Transport::WebSocket(p) => {
-            let Some(ws) = up.ws else {
-                return Err(ApiError::bad_request(format!(
-                    "{} needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
-                     Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
-                    kind.what()
-                )));
-            };
-            Upgrade::WebSocket(ws, p)
-        }
-    };
-    let started = async {
-        if !matches!(
-            observed.state,
-            WorkloadState::Running | WorkloadState::NotReady { .. } | WorkloadState::Unknown { .. }
-        ) {
-            return Err(ApiError::bad_request(format!(
-                "container \"{container}\" in pod \"{namespace}/{pod}\" is not running (provider {name} reports {})",
-                forward::state_name(&observed.state)
-            )));
-        }
-        if kind == Kind::Attach {
-            return attach::start(&p, provider.as_ref(), &observed, container, &opts).await;
-        }
-        let req = ExecRequest {
-            command: opts.command.clone(),
-            stdin: opts.stdin,
-            tty: opts.tty,
-        };
-        // The provider call layer bounds starting the command by its timeout.
-        provider
-            .exec(&observed.provider_id, req)
-            .await
-            .map_err(|e| ApiError::from_provider(&name, &e))
-    }
-    .await;
-    let what = kind.what();
+    capable(t.kind, &provider.capabilities(), &name)?;
+    let upgrade = choose_upgrade(t.kind, headers, up)?;
+    let started = start(&t, &p, provider.as_ref(), &observed, &opts).await;
+    let what = t.kind.what();
+    let (namespace, pod) = (t.namespace, t.pod);
     let (protocol, transport) = match &upgrade {
         Upgrade::WebSocket(_, p) => (p.clone(), "WebSocket"),
         Upgrade::Spdy(_, p) => ((*p).to_owned(), "SPDY/3.1"),
@@ -358,6 +269,140 @@ async fn serve(
             "{what} session starting"
         );
     }
+    let streams = bridge::Streams {
+        stdout: opts.stdout,
+        stderr: opts.stderr,
+        close_signal: protocol == channel::V5,
+        target: format!("{namespace}/{pod}/{container}"),
+        provider: name,
+        limits: s.exec,
+    };
+    take_over(upgrade, started, streams, &opts)
+}
+
+/// The pod a request addresses (and its container, when named), or 404 naming what is
+/// unknown: the pod, the container, or the pod with that UID.
+fn target_pod(s: &AppState, t: &Target<'_>) -> Result<Arc<Pod>, ApiError> {
+    let (namespace, pod) = (t.namespace, t.pod);
+    let p = match t.container {
+        Some(c) => find_container(s.host.as_ref(), namespace, pod, c)?,
+        None => s.host.pod(namespace, pod).ok_or_else(|| {
+            ApiError::not_found(format!("pod \"{namespace}/{pod}\" does not exist"))
+        })?,
+    };
+    if let Some(uid) = t.uid
+        && p.metadata.uid.as_deref() != Some(uid)
+    {
+        return Err(ApiError::not_found(format!(
+            "pod \"{namespace}/{pod}\" with UID {uid} does not exist"
+        )));
+    }
+    Ok(p)
+}
+
+/// 501 naming the provider when it cannot serve `kind`.
+fn capable(kind: Kind, caps: &Capabilities, name: &str) -> Result<(), ApiError> {
+    match kind {
+        Kind::Exec if !caps.exec => Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("not supported by provider {name}: exec"),
+        )),
+        Kind::Attach if !(caps.logs && caps.follow_logs) => {
+            let why = if caps.logs {
+                "its logs cannot be followed"
+            } else {
+                "it serves no logs"
+            };
+            Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "not supported by provider {name}: attach (an attach follows the \
+                     container's log, and {why})"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The transport the request negotiates, with the upgrade that takes it over, or 400/403.
+fn choose_upgrade(kind: Kind, headers: &HeaderMap, up: Upgrades) -> Result<Upgrade, ApiError> {
+    match negotiate(headers) {
+        Transport::Spdy => {
+            let protocol = spdy::negotiate(headers)?;
+            let Some(on) = up.spdy else {
+                return Err(ApiError::bad_request(format!(
+                    "{} over SPDY needs an HTTP/1.1 connection upgrade (Connection: Upgrade, \
+                     Upgrade: SPDY/3.1)",
+                    kind.what()
+                )));
+            };
+            Ok(Upgrade::Spdy(on, protocol))
+        }
+        Transport::None => Err(ApiError::bad_request(format!(
+            "{} needs a WebSocket upgrade offering {} or a SPDY/3.1 upgrade offering {}",
+            kind.what(),
+            WEBSOCKET_PROTOCOLS.join(" or "),
+            spdy::PROTOCOLS.join(", ")
+        ))),
+        Transport::WebSocket(p) => {
+            let Some(ws) = up.ws else {
+                return Err(ApiError::bad_request(format!(
+                    "{} needs a WebSocket upgrade: a GET with Connection: Upgrade, Upgrade: websocket, \
+                     Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
+                    kind.what()
+                )));
+            };
+            Ok(Upgrade::WebSocket(ws, p))
+        }
+    }
+}
+
+/// Starts the session at the provider: the command of an exec, the log follow of an attach.
+/// A refusal here is sent inside the upgraded connection.
+async fn start(
+    t: &Target<'_>,
+    p: &Pod,
+    provider: &dyn DynProvider,
+    observed: &Observed,
+    opts: &StreamOptions,
+) -> Result<ExecSession, ApiError> {
+    let container = t.container.unwrap_or("");
+    if !matches!(
+        observed.state,
+        WorkloadState::Running | WorkloadState::NotReady { .. } | WorkloadState::Unknown { .. }
+    ) {
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{}/{}\" is not running (provider {} reports {})",
+            t.namespace,
+            t.pod,
+            provider.name(),
+            forward::state_name(&observed.state)
+        )));
+    }
+    if t.kind == Kind::Attach {
+        return attach::start(p, provider, observed, container, opts).await;
+    }
+    let req = ExecRequest {
+        command: opts.command.clone(),
+        stdin: opts.stdin,
+        tty: opts.tty,
+    };
+    // The provider call layer bounds starting the command by its timeout.
+    provider
+        .exec(&observed.provider_id, req)
+        .await
+        .map_err(|e| ApiError::from_provider(provider.name(), &e))
+}
+
+/// Takes the connection over with the chosen transport and runs the session in it (or sends
+/// its refusal).
+fn take_over(
+    upgrade: Upgrade,
+    started: Result<ExecSession, channel::Outcome>,
+    streams: bridge::Streams,
+    opts: &StreamOptions,
+) -> Result<Response, ApiError> {
     let ws = match upgrade {
         Upgrade::WebSocket(ws, _) => ws,
         Upgrade::Spdy(on, protocol) => {
@@ -366,12 +411,8 @@ async fn serve(
                 stdin: opts.stdin,
                 tty: opts.tty,
                 streams: bridge::Streams {
-                    stdout: opts.stdout,
-                    stderr: opts.stderr,
                     close_signal: false,
-                    target: format!("{namespace}/{pod}/{container}"),
-                    provider: name,
-                    limits: s.exec,
+                    ..streams
                 },
             };
             tokio::spawn(async move {
@@ -391,21 +432,10 @@ async fn serve(
     };
     let ws = ws
         .protocols(WEBSOCKET_PROTOCOLS.iter().copied())
-        .max_message_size(s.exec.max_message_bytes)
-        .max_frame_size(s.exec.max_message_bytes);
-    let session = match started {
-        Ok(session) => session,
-        Err(outcome) => {
-            return Ok(ws.on_upgrade(move |socket| bridge::refuse(socket, outcome)));
-        }
-    };
-    let streams = bridge::Streams {
-        stdout: opts.stdout,
-        stderr: opts.stderr,
-        close_signal: protocol == channel::V5,
-        target: format!("{namespace}/{pod}/{container}"),
-        provider: name,
-        limits: s.exec,
-    };
-    Ok(ws.on_upgrade(move |socket| bridge::run(socket, session, streams)))
+        .max_message_size(streams.limits.max_message_bytes)
+        .max_frame_size(streams.limits.max_message_bytes);
+    Ok(match started {
+        Ok(session) => ws.on_upgrade(move |socket| bridge::run(socket, session, streams)),
+        Err(outcome) => ws.on_upgrade(move |socket| bridge::refuse(socket, outcome)),
+    })
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use tracing::warn;
 
 use super::decide::{self, Found, Rules, Step};
@@ -13,7 +14,7 @@ use super::events::EventType;
 use super::memory::Memory;
 use super::translate::reason;
 use super::{Error, PodController};
-use crate::provider::Vanished;
+use crate::provider::{Observed, Vanished};
 use crate::telemetry::{ErrorChain, ResultLabels};
 
 /// When the queue should bring the pod back, in the spirit of kube-runtime's `Action`.
@@ -39,7 +40,7 @@ impl Action {
 impl PodController {
     /// Why `pod` could never run on this node as it is (see [`decide::refusal`]): what the
     /// admission webhook refuses.
-    pub fn refusal(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<decide::Refusal> {
+    pub fn refusal(&self, pod: &Pod) -> Option<decide::Refusal> {
         decide::refusal(&self.rules(&[]), pod)
     }
 
@@ -88,7 +89,8 @@ impl PodController {
         }
     }
 
-    /// Brings one pod and its workload together.
+    /// Brings one pod and its workload together: gathers what is known, asks [`decide`] for
+    /// the step and carries it out.
     pub(super) async fn reconcile(&self, uid: &str) -> Result<Action, Error> {
         let stored = self.pods.get(uid);
         let list_changed = self.recent.take_changed(uid);
@@ -101,17 +103,6 @@ impl PodController {
             None => None,
         };
         let found = self.find(uid);
-        let created_on = self.recent.decision(uid).map(|(i, _)| i);
-        let memory = Memory {
-            gone: self.pods.is_gone(uid),
-            listed: pod
-                .as_ref()
-                .and_then(|p| decide::assigned(p))
-                .and_then(|a| self.slots.index(a))
-                .or(created_on)
-                .map(|i| self.recent.listed(i, uid, self.slots[i].listed_at())),
-            created_on,
-        };
         let (inventories, standings) = self.standings();
         let standing = super::inventory::attach(&inventories, standings);
         let rules = self.rules(&standing);
@@ -122,9 +113,114 @@ impl PodController {
                 provider: *i,
                 observed: o,
             }),
-            &memory,
+            &self.memory(uid, pod.as_ref()),
             Timestamp::now(),
         );
+        self.leave_behind(uid, &step);
+        let Some(pod) = pod else {
+            if step == Step::DeleteOrphanedWorkloads {
+                self.delete_orphaned(uid).await?;
+            }
+            return Ok(Action::await_change());
+        };
+        let now = Now {
+            pod: &pod,
+            uid,
+            found: found.as_ref().map(|(_, o)| o),
+            list_changed,
+        };
+        self.carry_out(step, &now, seen).await
+    }
+
+    /// Carries out the step [`decide`] chose for a pod that exists.
+    async fn carry_out(
+        &self,
+        step: Step,
+        now: &Now<'_>,
+        seen: Option<std::time::Instant>,
+    ) -> Result<Action, Error> {
+        let (pod, uid) = (now.pod, now.uid);
+        match step {
+            Step::Idle | Step::DeleteOrphanedWorkloads => Ok(Action::await_change()),
+            Step::FinishDeletion => {
+                self.finish_deletion(pod, uid).await?;
+                Ok(Action::await_change())
+            }
+            Step::StopWorkload { provider } => {
+                self.stop_found(provider, now).await?;
+                Ok(Action::await_change())
+            }
+            Step::Fail {
+                reason,
+                message,
+                stop,
+            } => {
+                let action = self
+                    .fail_unless_storm(pod, reason, &message, stop.is_some())
+                    .await?;
+                // Now, rather than wait for a change to bring the pod back, which a workload
+                // stuck starting never makes.
+                if let Some(i) = stop {
+                    self.stop_found(i, now).await?;
+                }
+                Ok(action)
+            }
+            Step::Report {
+                provider,
+                stop_finished,
+                recheck,
+            } => {
+                self.report_step(now, provider, stop_finished, recheck)
+                    .await
+            }
+            Step::Restart {
+                provider,
+                restarts,
+                delay,
+                last,
+            } => {
+                let Some(obs) = now.found else {
+                    return Ok(Action::await_change());
+                };
+                self.restart(pod, provider, &obs.provider_id, restarts, delay, *last)
+                    .await?;
+                self.observe_status_latency(now);
+                Ok(Action::requeue(delay))
+            }
+            Step::Lost { provider } => self.lost(pod, &provider).await,
+            Step::Wait(d) => Ok(Action::requeue(d)),
+            Step::Hold {
+                reason,
+                message,
+                retry,
+            } => {
+                self.hold(pod, reason, &message).await?;
+                Ok(Action::requeue(retry))
+            }
+            Step::Create { id, request, plan } => {
+                let seen = seen.unwrap_or_else(std::time::Instant::now);
+                self.create(pod, id, &request, &plan, seen).await
+            }
+        }
+    }
+
+    /// What the pipeline remembers of `uid` that [`decide`] needs.
+    fn memory(&self, uid: &str, pod: Option<&Pod>) -> Memory {
+        let created_on = self.recent.decision(uid).map(|(i, _)| i);
+        Memory {
+            gone: self.pods.is_gone(uid),
+            listed: pod
+                .and_then(decide::assigned)
+                .and_then(|a| self.slots.index(a))
+                .or(created_on)
+                .map(|i| self.recent.listed(i, uid, self.slots[i].listed_at())),
+            created_on,
+        }
+    }
+
+    /// What a pod leaves behind when `step` takes it elsewhere: its place in the guard's line
+    /// and its probes.
+    fn leave_behind(&self, uid: &str, step: &Step) {
         // A held pod that is no longer waiting to be created (it failed, got a workload, is
         // going away) holds up nobody: pods behind it get their turn.
         if !matches!(
@@ -139,128 +235,92 @@ impl PodController {
         if !matches!(step, Step::Report { .. }) {
             self.prober.stop(uid);
         }
-        let Some(pod) = pod else {
-            if step == Step::DeleteOrphanedWorkloads {
-                self.delete_workloads(uid, None).await?;
-                if self.find(uid).is_none() {
-                    self.pods.forget_gone(uid);
-                }
-            }
-            return Ok(Action::await_change());
-        };
-        match step {
-            Step::Idle | Step::DeleteOrphanedWorkloads => Ok(Action::await_change()),
-            Step::FinishDeletion => {
-                self.finish_deletion(&pod, uid).await?;
-                Ok(Action::await_change())
-            }
-            Step::StopWorkload { provider } => {
-                if let Some((_, obs)) = &found {
-                    self.delete_one(provider, uid, &obs.provider_id, Some(&pod))
-                        .await?;
-                }
-                Ok(Action::await_change())
-            }
-            Step::Fail {
-                reason,
-                message,
-                stop,
-            } => {
-                let action = self
-                    .fail_unless_storm(&pod, reason, &message, stop.is_some())
-                    .await?;
-                // Now, rather than wait for a change to bring the pod back, which a workload
-                // stuck starting never makes.
-                if let (Some(i), Some((_, obs))) = (stop, &found) {
-                    self.delete_one(i, uid, &obs.provider_id, Some(&pod))
-                        .await?;
-                }
-                Ok(action)
-            }
-            Step::Report {
-                provider,
-                stop_finished,
-                recheck,
-            } => {
-                let Some((_, obs)) = &found else {
-                    return Ok(Action::await_change());
-                };
-                let synced =
-                    self.prober
-                        .sync(uid, &pod, self.slots[provider].provider(), obs, &self.queue);
-                if let Some(note) = &synced.not_evaluable {
-                    self.event(
-                        &pod,
-                        EventType::Warning,
-                        reason::PROBE_NOT_EVALUATED,
-                        "Probe",
-                        note,
-                    );
-                }
-                if let Some(why) = &synced.liveness_failed {
-                    self.prober.stop(uid);
-                    let again = self
-                        .kill_unhealthy(&pod, provider, obs, why, rules.timings)
-                        .await?;
-                    return Ok(again.map_or_else(Action::await_change, Action::requeue));
-                }
-                self.report(&pod, provider, obs).await?;
-                if stop_finished {
-                    self.delete_one(provider, uid, &obs.provider_id, Some(&pod))
-                        .await?;
-                }
-                if let Some(t) = list_changed {
-                    self.metrics
-                        .status_latency
-                        .observe(t.elapsed().as_secs_f64());
-                }
-                Ok(recheck.map_or_else(Action::await_change, Action::requeue))
-            }
-            Step::Restart {
-                provider,
-                restarts,
-                delay,
-                last,
-            } => {
-                let Some((_, obs)) = &found else {
-                    return Ok(Action::await_change());
-                };
-                self.restart(&pod, provider, &obs.provider_id, restarts, delay, *last)
-                    .await?;
-                if let Some(t) = list_changed {
-                    self.metrics
-                        .status_latency
-                        .observe(t.elapsed().as_secs_f64());
-                }
-                Ok(Action::requeue(delay))
-            }
-            Step::Lost { provider } => self.lost(&pod, &provider).await,
-            Step::Wait(d) => Ok(Action::requeue(d)),
-            Step::Hold {
-                reason,
-                message,
-                retry,
-            } => {
-                self.hold(&pod, reason, &message).await?;
-                Ok(Action::requeue(retry))
-            }
-            Step::Create { id, request, plan } => {
-                let seen = seen.unwrap_or_else(std::time::Instant::now);
-                self.create(&pod, id, &request, &plan, seen).await
-            }
+    }
+
+    /// Deletes the workloads of a pod that is gone, and forgets it once none is left.
+    async fn delete_orphaned(&self, uid: &str) -> Result<(), Error> {
+        self.delete_workloads(uid, None).await?;
+        if self.find(uid).is_none() {
+            self.pods.forget_gone(uid);
+        }
+        Ok(())
+    }
+
+    /// Stops the workload found for the pod at `provider`, if one was found.
+    async fn stop_found(&self, provider: usize, now: &Now<'_>) -> Result<(), Error> {
+        if let Some(obs) = now.found {
+            self.delete_one(provider, now.uid, &obs.provider_id, Some(now.pod))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The time from a list that changed the pod to its status written.
+    fn observe_status_latency(&self, now: &Now<'_>) {
+        if let Some(t) = now.list_changed {
+            self.metrics
+                .status_latency
+                .observe(t.elapsed().as_secs_f64());
         }
     }
+
+    /// [`Step::Report`]: syncs the pod's probes, kills the container whose liveness probe
+    /// failed, else writes the workload's status (and stops an ended workload that keeps
+    /// billing).
+    async fn report_step(
+        &self,
+        now: &Now<'_>,
+        provider: usize,
+        stop_finished: bool,
+        recheck: Option<Duration>,
+    ) -> Result<Action, Error> {
+        let (pod, uid) = (now.pod, now.uid);
+        let Some(obs) = now.found else {
+            return Ok(Action::await_change());
+        };
+        let synced = self
+            .prober
+            .sync(uid, pod, self.slots[provider].provider(), obs, &self.queue);
+        if let Some(note) = &synced.not_evaluable {
+            self.event(
+                pod,
+                EventType::Warning,
+                reason::PROBE_NOT_EVALUATED,
+                "Probe",
+                note,
+            );
+        }
+        if let Some(why) = &synced.liveness_failed {
+            self.prober.stop(uid);
+            let again = self
+                .kill_unhealthy(pod, provider, obs, why, &self.cfg.timings)
+                .await?;
+            return Ok(again.map_or_else(Action::await_change, Action::requeue));
+        }
+        self.report(pod, provider, obs).await?;
+        if stop_finished {
+            self.stop_found(provider, now).await?;
+        }
+        self.observe_status_latency(now);
+        Ok(recheck.map_or_else(Action::await_change, Action::requeue))
+    }
+}
+
+/// One reconcile's pod, as the steps carry it out.
+struct Now<'a> {
+    pod: &'a Pod,
+    uid: &'a str,
+    /// The pod's workload, as its provider last listed it.
+    found: Option<&'a Observed>,
+    /// When a list last changed what is known of the pod, if one did since the last reconcile.
+    list_changed: Option<std::time::Instant>,
 }
 
 impl PodController {
     /// Fails a pod whose workload vanished, with what its provider knows of why (an account
     /// out of money). A provider that loses every workload as it starts would make a storm of
     /// replacements: the backstop holds them.
-    async fn lost(
-        &self,
-        pod: &k8s_openapi::api::core::v1::Pod,
-        provider: &str,
-    ) -> Result<Action, Error> {
+    async fn lost(&self, pod: &Pod, provider: &str) -> Result<Action, Error> {
         let cause = self
             .slots
             .named(provider)

@@ -7,15 +7,16 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::provider::{Observed, WorkloadState};
+use crate::provider::Observed;
 
 mod containers;
+mod phase;
 use containers::{apply_exits, others};
+use phase::Outcome;
 
 /// Pod-level reasons the framework sets; documented for users in docs/status.md.
 pub mod reason {
@@ -109,184 +110,45 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
         .as_ref()
         .and_then(|v| v.iter().find(|c| c.name == container_name))
         .cloned();
-
     let now = Time(cx.now);
+    let Outcome {
+        state,
+        last,
+        container_id,
+        started,
+        phase,
+        reason: pod_reason,
+        message,
+        mut ready,
+        mut ready_reason,
+        mut ready_message,
+        pod_ip,
+    } = phase::outcome(
+        situation,
+        cx,
+        old.phase.as_deref(),
+        old_cs.as_ref().and_then(|c| c.state.as_ref()),
+        &container_name,
+    );
+    let last_state = match last {
+        Some(t) => Some(ContainerState {
+            terminated: Some(t),
+            ..Default::default()
+        }),
+        None => old_cs.as_ref().and_then(|c| c.last_state.clone()),
+    };
     let mut cs = ContainerStatus {
         name: container_name,
         image,
         image_id: String::new(),
         restart_count: cx.restart_count,
-        last_state: old_cs.as_ref().and_then(|c| c.last_state.clone()),
+        last_state,
+        container_id,
+        state: Some(state),
+        ready,
+        started: Some(started),
         ..Default::default()
     };
-
-    let waiting = |reason: &str, message: String| ContainerState {
-        waiting: Some(ContainerStateWaiting {
-            reason: Some(reason.to_owned()),
-            message: (!message.is_empty()).then_some(message),
-        }),
-        ..Default::default()
-    };
-
-    let (phase, pod_reason, message, mut ready, mut ready_reason, pod_ip);
-    let mut ready_message: Option<String> = None;
-    match situation {
-        Situation::Waiting { reason, message: m } => {
-            cs.state = Some(waiting(reason, m.clone()));
-            phase = "Pending";
-            pod_reason = None;
-            message = None;
-            ready = false;
-            ready_reason = "ContainersNotReady";
-            pod_ip = None;
-        }
-        Situation::Failed { reason, message: m } => {
-            cs.state = Some(waiting(reason, m.clone()));
-            phase = "Failed";
-            pod_reason = Some((*reason).to_owned());
-            message = Some(m.clone());
-            ready = false;
-            ready_reason = "PodFailed";
-            pod_ip = None;
-        }
-        Situation::BackOff { last, message: m } => {
-            cs.state = Some(waiting(reason::CRASH_LOOP, m.clone()));
-            cs.last_state = Some(ContainerState {
-                terminated: Some(last.clone()),
-                ..Default::default()
-            });
-            phase = "Running";
-            pod_reason = None;
-            message = None;
-            ready = false;
-            ready_reason = "ContainersNotReady";
-            pod_ip = None;
-        }
-        Situation::Observed(obs) => {
-            cs.container_id = Some(format!("{}://{}", cx.provider, obs.id));
-            pod_ip = obs.ip.clone();
-            let started = obs.started_at.map(Time);
-            let finished = obs.finished_at.map(Time);
-            let terminated = |exit_code: i32, reason: &str| ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code,
-                    reason: Some(reason.to_owned()),
-                    message: obs.message.clone(),
-                    started_at: started.clone(),
-                    finished_at: finished.clone().or_else(|| Some(now.clone())),
-                    container_id: Some(format!("{}://{}", cx.provider, obs.id)),
-                    signal: None,
-                }),
-                ..Default::default()
-            };
-            match &obs.state {
-                WorkloadState::Queued { reason: r } => {
-                    let msg = r
-                        .clone()
-                        .or_else(|| obs.message.clone())
-                        .unwrap_or_default();
-                    cs.state = Some(waiting(reason::PROVIDER_QUEUED, msg));
-                    phase = "Pending";
-                    (pod_reason, message, ready, ready_reason) =
-                        (None, None, false, "ContainersNotReady");
-                }
-                WorkloadState::Starting => {
-                    cs.state = Some(waiting(
-                        reason::CREATING,
-                        obs.message.clone().unwrap_or_default(),
-                    ));
-                    phase = "Pending";
-                    (pod_reason, message, ready, ready_reason) =
-                        (None, None, false, "ContainersNotReady");
-                }
-                WorkloadState::Running | WorkloadState::NotReady { .. } => {
-                    cs.state = Some(ContainerState {
-                        running: Some(ContainerStateRunning {
-                            started_at: started.or_else(|| Some(now.clone())),
-                        }),
-                        ..Default::default()
-                    });
-                    cs.started = Some(true);
-                    phase = "Running";
-                    pod_reason = None;
-                    message = obs.message.clone(); // Vast: when its rental contract ends
-                    if let WorkloadState::NotReady { reason: r } = &obs.state {
-                        ready = false;
-                        ready_reason = "ProviderNotReady";
-                        cs.ready = false;
-                        let _ = r;
-                    } else if cx.readiness == (Readiness::Probed { ready: false }) {
-                        ready = false;
-                        ready_reason = "ContainersNotReady";
-                        ready_message =
-                            Some(format!("containers with unready status: [{}]", cs.name));
-                    } else {
-                        ready = true;
-                        ready_reason = "";
-                        if let Readiness::NotEvaluable { message: m } = &cx.readiness {
-                            ready_message = Some(m.clone());
-                        }
-                    }
-                }
-                WorkloadState::Succeeded => {
-                    cs.state = Some(terminated(0, "Completed"));
-                    phase = "Succeeded";
-                    (pod_reason, message, ready, ready_reason) =
-                        (None, None, false, "PodCompleted");
-                }
-                WorkloadState::Failed {
-                    exit_code,
-                    reason: r,
-                } => {
-                    cs.state = Some(terminated(*exit_code, r.as_str()));
-                    phase = "Failed";
-                    pod_reason = (r.as_str() != "Error").then(|| r.as_str().to_owned());
-                    message = obs.message.clone();
-                    (ready, ready_reason) = (false, "PodFailed");
-                }
-                WorkloadState::Preempted => {
-                    cs.state = Some(terminated(137, reason::PREEMPTED));
-                    phase = "Failed";
-                    pod_reason = Some(reason::PREEMPTED.to_owned());
-                    message = Some(
-                        obs.message
-                            .clone()
-                            .unwrap_or_else(|| format!("preempted by provider {}", cx.provider)),
-                    );
-                    (ready, ready_reason) = (false, "PodFailed");
-                }
-                WorkloadState::Lost => {
-                    cs.state = Some(terminated(137, reason::PROVIDER_LOST));
-                    phase = "Failed";
-                    pod_reason = Some(reason::PROVIDER_LOST.to_owned());
-                    message =
-                        Some(obs.message.clone().unwrap_or_else(|| {
-                            format!("provider {} lost the workload", cx.provider)
-                        }));
-                    (ready, ready_reason) = (false, "PodFailed");
-                }
-                WorkloadState::Unknown { raw } => {
-                    // Never invent progress: keep the last known container state and phase.
-                    cs.state = old_cs.as_ref().and_then(|c| c.state.clone()).or_else(|| {
-                        Some(waiting(
-                            reason::STATE_UNKNOWN,
-                            format!("provider state {raw:?}"),
-                        ))
-                    });
-                    phase = match old.phase.as_deref() {
-                        Some("Running") => "Running",
-                        _ => "Pending",
-                    };
-                    (pod_reason, message, ready, ready_reason) =
-                        (None, None, false, reason::STATE_UNKNOWN);
-                }
-            }
-        }
-    }
-    cs.ready = ready;
-    if cs.started.is_none() {
-        cs.started = Some(false);
-    }
     keep_times(&mut cs, old_cs.as_ref());
 
     let mut st = old.clone();
@@ -300,18 +162,56 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
     st.pod_ip = pod_ip.clone();
     st.pod_ips = pod_ip.map(|ip| vec![PodIP { ip }]);
     st.start_time = old.start_time.clone().or_else(|| Some(now.clone()));
+    let all = all_statuses(pod, cs, situation, cx, phase);
+    if !all.unready.is_empty() {
+        (ready, ready_reason) = (false, "ContainersNotReady");
+        ready_message = Some(format!(
+            "containers with unready status: [{}]",
+            all.unready.join(" ")
+        ));
+    }
+    st.container_statuses = Some(all.containers);
+    st.init_container_statuses = all.init_containers;
+    st.conditions = Some(conditions(
+        old.conditions.as_deref().unwrap_or_default(),
+        all.initialized,
+        (ready, ready_reason, ready_message),
+        &now,
+    ));
+    st
+}
+
+/// Every container's status, and what they say of the pod.
+struct AllStatuses {
+    containers: Vec<ContainerStatus>,
+    init_containers: Option<Vec<ContainerStatus>>,
+    /// The init containers have run (or there are none to run), and none failed.
+    initialized: bool,
+    /// Regular containers that ended while the pod runs.
+    unready: Vec<String>,
+}
+
+/// The statuses of every container from the main one's: the others share or wait on its
+/// state, and where the provider reports each container's end, each gets its own.
+fn all_statuses(
+    pod: &Pod,
+    main: ContainerStatus,
+    situation: &Situation<'_>,
+    cx: &Context<'_>,
+    phase: &str,
+) -> AllStatuses {
     // The main container has run (or runs) once it is running or has ended: so have the init
     // containers, which run before its command in the same workload.
-    let initialized = cs
+    let has_run = main
         .state
         .as_ref()
         .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
-        || cs
+        || main
             .last_state
             .as_ref()
             .is_some_and(|s| s.terminated.is_some());
-    let (mut statuses, mut init_statuses) = others(pod, cs, initialized, cx);
-    let mut init_failed = false;
+    let (mut containers, mut init_containers) = others(pod, main, has_run, cx);
+    let (mut init_failed, mut unready) = (false, Vec::new());
     if let Situation::Observed(obs) = situation
         && cx.all_containers
         && !obs.container_exits.is_empty()
@@ -320,24 +220,30 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
             pod,
             obs,
             cx,
-            &mut statuses,
-            init_statuses.as_deref_mut(),
+            &mut containers,
+            init_containers.as_deref_mut(),
             phase,
         );
-        init_failed = ended.init_failed;
-        if !ended.unready.is_empty() {
-            (ready, ready_reason) = (false, "ContainersNotReady");
-            ready_message = Some(format!(
-                "containers with unready status: [{}]",
-                ended.unready.join(" ")
-            ));
-        }
+        (init_failed, unready) = (ended.init_failed, ended.unready);
     }
-    st.container_statuses = Some(statuses);
-    st.init_container_statuses = init_statuses;
     let initialized =
-        !init_failed && (initialized || crate::pods::spec::run_init_containers(pod).is_empty());
-    let containers_ready = ready;
+        !init_failed && (has_run || crate::pods::spec::run_init_containers(pod).is_empty());
+    AllStatuses {
+        containers,
+        init_containers,
+        initialized,
+        unready,
+    }
+}
+
+/// The pod's conditions: initialized or not, and ready (with the reason and message of not
+/// ready) for both Ready and ContainersReady, the VK reading readiness of the main container.
+fn conditions(
+    old: &[PodCondition],
+    initialized: bool,
+    (ready, ready_reason, ready_message): (bool, &str, Option<String>),
+    now: &Time,
+) -> Vec<PodCondition> {
     let not_ready_reason = (!ready).then_some(ready_reason);
     let with_message = |mut c: PodCondition| {
         c.message.clone_from(&ready_message);
@@ -351,19 +257,10 @@ pub fn pod_status(pod: &Pod, situation: &Situation<'_>, cx: &Context<'_>) -> Pod
             (!initialized).then_some("ContainersNotInitialized"),
         ),
         with_message(condition("Ready", ready, not_ready_reason)),
-        with_message(condition(
-            "ContainersReady",
-            containers_ready,
-            not_ready_reason,
-        )),
+        with_message(condition("ContainersReady", ready, not_ready_reason)),
         condition("PodScheduled", true, None),
     ];
-    st.conditions = Some(merge_conditions(
-        old.conditions.as_deref().unwrap_or_default(),
-        conds,
-        &now,
-    ));
-    st
+    merge_conditions(old, conds, now)
 }
 
 fn condition(type_: &str, status: bool, reason: Option<&str>) -> PodCondition {

@@ -2,7 +2,7 @@
 //! several containers in `containers`, readiness probes in `readiness`.
 
 use super::*;
-use crate::provider::{FailureReason, Usage};
+use crate::provider::{FailureReason, Usage, WorkloadState};
 
 use crate::test_support::{PodBuilder, ts};
 
