@@ -21,6 +21,7 @@ use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use tokio::io::AsyncWriteExt;
+use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::channel::{self, Incoming, Outcome};
@@ -101,27 +102,15 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
         activity.clone(),
     ));
 
-    // As the kubelet does: an empty message on the lowest writable channel tells the client
-    // the streams are ready.
-    let first = if streams.stdout {
-        channel::STDOUT
-    } else if streams.stderr {
-        channel::STDERR
-    } else {
-        channel::ERROR
-    };
-    if sink
-        .send(Message::Binary(channel::frame(first, &[])))
-        .await
-        .is_err()
-    {
+    let ready = channel::frame(first_channel(&streams), &[]);
+    if sink.send(Message::Binary(ready)).await.is_err() {
         input.abort();
         return;
     }
 
     let ending = tokio::select! {
         o = async { output(&mut WsSink(&mut sink), session, &streams, &activity).await } => match o {
-            Some(outcome) => Ending { outcome, code: close_code::NORMAL, reason: String::new(), input_done: None },
+            Some(outcome) => Ending::finished(outcome),
             None => {
                 debug!(target = %streams.target, provider = %streams.provider, "exec client stopped reading; stopping the command");
                 input.abort();
@@ -129,34 +118,75 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
             }
         },
         end = &mut input => match end {
-            Ok(InputEnd::TooBig { size, limit, source }) => {
-                let message = format!("exec input message of {size} bytes exceeds the limit of {limit} bytes; session closed");
-                Ending {
-                    outcome: Outcome::Refused { code: 413, message },
-                    code: close_code::SIZE,
-                    reason: format!("message over {limit} bytes"),
-                    input_done: Some(source),
-                }
-            }
+            Ok(InputEnd::TooBig { size, limit, source }) => Ending::too_big(size, limit, source),
             Ok(InputEnd::Gone) | Err(_) => {
                 debug!(target = %streams.target, provider = %streams.provider, "exec client went away; stopping the command");
                 return;
             }
         },
         () = activity.idle(streams.limits.idle_timeout) => {
-            let idle = streams.limits.idle_timeout.unwrap_or_default();
-            Ending {
-                outcome: Outcome::Refused {
-                    code: 504,
-                    message: format!("exec session idle for {idle:?} (no input or output); session closed"),
-                },
-                code: close_code::NORMAL,
-                reason: "idle timeout".into(),
-                input_done: None,
-            }
+            Ending::idle(streams.limits.idle_timeout.unwrap_or_default())
         }
     };
-    match &ending.outcome {
+    log_ending(&streams, &ending.outcome);
+    deliver(&mut sink, ending, &mut input).await;
+}
+
+/// The channel whose empty message tells the client the streams are ready: as the kubelet
+/// does, the lowest writable one.
+fn first_channel(streams: &Streams) -> u8 {
+    if streams.stdout {
+        channel::STDOUT
+    } else if streams.stderr {
+        channel::STDERR
+    } else {
+        channel::ERROR
+    }
+}
+
+impl Ending {
+    /// The command ended (or the provider failed): its outcome, and a normal close.
+    fn finished(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            code: close_code::NORMAL,
+            reason: String::new(),
+            input_done: None,
+        }
+    }
+
+    /// The client sent a message of `size` bytes, over `limit`.
+    fn too_big(size: usize, limit: usize, source: SplitStream<WebSocket>) -> Self {
+        let message = format!(
+            "exec input message of {size} bytes exceeds the limit of {limit} bytes; session closed"
+        );
+        Self {
+            outcome: Outcome::Refused { code: 413, message },
+            code: close_code::SIZE,
+            reason: format!("message over {limit} bytes"),
+            input_done: Some(source),
+        }
+    }
+
+    /// Neither input nor output for `idle`.
+    fn idle(idle: Duration) -> Self {
+        Self {
+            outcome: Outcome::Refused {
+                code: 504,
+                message: format!(
+                    "exec session idle for {idle:?} (no input or output); session closed"
+                ),
+            },
+            code: close_code::NORMAL,
+            reason: "idle timeout".into(),
+            input_done: None,
+        }
+    }
+}
+
+/// Logs how a session the server ends ended.
+fn log_ending(streams: &Streams, outcome: &Outcome) {
+    match outcome {
         Outcome::Exited(code) => {
             debug!(target = %streams.target, provider = %streams.provider, exit_code = code, "exec command ended")
         }
@@ -164,6 +194,15 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
             debug!(target = %streams.target, provider = %streams.provider, error = %e, "exec session ended")
         }
     }
+}
+
+/// Sends the client the ending's status and close, then gives it [`CLOSE_WAIT`] to answer the
+/// close; a client that cannot take the status is gone, and the input half is stopped.
+async fn deliver(
+    sink: &mut SplitSink<WebSocket, Message>,
+    ending: Ending,
+    input: &mut JoinHandle<InputEnd>,
+) {
     let status = channel::frame(channel::ERROR, &channel::status(&ending.outcome));
     if sink.send(Message::Binary(status)).await.is_ok() {
         let _ = sink
@@ -174,22 +213,9 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
             .await;
         // The input half ends when the client answers the close.
         match ending.input_done {
-            Some(mut source) => {
-                let _ = tokio::time::timeout(CLOSE_WAIT, async {
-                    loop {
-                        match source.next().await {
-                            Some(Ok(Message::Close(_))) => break,
-                            Some(Ok(_)) => {}
-                            // The oversized message left the reader in error: hold the socket
-                            // (unread) until the wait is over, so the close gets through.
-                            Some(Err(_)) | None => tokio::time::sleep(CLOSE_WAIT).await,
-                        }
-                    }
-                })
-                .await;
-            }
+            Some(source) => await_close(source).await,
             None => {
-                if tokio::time::timeout(CLOSE_WAIT, &mut input).await.is_err() {
+                if tokio::time::timeout(CLOSE_WAIT, &mut *input).await.is_err() {
                     input.abort();
                 }
             }
@@ -197,6 +223,23 @@ pub async fn run(socket: WebSocket, mut session: ExecSession, streams: Streams) 
     } else {
         input.abort();
     }
+}
+
+/// Reads what is left of the client's input until it answers our close, for at most
+/// [`CLOSE_WAIT`] (the input half has already ended, leaving its reading side here).
+async fn await_close(mut source: SplitStream<WebSocket>) {
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        loop {
+            match source.next().await {
+                Some(Ok(Message::Close(_))) => break,
+                Some(Ok(_)) => {}
+                // The oversized message left the reader in error: hold the socket
+                // (unread) until the wait is over, so the close gets through.
+                Some(Err(_)) | None => tokio::time::sleep(CLOSE_WAIT).await,
+            }
+        }
+    })
+    .await;
 }
 
 /// Reports on an upgraded connection that the session could not start (so a client does not

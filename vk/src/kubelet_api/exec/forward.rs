@@ -3,11 +3,14 @@
 //! states the streaming endpoints refuse with.
 
 use axum::body::Body;
+use axum::extract::ws::WebSocketUpgrade;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::debug;
 
+use super::spdy::portforward;
 use super::{ApiError, AppState, Transport, Upgrades, negotiate, spdy, tunnel};
 use crate::provider::WorkloadState;
 
@@ -28,7 +31,6 @@ pub(super) fn port_forward(
     headers: &HeaderMap,
     up: Upgrades,
 ) -> Result<Response, ApiError> {
-    use spdy::portforward;
     let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
     let pod = p.metadata.name.as_deref().unwrap_or_default();
     if observed.ports.is_empty() {
@@ -41,12 +43,6 @@ pub(super) fn port_forward(
             ),
         ));
     }
-    let refused = |(code, m): (u16, String)| {
-        ApiError::new(
-            StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
-            m,
-        )
-    };
     let setup = portforward::Setup {
         pod: format!("{namespace}/{pod}"),
         uid: p.metadata.uid.clone().unwrap_or_default(),
@@ -55,36 +51,13 @@ pub(super) fn port_forward(
         limits: s.exec,
         cluster_networks: s.cluster_networks.clone(),
     };
+    let who = Who {
+        namespace,
+        pod,
+        provider,
+    };
     if let Some(offered) = tunnel::offered(headers) {
-        if offered.is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "unable to upgrade: no tunneling spdy protocols provided (port forwarding over \
-                 a WebSocket needs the subprotocol {})",
-                tunnel::PORT_FORWARD
-            )));
-        }
-        portforward::choose(&offered).map_err(refused)?;
-        let Some(ws) = up.ws else {
-            return Err(ApiError::bad_request(
-                "port forwarding over a WebSocket needs a GET with Connection: Upgrade, \
-                 Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
-            ));
-        };
-        debug!(
-            namespace,
-            pod,
-            provider,
-            protocol = tunnel::PORT_FORWARD,
-            transport = "websocket",
-            "port-forward session starting"
-        );
-        let ws = ws
-            .protocols([tunnel::PORT_FORWARD])
-            .max_message_size(s.exec.max_message_bytes)
-            .max_frame_size(s.exec.max_message_bytes);
-        return Ok(
-            ws.on_upgrade(move |socket| portforward::run(tunnel::Tunnel::new(socket), setup))
-        );
+        return over_websocket(s, &offered, up.ws, who, setup);
     }
     if negotiate(headers) != Transport::Spdy {
         return Err(ApiError::bad_request(format!(
@@ -94,13 +67,88 @@ pub(super) fn port_forward(
             tunnel::PORT_FORWARD
         )));
     }
+    over_spdy(headers, up.spdy, who, setup)
+}
+
+/// The pod and provider a port-forward session is for, as its "session starting" line logs them.
+struct Who<'a> {
+    namespace: &'a str,
+    pod: &'a str,
+    provider: &'a str,
+}
+
+/// A port-forward refusal of the handshake, `(status, message)`, as the API error it answers.
+fn refused((code, m): (u16, String)) -> ApiError {
+    ApiError::new(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST),
+        m,
+    )
+}
+
+/// Takes a port-forward request offering WebSocket subprotocols over: 400 without a tunnelled
+/// SPDY protocol or without a WebSocket upgrade, 403 without `portforward.k8s.io`, else the
+/// session runs in the WebSocket's binary messages.
+fn over_websocket(
+    s: &AppState,
+    offered: &[String],
+    ws: Option<WebSocketUpgrade>,
+    who: Who<'_>,
+    setup: portforward::Setup,
+) -> Result<Response, ApiError> {
+    if offered.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "unable to upgrade: no tunneling spdy protocols provided (port forwarding over \
+             a WebSocket needs the subprotocol {})",
+            tunnel::PORT_FORWARD
+        )));
+    }
+    portforward::choose(offered).map_err(refused)?;
+    let Some(ws) = ws else {
+        return Err(ApiError::bad_request(
+            "port forwarding over a WebSocket needs a GET with Connection: Upgrade, \
+             Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
+        ));
+    };
+    let Who {
+        namespace,
+        pod,
+        provider,
+    } = who;
+    debug!(
+        namespace,
+        pod,
+        provider,
+        protocol = tunnel::PORT_FORWARD,
+        transport = "websocket",
+        "port-forward session starting"
+    );
+    let ws = ws
+        .protocols([tunnel::PORT_FORWARD])
+        .max_message_size(s.exec.max_message_bytes)
+        .max_frame_size(s.exec.max_message_bytes);
+    Ok(ws.on_upgrade(move |socket| portforward::run(tunnel::Tunnel::new(socket), setup)))
+}
+
+/// Takes a SPDY/3.1 port-forward request over: 400/403 from the handshake, 400 without an
+/// HTTP/1.1 connection to take over, else 101 and the session runs on the connection.
+fn over_spdy(
+    headers: &HeaderMap,
+    on: Option<OnUpgrade>,
+    who: Who<'_>,
+    setup: portforward::Setup,
+) -> Result<Response, ApiError> {
     let protocol = portforward::negotiate(headers).map_err(refused)?;
-    let Some(on) = up.spdy else {
+    let Some(on) = on else {
         return Err(ApiError::bad_request(
             "port forwarding over SPDY needs an HTTP/1.1 connection upgrade (Connection: \
              Upgrade, Upgrade: SPDY/3.1)",
         ));
     };
+    let Who {
+        namespace,
+        pod,
+        provider,
+    } = who;
     debug!(
         namespace,
         pod,

@@ -169,15 +169,72 @@ where
     let target = setup.streams.target.clone();
     let provider = setup.streams.provider.clone();
 
-    // The streams the kubelet waits for.
+    let Some(Opened { ids, early }) = open_streams(&mut events, expected(&setup)).await else {
+        debug!(%target, %provider, "exec client did not open its SPDY streams; closing");
+        let _ = writer.go_away(0, goaway::OK).await;
+        writer.shutdown().await;
+        reader.abort();
+        return;
+    };
+
+    let ending = match started {
+        Err(outcome) => outcome,
+        Ok(session) => {
+            match pump(
+                &writer,
+                &ids,
+                &mut events,
+                early,
+                session,
+                &setup,
+                &activity,
+            )
+            .await
+            {
+                Some(outcome) => outcome,
+                None => {
+                    debug!(%target, %provider, "exec client went away; stopping the command");
+                    reader.abort();
+                    writer.shutdown().await;
+                    return;
+                }
+            }
+        }
+    };
+    match &ending {
+        Outcome::Exited(code) => {
+            debug!(%target, %provider, exit_code = code, "exec command ended")
+        }
+        Outcome::Error(e) | Outcome::Refused { message: e, .. } => {
+            debug!(%target, %provider, error = %e, "exec session ended")
+        }
+    }
+    end(&writer, &ids, &mut events, setup.protocol, &ending).await;
+    reader.abort();
+    writer.shutdown().await;
+}
+
+/// How many streams the kubelet waits for: error, and one per stream asked for (resize with
+/// a TTY on v3 and later).
+fn expected(setup: &Setup) -> usize {
     let resize = setup.tty && setup.protocol != V2 && setup.protocol != V1;
-    let expected = 1
-        + usize::from(setup.stdin)
+    1 + usize::from(setup.stdin)
         + usize::from(setup.streams.stdout)
         + usize::from(setup.streams.stderr)
-        + usize::from(resize);
+        + usize::from(resize)
+}
+
+/// The client's streams, once all of them are open.
+struct Opened {
+    ids: Ids,
+    /// What the client sent before its last stream came: at most [`EARLY_BYTES`] of data.
+    early: Vec<Event>,
+}
+
+/// Waits up to [`STREAM_CREATION_TIMEOUT`] for the client to open `expected` streams; `None`
+/// when it does not, goes away, or sends more than [`EARLY_BYTES`] before it has.
+async fn open_streams(events: &mut mpsc::Receiver<Event>, expected: usize) -> Option<Opened> {
     let mut ids = Ids::default();
-    // What the client sent before its last stream came: at most EARLY_BYTES of data.
     let mut early = Vec::new();
     let mut early_bytes = 0usize;
     let mut seen = 0usize;
@@ -212,51 +269,24 @@ where
         true
     })
     .await;
-    if !matches!(waited, Ok(true)) {
-        debug!(%target, %provider, "exec client did not open its SPDY streams; closing");
-        let _ = writer.go_away(0, goaway::OK).await;
-        writer.shutdown().await;
-        reader.abort();
-        return;
-    }
+    matches!(waited, Ok(true)).then_some(Opened { ids, early })
+}
 
-    let ending = match started {
-        Err(outcome) => outcome,
-        Ok(session) => {
-            match pump(
-                &writer,
-                &ids,
-                &mut events,
-                early,
-                session,
-                &setup,
-                &activity,
-            )
-            .await
-            {
-                Some(outcome) => outcome,
-                None => {
-                    debug!(%target, %provider, "exec client went away; stopping the command");
-                    reader.abort();
-                    writer.shutdown().await;
-                    return;
-                }
-            }
-        }
-    };
-    match &ending {
-        Outcome::Exited(code) => {
-            debug!(%target, %provider, exit_code = code, "exec command ended")
-        }
-        Outcome::Error(e) | Outcome::Refused { message: e, .. } => {
-            debug!(%target, %provider, error = %e, "exec session ended")
-        }
-    }
+/// Ends a session the command's end or a refusal ended: the status on the error stream (JSON
+/// on v4, the failure as text before), FIN on every stream, GOAWAY, then up to
+/// [`bridge::CLOSE_WAIT`] for the client to close.
+async fn end<W: AsyncWrite + Unpin + Send>(
+    writer: &Writer<W>,
+    ids: &Ids,
+    events: &mut mpsc::Receiver<Event>,
+    protocol: &str,
+    ending: &Outcome,
+) {
     if let Some(id) = ids.error {
-        let status = if setup.protocol == V4 {
-            Some(channel::status(&ending))
+        let status = if protocol == V4 {
+            Some(channel::status(ending))
         } else {
-            channel::status_text(&ending).map(Bytes::from)
+            channel::status_text(ending).map(Bytes::from)
         };
         if let Some(s) = status {
             let _ = writer.data(id, s, false).await;
@@ -276,8 +306,6 @@ where
         }
     })
     .await;
-    reader.abort();
-    writer.shutdown().await;
 }
 
 /// Pumps a started command until it ends (`Some(outcome)`) or the client goes away (`None`).

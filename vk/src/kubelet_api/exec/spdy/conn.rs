@@ -20,6 +20,8 @@
 //! dropped, never passed on. The event queue to the session holds a few frames, each within
 //! the frame limit.
 
+mod reader;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -28,11 +30,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
 use super::super::limits::Activity;
-use super::super::tunnel::TooBig;
 use crate::kubelet_api::spdy::headers::{Deflater, Inflater};
-use crate::kubelet_api::spdy::{
-    Decoder, Frame, FrameError, INITIAL_WINDOW, SETTINGS_INITIAL_WINDOW_SIZE, encode, goaway, rst,
-};
+use crate::kubelet_api::spdy::{Decoder, Frame, FrameError, INITIAL_WINDOW, encode};
+use reader::{Reader, Step};
 
 /// The largest header block a client may send, inflated (kubectl's are a few hundred bytes;
 /// 1 KiB of deflate can inflate to 1 MiB).
@@ -291,165 +291,31 @@ pub(super) async fn read<R, W>(
     W: AsyncWrite + Unpin + Send,
 {
     let decoder = Decoder::new(max);
-    let mut inflater = Inflater::new(max.min(MAX_HEADER_BLOCK));
+    let mut reader = Reader {
+        writer: &writer,
+        events,
+        activity,
+        inflater: Inflater::new(max.min(MAX_HEADER_BLOCK)),
+        last_stream: 0,
+        open: HashSet::new(),
+    };
     let mut buf = BytesMut::with_capacity(16 * 1024);
-    let mut last_stream = 0u32;
-    // Client streams that may still send data.
-    let mut open: HashSet<u32> = HashSet::new();
     loop {
-        let frame = match decoder.decode(&mut buf) {
-            Ok(Some(f)) => f,
+        let step = match decoder.decode(&mut buf) {
+            Ok(Some(frame)) => reader.frame(frame).await,
             Ok(None) => match r.read_buf(&mut buf).await {
-                Ok(0) => {
-                    let _ = events.send(Event::Gone).await;
-                    return;
-                }
-                Err(e) => {
-                    // A tunnel message over the limit (see `exec::tunnel`) is one.
-                    let event = match e.get_ref().and_then(|e| e.downcast_ref::<TooBig>()) {
-                        Some(big) => Event::TooBig {
-                            size: big.size,
-                            limit: big.limit,
-                        },
-                        None => Event::Gone,
-                    };
-                    let _ = events.send(event).await;
-                    return;
-                }
-                Ok(_) => continue,
+                Ok(0) => Step::Last(Event::Gone),
+                Err(e) => Step::Last(reader::read_failed(&e)),
+                Ok(_) => Step::Next,
             },
-            Err(FrameError::TooLarge { length, limit }) => {
-                let _ = events
-                    .send(Event::TooBig {
-                        size: length,
-                        limit,
-                    })
-                    .await;
-                return;
-            }
-            Err(_) => {
-                let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
-                let _ = events.send(Event::Gone).await;
-                return;
-            }
+            Err(FrameError::TooLarge { length, limit }) => Step::Last(Event::TooBig {
+                size: length,
+                limit,
+            }),
+            Err(_) => reader.protocol_error().await,
         };
-        let event = match frame {
-            Frame::SynStream {
-                stream_id,
-                headers,
-                fin,
-                ..
-            } => {
-                let Ok(headers) = inflater.decompress(&headers) else {
-                    let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
-                    let _ = events.send(Event::Gone).await;
-                    return;
-                };
-                last_stream = last_stream.max(stream_id);
-                if open.len() >= MAX_OPEN_STREAMS {
-                    if writer.reset(stream_id, rst::REFUSED_STREAM).await.is_none() {
-                        let _ = events.send(Event::Gone).await;
-                        return;
-                    }
-                    continue;
-                }
-                // A stream opened half-closed carries no data.
-                if !fin {
-                    open.insert(stream_id);
-                }
-                if writer.reply(stream_id).await.is_none() {
-                    let _ = events.send(Event::Gone).await;
-                    return;
-                }
-                let kind = headers
-                    .iter()
-                    .find(|(k, _)| k == "streamtype")
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                Some(Event::Stream {
-                    id: stream_id,
-                    kind,
-                    headers,
-                })
-            }
-            Frame::Data {
-                stream_id,
-                fin,
-                data,
-            } => {
-                if !open.contains(&stream_id) {
-                    if writer.reset(stream_id, rst::INVALID_STREAM).await.is_none() {
-                        let _ = events.send(Event::Gone).await;
-                        return;
-                    }
-                    continue;
-                }
-                if fin {
-                    open.remove(&stream_id);
-                }
-                if !data.is_empty() {
-                    activity.touch();
-                }
-                let n = data.len();
-                let sent = events
-                    .send(Event::Data {
-                        id: stream_id,
-                        data,
-                        fin,
-                    })
-                    .await;
-                if sent.is_err() || writer.grant(stream_id, n).await.is_none() {
-                    return;
-                }
-                None
-            }
-            Frame::RstStream { stream_id, .. } => {
-                open.remove(&stream_id);
-                Some(Event::Reset { id: stream_id })
-            }
-            Frame::Ping { id } => {
-                // Echo the client's pings (odd ids); even ids would be answers to ours, and
-                // this side sends none.
-                if id % 2 == 1 && writer.send(&Frame::Ping { id }).await.is_none() {
-                    let _ = events.send(Event::Gone).await;
-                    return;
-                }
-                None
-            }
-            Frame::GoAway { .. } => Some(Event::Gone),
-            Frame::WindowUpdate { stream_id, delta } => {
-                writer.window_update(stream_id, delta);
-                None
-            }
-            Frame::Settings { entries, .. } => {
-                for e in entries {
-                    if e.id == SETTINGS_INITIAL_WINDOW_SIZE {
-                        writer.initial_window(e.value);
-                    }
-                }
-                None
-            }
-            // Header blocks after SYN_STREAM must still go through the decompressor, or the
-            // next block would not decode.
-            Frame::Headers { headers, .. } => {
-                if inflater.decompress(&headers).is_err() {
-                    let _ = writer.go_away(last_stream, goaway::PROTOCOL_ERROR).await;
-                    let _ = events.send(Event::Gone).await;
-                    return;
-                }
-                None
-            }
-            Frame::SynReply { headers, .. } => {
-                let _ = inflater.decompress(&headers);
-                None
-            }
-            Frame::Unknown { .. } => None,
-        };
-        if let Some(e) = event {
-            let gone = matches!(e, Event::Gone);
-            if events.send(e).await.is_err() || gone {
-                return;
-            }
+        if !reader.carry_out(step).await {
+            return;
         }
     }
 }

@@ -110,97 +110,127 @@ where
     else {
         return;
     };
-    let setup = Arc::new(setup);
-    // Requests waiting for their second stream, and data sent on them meanwhile (bounded).
-    let mut pending = Pending::default();
-    // Client data of each forwarded data stream, to its forwarding task.
-    let mut inputs: HashMap<u32, mpsc::Sender<Bytes>> = HashMap::new();
-    let mut tasks = JoinSet::new();
-    let mut last = 0u32;
+    let mut s = Session {
+        writer,
+        setup: Arc::new(setup),
+        activity,
+        pending: Pending::default(),
+        inputs: HashMap::new(),
+        tasks: JoinSet::new(),
+        last: 0,
+    };
     let mut sweep = tokio::time::interval(Duration::from_secs(1));
     loop {
         let event = tokio::select! {
             e = events.recv() => e,
             _ = sweep.tick() => {
-                for id in pending.expire(Instant::now()) {
-                    let _ = writer.data(id, Bytes::new(), true).await;
-                }
+                s.expire().await;
                 continue;
             }
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-            () = activity.idle(setup.limits.idle_timeout) => {
-                debug!(pod = %setup.pod, "port-forward session idle; closing");
+            Some(_) = s.tasks.join_next(), if !s.tasks.is_empty() => continue,
+            () = s.activity.idle(s.setup.limits.idle_timeout) => {
+                debug!(pod = %s.setup.pod, "port-forward session idle; closing");
                 break;
             }
         };
         match event {
-            Some(Event::Stream { id, kind, headers }) => {
-                debug!(pod = %setup.pod, stream = id, ?headers, "port-forward stream");
-                last = last.max(id);
-                match pending.open(id, &kind, &headers, Instant::now()) {
-                    Opened::Waiting => {}
-                    Opened::Refused(why) => {
-                        debug!(pod = %setup.pod, stream = id, %why, "port-forward stream refused");
-                        let _ = writer.data(id, Bytes::new(), true).await;
-                    }
-                    Opened::Complete {
-                        error,
-                        data,
-                        port,
-                        early,
-                    } => {
-                        // Room for what came early (bounded by `pending`) and 8 chunks more.
-                        let (in_tx, in_rx) = mpsc::channel(early.len() + 8);
-                        for chunk in early {
-                            let _ = in_tx.try_send(chunk);
-                        }
-                        inputs.insert(data, in_tx);
-                        tasks.spawn(forward(
-                            writer.clone(),
-                            setup.clone(),
-                            activity.clone(),
-                            Streams { error, data, port },
-                            in_rx,
-                        ));
-                    }
-                }
-            }
-            Some(Event::Data { id, data, fin }) => {
-                if let Some(tx) = inputs.get(&id) {
-                    if !data.is_empty() && tx.send(data).await.is_err() {
-                        inputs.remove(&id);
-                    }
-                    if fin {
-                        // Dropping the sender ends the container side's input.
-                        inputs.remove(&id);
-                    }
-                } else if !data.is_empty()
-                    && let Early::Close(ids) = pending.data(id, data)
-                {
-                    debug!(pod = %setup.pod, stream = id, "port-forward data before its pair over the limit; request closed");
-                    for i in ids {
-                        let _ = writer.data(i, Bytes::new(), true).await;
-                    }
-                }
-            }
+            Some(Event::Stream { id, kind, headers }) => s.stream(id, &kind, &headers).await,
+            Some(Event::Data { id, data, fin }) => s.data(id, data, fin).await,
             Some(Event::Reset { id }) => {
-                inputs.remove(&id);
-                pending.reset(id);
+                s.inputs.remove(&id);
+                s.pending.reset(id);
             }
             Some(Event::TooBig { size, limit }) => {
-                debug!(pod = %setup.pod, size, limit, "port-forward frame over the limit; closing");
+                debug!(pod = %s.setup.pod, size, limit, "port-forward frame over the limit; closing");
                 break;
             }
             Some(Event::Gone) | None => {
-                debug!(pod = %setup.pod, "port-forward client gone");
+                debug!(pod = %s.setup.pod, "port-forward client gone");
                 break;
             }
         }
     }
-    tasks.abort_all();
-    let _ = writer.go_away(last, goaway::OK).await;
+    s.tasks.abort_all();
+    let _ = s.writer.go_away(s.last, goaway::OK).await;
     reader.abort();
-    writer.shutdown().await;
+    s.writer.shutdown().await;
+}
+
+/// A session's forwarded connections, and the requests still waiting for their pair.
+struct Session<W> {
+    writer: Arc<Writer<W>>,
+    setup: Arc<Setup>,
+    activity: Activity,
+    /// Requests waiting for their second stream, and data sent on them meanwhile (bounded).
+    pending: Pending,
+    /// Client data of each forwarded data stream, to its forwarding task.
+    inputs: HashMap<u32, mpsc::Sender<Bytes>>,
+    tasks: JoinSet<()>,
+    /// The last client stream seen, for GOAWAY.
+    last: u32,
+}
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Session<W> {
+    /// Closes the streams of the requests whose pair did not come in time.
+    async fn expire(&mut self) {
+        for id in self.pending.expire(Instant::now()) {
+            let _ = self.writer.data(id, Bytes::new(), true).await;
+        }
+    }
+
+    /// A new client stream: waits for its pair, is refused (closed at once), or completes a
+    /// pair, whose forwarding starts.
+    async fn stream(&mut self, id: u32, kind: &str, headers: &[(String, String)]) {
+        debug!(pod = %self.setup.pod, stream = id, ?headers, "port-forward stream");
+        self.last = self.last.max(id);
+        match self.pending.open(id, kind, headers, Instant::now()) {
+            Opened::Waiting => {}
+            Opened::Refused(why) => {
+                debug!(pod = %self.setup.pod, stream = id, %why, "port-forward stream refused");
+                let _ = self.writer.data(id, Bytes::new(), true).await;
+            }
+            Opened::Complete {
+                error,
+                data,
+                port,
+                early,
+            } => {
+                // Room for what came early (bounded by `pending`) and 8 chunks more.
+                let (in_tx, in_rx) = mpsc::channel(early.len() + 8);
+                for chunk in early {
+                    let _ = in_tx.try_send(chunk);
+                }
+                self.inputs.insert(data, in_tx);
+                self.tasks.spawn(forward(
+                    self.writer.clone(),
+                    self.setup.clone(),
+                    self.activity.clone(),
+                    Streams { error, data, port },
+                    in_rx,
+                ));
+            }
+        }
+    }
+
+    /// Client data: to its forwarding task, or held until its stream's pair is complete.
+    async fn data(&mut self, id: u32, data: Bytes, fin: bool) {
+        if let Some(tx) = self.inputs.get(&id) {
+            if !data.is_empty() && tx.send(data).await.is_err() {
+                self.inputs.remove(&id);
+            }
+            if fin {
+                // Dropping the sender ends the container side's input.
+                self.inputs.remove(&id);
+            }
+        } else if !data.is_empty()
+            && let Early::Close(ids) = self.pending.data(id, data)
+        {
+            debug!(pod = %self.setup.pod, stream = id, "port-forward data before its pair over the limit; request closed");
+            for i in ids {
+                let _ = self.writer.data(i, Bytes::new(), true).await;
+            }
+        }
+    }
 }
 
 /// The two streams of one forwarded connection.
