@@ -1,5 +1,8 @@
 //! The `vk` binary: runs the virtual kubelet (`vk run --config FILE`) or checks a config file.
 
+#[path = "main/tasks.rs"]
+mod tasks;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,8 +11,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use tracing::info;
 
+use tasks::Tasks;
 use vk::config::Config;
-use vk::leader::{Elector, PodRef};
+use vk::leader::{Elector, PodRef, Term};
 use vk::naming::Owner;
 use vk::node::NodeManager;
 use vk::pods::PodController;
@@ -227,80 +231,58 @@ struct Overrides {
     pod: Option<PodRef>,
 }
 
+impl Overrides {
+    /// Sets the config's values the command line overrides (all but the address Service,
+    /// which needs a client).
+    fn apply(&self, cfg: &mut Config) {
+        if let Some(ip) = &self.internal_ip {
+            cfg.internal_ip = ip.clone();
+        }
+        if let Some(addr) = &self.metrics_addr {
+            cfg.metrics_addr = addr.clone();
+        }
+        if let Some(port) = self.kubelet_port {
+            cfg.kubelet_port = port;
+        }
+    }
+}
+
 async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
     let mut cfg = Config::load(&path)?;
-    if let Some(ip) = o.internal_ip {
-        cfg.internal_ip = ip;
-    }
-    if let Some(addr) = o.metrics_addr {
-        cfg.metrics_addr = addr;
-    }
-    if let Some(port) = o.kubelet_port {
-        cfg.kubelet_port = port;
-    }
-    let address_service = o.address_service;
+    o.apply(&mut cfg);
     let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
     let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
     let client = kube::Client::try_default()
         .await
         .context("failed to build a Kubernetes client")?;
-    if let Some(service) = address_service {
-        let cluster_ip = vk::node::service_address(&client, &service)
-            .await
-            .with_context(|| format!("cannot advertise the address of Service {service}"))?;
-        info!(service = %service, address = %cluster_ip, bind = %cfg.internal_ip, "advertising the Service's address");
-        cfg.kubelet_bind_ip = Some(std::mem::replace(&mut cfg.internal_ip, cluster_ip));
+    if let Some(service) = &o.address_service {
+        advertise_service(&client, &mut cfg, service).await?;
     }
     let cfg = Arc::new(cfg);
     let metrics = Metrics::new();
-    let metrics_addr: SocketAddr = cfg.metrics_addr.parse().context("invalid metricsAddr")?;
-    let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
-        .await
-        .with_context(|| format!("failed to bind metrics address {metrics_addr}"))?;
-    drop(metrics_listener);
+    let metrics_addr = metrics_addr(&cfg).await?;
 
     // With leader election, a replica first clears the leader label its pod may still carry,
     // then serves /healthz and metrics as a standby until it leads.
-    let elector = cfg.leader_election.enabled.then(|| {
-        let identity = o
-            .identity
-            .or_else(|| o.pod.as_ref().map(|p| p.name.clone()))
-            .unwrap_or_else(default_identity);
-        Elector::new(
-            client.clone(),
-            cfg.leader_election.clone(),
-            &cfg.node_name,
-            identity,
-            o.pod.clone(),
-        )
-    });
+    let elector = cfg
+        .leader_election
+        .enabled
+        .then(|| elector(&client, &cfg, o.identity, o.pod));
     if let Some(e) = &elector {
         e.clear_label().await;
     }
     tokio::spawn(metrics.clone().serve(metrics_addr));
     let mut term = match elector {
         None => None,
-        Some(e) => {
-            info!(node = %cfg.node_name, me = e.identity(), "leader election: waiting to lead");
-            match e.acquire(shutdown_signal()).await {
-                Some(t) => Some(t),
-                None => {
-                    info!("signal received while standing by, shutting down");
-                    return Ok(());
-                }
-            }
-        }
+        Some(e) => match lead(e, &cfg.node_name).await {
+            Some(t) => Some(t),
+            None => return Ok(()),
+        },
     };
     metrics.leader.set(1);
 
     let names = providers.iter().map(|p| p.name().to_owned()).collect();
     let node = Arc::new(NodeManager::new(client.clone(), cfg.clone(), names));
-    let lost = async {
-        match term.as_mut() {
-            Some(t) => t.lost().await,
-            None => std::future::pending().await,
-        }
-    };
     node.claim()
         .await
         .context("refusing to start: the node name is taken")?;
@@ -313,64 +295,80 @@ async fn run(path: PathBuf, o: Overrides) -> anyhow::Result<()> {
         }));
     }
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let kubelet_api = vk::kubelet_api::start(fw.clone(), cfg.clone(), client.clone())
-        .await
-        .context("failed to start the kubelet API")?;
-    let mut node_task = tokio::spawn(node.clone().run(stopped(stop_rx.clone())));
-    // The admission check is a first line only: without it the VK holds what it refuses, so
-    // its failure is logged and the node goes on.
-    let admission_task = tokio::spawn({
-        let (fw, cfg, client) = (fw.clone(), cfg.clone(), client.clone());
-        async move {
-            if cfg.admission.enabled
-                && let Err(e) = vk::admission::run(fw, cfg, client).await
-            {
-                tracing::error!(error = %format!("{e:#}"), "the admission webhook stopped; refused pods are held instead");
-            }
-        }
-    });
-    // Service traffic to offloaded pods; like the admission check, not a core task: a failure
-    // is logged and retried, never the node's end.
-    let endpoints_task = tokio::spawn(vk::endpoints::run(fw.clone(), cfg.clone(), client.clone()));
-    let mut fw_task = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
+    let mut tasks = Tasks::start(&fw, &node, &cfg, &client).await?;
     info!(node = %cfg.node_name, cluster = %cfg.cluster_id, owner = owner.tag(), "virtual kubelet started");
-
-    // A core task that ends before a signal is a bug or a dead end: stop the process (non-zero
-    // exit) so Kubernetes restarts it, rather than serving half a node.
-    let failed = tokio::select! {
-        () = shutdown_signal() => None,
-        r = &mut fw_task => Some(match r {
-            Ok(Ok(())) => "the pod pipeline stopped".to_owned(),
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => format!("the pod pipeline task failed: {e}"),
-        }),
-        r = &mut node_task => Some(match r {
-            Ok(()) => "the node manager stopped".to_owned(),
-            Err(e) => format!("the node manager task failed: {e}"),
-        }),
-        () = lost => Some("lost the leader lease (another replica leads now)".to_owned()),
-    };
-    admission_task.abort();
-    endpoints_task.abort();
-    let _ = stop_tx.send(true);
-    if let Some(why) = failed {
-        kubelet_api.abort();
-        fw_task.abort();
-        node_task.abort();
-        anyhow::bail!("stopping: {why}");
-    }
-    info!("signal received, shutting down");
-    let _ = fw_task.await;
-    let _ = node_task.await;
-    kubelet_api.abort();
+    let failed = tasks.first_failure(lost(term.as_mut())).await;
+    tasks.stop(failed).await?;
     if let Some(t) = term {
         t.release().await;
     }
     Ok(())
+}
+
+/// Advertises the ClusterIP of `service` as the node's address, and has the kubelet API bind
+/// `internalIp` instead.
+async fn advertise_service(
+    client: &kube::Client,
+    cfg: &mut Config,
+    service: &str,
+) -> anyhow::Result<()> {
+    let cluster_ip = vk::node::service_address(client, service)
+        .await
+        .with_context(|| format!("cannot advertise the address of Service {service}"))?;
+    info!(service = %service, address = %cluster_ip, bind = %cfg.internal_ip, "advertising the Service's address");
+    cfg.kubelet_bind_ip = Some(std::mem::replace(&mut cfg.internal_ip, cluster_ip));
+    Ok(())
+}
+
+/// The metrics address, bound once here so that a bad or taken one stops the start (the
+/// metrics task binds it again).
+async fn metrics_addr(cfg: &Config) -> anyhow::Result<SocketAddr> {
+    let metrics_addr: SocketAddr = cfg.metrics_addr.parse().context("invalid metricsAddr")?;
+    let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
+        .await
+        .with_context(|| format!("failed to bind metrics address {metrics_addr}"))?;
+    drop(metrics_listener);
+    Ok(metrics_addr)
+}
+
+/// This replica's part in the leader election: named `identity`, else by its pod, else by
+/// [`default_identity`].
+fn elector(
+    client: &kube::Client,
+    cfg: &Config,
+    identity: Option<String>,
+    pod: Option<PodRef>,
+) -> Elector {
+    let identity = identity
+        .or_else(|| pod.as_ref().map(|p| p.name.clone()))
+        .unwrap_or_else(default_identity);
+    Elector::new(
+        client.clone(),
+        cfg.leader_election.clone(),
+        &cfg.node_name,
+        identity,
+        pod,
+    )
+}
+
+/// Stands by until this replica leads node `node`; `None` when a signal comes first.
+async fn lead(e: Elector, node: &str) -> Option<Term> {
+    info!(node = %node, me = e.identity(), "leader election: waiting to lead");
+    match e.acquire(shutdown_signal()).await {
+        Some(t) => Some(t),
+        None => {
+            info!("signal received while standing by, shutting down");
+            None
+        }
+    }
+}
+
+/// Resolves when this replica's leader term ends; never without leader election.
+async fn lost(term: Option<&mut Term>) {
+    match term {
+        Some(t) => t.lost().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Where the overflow webhook's certificate comes from.
