@@ -3,6 +3,7 @@
 //! [`super::decide::after_create_error`]), within the guardrails ([`super::guard`]). The
 //! decision and its inputs are recorded on the pod (`gpu-vk.io/dispatch`) and as an Event.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
@@ -18,12 +19,34 @@ use super::spec::{self, Request};
 use super::translate::{Situation, reason};
 use super::{Error, PodController, env, queue};
 use crate::naming::WorkloadId;
-use crate::provider::{GpuRequest, Observed, WorkloadState};
+use crate::provider::{GpuRequest, Observed, ProviderError, Workload, WorkloadState};
 use crate::telemetry::DispatchLabels;
 
 /// The earliest held pod looks again this often even if no wake-up reaches it (a wake-up
 /// lost to a reconcile in flight); wake-ups normally come first.
 const HELD_RECHECK: Duration = Duration::from_secs(30);
+
+/// One create in progress: what each candidate is offered in turn.
+struct Creating<'a> {
+    pod: &'a Pod,
+    id: &'a WorkloadId,
+    req: &'a Request,
+    plan: &'a Plan,
+    /// The workload as every candidate gets it, but for the GPU type the candidate names.
+    base: Workload,
+    /// When this process first saw the pod (for the admission latency metric).
+    seen: Instant,
+}
+
+/// What offering the workload to one candidate came to.
+enum Tried {
+    /// Done with the pod for now: when the queue should bring it back.
+    Done(Action),
+    /// The candidate is over a spend or workload limit; why, for the pod's status.
+    OverLimit(String),
+    /// The provider has no capacity; its message, for the pod's status.
+    NoCapacity(String),
+}
 
 impl PodController {
     /// Creates the workload `id` on the first of the plan's candidates that accepts it. `seen`
@@ -43,20 +66,67 @@ impl PodController {
             .creation_timestamp
             .as_ref()
             .map_or_else(Timestamp::now, |t| t.0);
-        if self.guard.active() {
-            let behind = self.guard.behind(&uid, arrived);
-            if behind > 0 {
-                self.guard.hold(&uid, arrived);
-                let msg = format!(
-                    "waiting for {behind} earlier pod(s) held by a spend or workload limit \
-                     (pods get room in arrival order)"
-                );
-                self.hold(pod, reason::LIMIT_REACHED, &msg).await?;
-                // Not the earliest: it is woken when its turn comes (the earliest wakes the
-                // next once it got room), so it needs no timer of its own.
-                return Ok(Action::await_change());
+        if let ControlFlow::Break(action) = self.wait_turn(pod, &uid, arrived).await? {
+            return Ok(action);
+        }
+        let env = match self.environment(pod, &assigned).await? {
+            ControlFlow::Continue(env) => env,
+            ControlFlow::Break(action) => return Ok(action),
+        };
+        let creating = Creating {
+            pod,
+            id: &id,
+            req,
+            plan,
+            base: spec::workload(pod, req, id.clone(), env.vars, &env.containers),
+            seen,
+        };
+        let mut capacity_msgs = Vec::new();
+        let mut limit_msgs = Vec::new();
+        for n in 0..plan.candidates.len() {
+            match self.attempt(&creating, n).await? {
+                Tried::Done(action) => return Ok(action),
+                Tried::OverLimit(msg) => limit_msgs.push(msg),
+                Tried::NoCapacity(msg) => capacity_msgs.push(msg),
             }
         }
+        self.none_accepted(pod, &uid, arrived, &assigned, capacity_msgs, limit_msgs)
+            .await
+    }
+
+    /// Under a guardrail, pods get room in arrival order: a pod with earlier held pods ahead
+    /// of it waits for them (breaks with the action to return).
+    async fn wait_turn(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        arrived: Timestamp,
+    ) -> Result<ControlFlow<Action>, Error> {
+        if !self.guard.active() {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let behind = self.guard.behind(uid, arrived);
+        if behind == 0 {
+            return Ok(ControlFlow::Continue(()));
+        }
+        self.guard.hold(uid, arrived);
+        let msg = format!(
+            "waiting for {behind} earlier pod(s) held by a spend or workload limit \
+             (pods get room in arrival order)"
+        );
+        self.hold(pod, reason::LIMIT_REACHED, &msg).await?;
+        // Not the earliest: it is woken when its turn comes (the earliest wakes the next once
+        // it got room), so it needs no timer of its own.
+        Ok(ControlFlow::Break(Action::await_change()))
+    }
+
+    /// The pod's resolved environment, or (a break) what to do when it cannot be resolved
+    /// yet or ever; `assigned` is the provider recorded on the pod, for the status.
+    async fn environment(
+        &self,
+        pod: &Pod,
+        assigned: &str,
+    ) -> Result<ControlFlow<Action, env::Resolved>, Error> {
         let env = match env::resolve(
             pod,
             &env::KubeSource(self.client.clone()),
@@ -77,12 +147,12 @@ impl PodController {
                     reason: reason::CONFIG_ERROR,
                     message: m,
                 };
-                self.write_status(pod, &s, &assigned).await?;
-                return Ok(Action::requeue(queue::backoff(4)));
+                self.write_status(pod, &s, assigned).await?;
+                return Ok(ControlFlow::Break(Action::requeue(queue::backoff(4))));
             }
             Err(env::Error::Invalid(m)) => {
                 self.fail(pod, reason::INVALID_SPEC, &m).await?;
-                return Ok(Action::await_change());
+                return Ok(ControlFlow::Break(Action::await_change()));
             }
             Err(e) => return Err(Error::ResolveEnv(e)),
         };
@@ -100,101 +170,133 @@ impl PodController {
                 ),
             );
         }
-        let base = spec::workload(pod, req, id.clone(), env.vars, &env.containers);
+        Ok(ControlFlow::Continue(env))
+    }
 
-        let mut capacity_msgs = Vec::new();
-        let mut limit_msgs = Vec::new();
-        for (n, c) in plan.candidates.iter().enumerate() {
-            let i = c.provider;
-            let slot = &self.slots[i];
-            let name = slot.name().to_owned();
-            // An earlier attempt on this provider may have created the workload even though it
-            // failed for us (timeout, crash): only a list that began after it can tell. This is
-            // what lets adapters create without looking up the name first.
-            if self.recent.creating(i, &uid) {
-                return Ok(Action::requeue(self.cfg.timings.poll_interval()));
+    /// Offers the workload to candidate `n` of the plan.
+    async fn attempt(&self, a: &Creating<'_>, n: usize) -> Result<Tried, Error> {
+        let c = &a.plan.candidates[n];
+        let uid = a.id.pod_uid();
+        let i = c.provider;
+        let slot = &self.slots[i];
+        let name = slot.name().to_owned();
+        // An earlier attempt on this provider may have created the workload even though it
+        // failed for us (timeout, crash): only a list that began after it can tell. This is
+        // what lets adapters create without looking up the name first.
+        if self.recent.creating(i, uid) {
+            return Ok(Tried::Done(Action::requeue(
+                self.cfg.timings.poll_interval(),
+            )));
+        }
+        if let Err(why) = self.guard.reserve(uid, i, c.price) {
+            return Ok(Tried::OverLimit(format!("{name}: {why}")));
+        }
+        let mut workload = a.base.clone();
+        if let (Some(g), Some(t)) = (&a.req.gpu, &c.gpu_type) {
+            workload.gpu = Some(GpuRequest {
+                gpu_type: Some(t.clone()),
+                count: g.count,
+            });
+        }
+        self.recent.note_create(i, uid);
+        let call = Instant::now();
+        let result = slot.provider().create(&workload).await;
+        let call = call.elapsed();
+        // Only a list that began after the provider answered is sure to show the workload:
+        // a list sent while the create was in flight may be served before it (seen under
+        // load: the workload judged vanished and the pod failed with ProviderLost).
+        self.recent.note_create(i, uid);
+        match result {
+            Ok(()) => {
+                // The next held pod (if any) may fit too.
+                self.wake_held();
+                let action = self
+                    .created(a.pod, a.id, a.plan, n, &name, a.seen, call)
+                    .await?;
+                Ok(Tried::Done(action))
             }
-            if let Err(why) = self.guard.reserve(&uid, i, c.price) {
-                limit_msgs.push(format!("{name}: {why}"));
-                continue;
+            Err(e) => {
+                self.guard.release(uid);
+                self.refused(a.pod, c, name, e).await
             }
-            let mut workload = base.clone();
-            if let (Some(g), Some(t)) = (&req.gpu, &c.gpu_type) {
-                workload.gpu = Some(GpuRequest {
-                    gpu_type: Some(t.clone()),
-                    count: g.count,
-                });
+        }
+    }
+
+    /// Candidate `c` (provider `name`) refused the workload with `e`: on to the next
+    /// candidate, or what to do with the pod now.
+    async fn refused(
+        &self,
+        pod: &Pod,
+        c: &Candidate,
+        name: String,
+        e: ProviderError,
+    ) -> Result<Tried, Error> {
+        match after_create_error(&name, &e) {
+            AfterCreateError::NextCandidate => {
+                let message = match &e {
+                    ProviderError::Capacity { message } => message.clone(),
+                    other => other.to_string(),
+                };
+                self.remember_refusal(c.provider, c.gpu_type.as_deref());
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    reason::PROVIDER_CAPACITY,
+                    "CreateWorkload",
+                    &format!("provider {name} has no capacity: {message}"),
+                );
+                Ok(Tried::NoCapacity(format!("{name}: {message}")))
             }
-            self.recent.note_create(i, &uid);
-            let call = Instant::now();
-            let result = slot.provider().create(&workload).await;
-            let call = call.elapsed();
-            // Only a list that began after the provider answered is sure to show the workload:
-            // a list sent while the create was in flight may be served before it (seen under
-            // load: the workload judged vanished and the pod failed with ProviderLost).
-            self.recent.note_create(i, &uid);
-            let e = match result {
-                Ok(()) => {
-                    // The next held pod (if any) may fit too.
-                    self.wake_held();
-                    return self.created(pod, &id, plan, n, &name, seen, call).await;
+            AfterCreateError::Fail { reason, message } => {
+                // The provider refuses what the template asks for: a replacement would be
+                // refused too, so a pod its controller owns is held (see decide::refuse).
+                if super::decide::controller_of(pod).is_some() {
+                    let why = format!("{message} (held: a replacement would be refused too)");
+                    self.hold(pod, reason, &why).await?;
+                    return Ok(Tried::Done(Action::requeue(self.cfg.refusals.hold_retry())));
                 }
-                Err(e) => e,
-            };
-            self.guard.release(&uid);
-            match after_create_error(&name, &e) {
-                AfterCreateError::NextCandidate => {
-                    let message = match &e {
-                        crate::provider::ProviderError::Capacity { message } => message.clone(),
-                        other => other.to_string(),
-                    };
-                    self.remember_refusal(i, c.gpu_type.as_deref());
-                    self.event(
-                        pod,
-                        EventType::Warning,
-                        reason::PROVIDER_CAPACITY,
-                        "CreateWorkload",
-                        &format!("provider {name} has no capacity: {message}"),
-                    );
-                    capacity_msgs.push(format!("{name}: {message}"));
-                }
-                AfterCreateError::Fail { reason, message } => {
-                    // The provider refuses what the template asks for: a replacement would be
-                    // refused too, so a pod its controller owns is held (see decide::refuse).
-                    if super::decide::controller_of(pod).is_some() {
-                        let why = format!("{message} (held: a replacement would be refused too)");
-                        self.hold(pod, reason, &why).await?;
-                        return Ok(Action::requeue(self.cfg.refusals.hold_retry()));
-                    }
-                    self.fail(pod, reason, &message).await?;
-                    return Ok(Action::await_change());
-                }
-                AfterCreateError::Retry(after) => {
-                    self.event(
-                        pod,
-                        EventType::Warning,
-                        reason::PROVIDER_ERROR,
-                        "CreateWorkload",
-                        &format!("provider {name}: {e}"),
-                    );
-                    let s = Situation::Waiting {
-                        reason: reason::PROVIDER_ERROR,
-                        message: format!("provider {name}: {e}"),
-                    };
-                    self.write_status(pod, &s, &name).await?;
-                    return match after {
-                        Some(d) => Ok(Action::requeue(d)),
-                        None => Err(Error::Provider {
-                            provider: name,
-                            source: e,
-                        }),
-                    };
+                self.fail(pod, reason, &message).await?;
+                Ok(Tried::Done(Action::await_change()))
+            }
+            AfterCreateError::Retry(after) => {
+                self.event(
+                    pod,
+                    EventType::Warning,
+                    reason::PROVIDER_ERROR,
+                    "CreateWorkload",
+                    &format!("provider {name}: {e}"),
+                );
+                let s = Situation::Waiting {
+                    reason: reason::PROVIDER_ERROR,
+                    message: format!("provider {name}: {e}"),
+                };
+                self.write_status(pod, &s, &name).await?;
+                match after {
+                    Some(d) => Ok(Tried::Done(Action::requeue(d))),
+                    None => Err(Error::Provider {
+                        provider: name,
+                        source: e,
+                    }),
                 }
             }
         }
+    }
+
+    /// No candidate took the workload: the pod waits for room under the guardrails when
+    /// every candidate was over one, else for capacity. `assigned` is the provider recorded
+    /// on the pod, for the status.
+    async fn none_accepted(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        arrived: Timestamp,
+        assigned: &str,
+        mut capacity_msgs: Vec<String>,
+        limit_msgs: Vec<String>,
+    ) -> Result<Action, Error> {
         if capacity_msgs.is_empty() && !limit_msgs.is_empty() {
             // Every candidate is over a guardrail: wait for room, in arrival order.
-            self.guard.hold(&uid, arrived);
+            self.guard.hold(uid, arrived);
             let msg = format!(
                 "a spend or workload limit is reached; the pod is created as soon as room \
                  appears ({})",
@@ -209,7 +311,7 @@ impl PodController {
             reason: reason::PROVIDER_CAPACITY,
             message: msg,
         };
-        self.write_status(pod, &s, &assigned).await?;
+        self.write_status(pod, &s, assigned).await?;
         Ok(Action::requeue(
             self.cfg.timings.poll_interval().max(queue::backoff(3)),
         ))

@@ -169,88 +169,23 @@ pub fn candidates(
     assigned: Option<&str>,
     policy: DispatchPolicy,
 ) -> Result<Plan, Error> {
-    let allowed: Vec<usize> = match &req.pinned_provider {
-        Some(pin) => {
-            let i = providers
-                .iter()
-                .position(|p| &p.name == pin)
-                .ok_or_else(|| Error::UnknownProvider(pin.clone()))?;
-            if types(req).into_iter().all(|t| !fits(&providers[i], req, t)) {
-                return Err(Error::NoMatch(format!(
-                    "{} (pinned provider {pin})",
-                    describe(req)
-                )));
-            }
-            vec![i]
-        }
-        None => (0..providers.len()).collect(),
-    };
+    let allowed = allowed(providers, req)?;
     let mut plan = Plan {
         policy: Some(policy),
         ..Plan::default()
     };
     let mut fitting = false;
-    let count = req.gpu.as_ref().map_or(1, |g| g.count.max(1));
-    let max_price = req
-        .options
-        .get("max_price_per_hour")
-        .and_then(|v| v.parse::<f64>().ok())
-        .and_then(Price::from_dollars);
+    let ask = Ask::of(req);
     let default = Standing::default();
     // Candidates whose inventory shows too few free: tried after all the others.
     let mut short = Vec::new();
     for &i in &allowed {
         let st = standing.get(i).unwrap_or(&default);
-        let mut skip: Option<Skip> = None;
-        let mut any = false;
-        for t in types(req) {
-            if !fits(&providers[i], req, t) {
-                continue;
-            }
-            fitting = true;
-            if let Health::Unhealthy { reason, retry_in } = &st.health {
-                skip = Some(Skip::Unhealthy {
-                    reason: reason.clone(),
-                    retry_in: *retry_in,
-                });
-                break;
-            }
-            let gpu_type = t.map(str::to_owned);
-            if let Some((_, left)) = st.refused.iter().find(|(rt, _)| same_type(rt, t)) {
-                skip.get_or_insert(Skip::RecentlyRefused {
-                    gpu_type,
-                    for_: *left,
-                });
-                continue;
-            }
-            let quote = st.inventory.and_then(|inv| inv.quote(t));
-            // Free GPUs in all, or on the largest single offer, short of the pod's count.
-            let is_short = quote.is_some_and(|q| {
-                q.available_gpus.is_some_and(|n| n < count)
-                    || q.max_per_workload.is_some_and(|n| n < count)
-            });
-            let price = quote.map(|q| q.price_per_gpu.times(count));
-            if let (Some(price), Some(max)) = (price, max_price)
-                && price > max
-            {
-                skip.get_or_insert(Skip::OverPrice { price, max });
-                continue;
-            }
-            any = true;
-            let c = Candidate {
-                provider: i,
-                // "Any GPU" stays any: the adapter picks (its default type, or the cheapest
-                // offer); the price is then the cheapest quote with room.
-                gpu_type,
-                price,
-            };
-            if is_short {
-                short.push(c);
-            } else {
-                plan.candidates.push(c);
-            }
-        }
-        if let (false, Some(why)) = (any, skip) {
+        let offered = offered(i, &providers[i], st, req, &ask);
+        fitting |= offered.fits;
+        plan.candidates.extend(offered.candidates);
+        short.extend(offered.short);
+        if let Some(why) = offered.passed_over {
             plan.passed_over.push(PassedOver { provider: i, why });
         }
     }
@@ -271,6 +206,120 @@ pub fn candidates(
         plan.candidates.sort_by_key(|c| c.provider != ai);
     }
     Ok(plan)
+}
+
+/// The providers the pod may go to: the one it pins (if it can run the pod), else all.
+fn allowed(providers: &[Offer], req: &Request) -> Result<Vec<usize>, Error> {
+    let Some(pin) = &req.pinned_provider else {
+        return Ok((0..providers.len()).collect());
+    };
+    let i = providers
+        .iter()
+        .position(|p| &p.name == pin)
+        .ok_or_else(|| Error::UnknownProvider(pin.clone()))?;
+    if types(req).into_iter().all(|t| !fits(&providers[i], req, t)) {
+        return Err(Error::NoMatch(format!(
+            "{} (pinned provider {pin})",
+            describe(req)
+        )));
+    }
+    Ok(vec![i])
+}
+
+/// What a candidate's price and room are judged against.
+struct Ask {
+    /// The pod's GPU count, at least one.
+    count: u32,
+    /// The pod's `gpu-vk.io/max-price-per-hour`, if it sets one.
+    max_price: Option<Price>,
+}
+
+impl Ask {
+    /// The pod's count and maximum price, from its request.
+    fn of(req: &Request) -> Self {
+        Self {
+            count: req.gpu.as_ref().map_or(1, |g| g.count.max(1)),
+            max_price: req
+                .options
+                .get("max_price_per_hour")
+                .and_then(|v| v.parse::<f64>().ok())
+                .and_then(Price::from_dollars),
+        }
+    }
+}
+
+/// What one provider offers the pod, per GPU type the pod accepts.
+struct Offered {
+    /// The provider can run the pod for at least one of the types.
+    fits: bool,
+    /// Its candidates, in the pod's type order.
+    candidates: Vec<Candidate>,
+    /// Its candidates whose inventory shows too few GPUs free.
+    short: Vec<Candidate>,
+    /// Why it has no candidate at all, though it fits.
+    passed_over: Option<Skip>,
+}
+
+/// What provider `i` (`offer`, standing as `st`) offers the pod: a candidate for each type it
+/// fits, unless unhealthy, recently refused for the type or over the pod's price.
+fn offered(i: usize, offer: &Offer, st: &Standing<'_>, req: &Request, ask: &Ask) -> Offered {
+    let mut out = Offered {
+        fits: false,
+        candidates: Vec::new(),
+        short: Vec::new(),
+        passed_over: None,
+    };
+    let mut skip: Option<Skip> = None;
+    for t in types(req) {
+        if !fits(offer, req, t) {
+            continue;
+        }
+        out.fits = true;
+        if let Health::Unhealthy { reason, retry_in } = &st.health {
+            skip = Some(Skip::Unhealthy {
+                reason: reason.clone(),
+                retry_in: *retry_in,
+            });
+            break;
+        }
+        let gpu_type = t.map(str::to_owned);
+        if let Some((_, left)) = st.refused.iter().find(|(rt, _)| same_type(rt, t)) {
+            skip.get_or_insert(Skip::RecentlyRefused {
+                gpu_type,
+                for_: *left,
+            });
+            continue;
+        }
+        let quote = st.inventory.and_then(|inv| inv.quote(t));
+        // Free GPUs in all, or on the largest single offer, short of the pod's count.
+        let is_short = quote.is_some_and(|q| {
+            q.available_gpus.is_some_and(|n| n < ask.count)
+                || q.max_per_workload.is_some_and(|n| n < ask.count)
+        });
+        let price = quote.map(|q| q.price_per_gpu.times(ask.count));
+        if let (Some(price), Some(max)) = (price, ask.max_price)
+            && price > max
+        {
+            skip.get_or_insert(Skip::OverPrice { price, max });
+            continue;
+        }
+        let c = Candidate {
+            provider: i,
+            // "Any GPU" stays any: the adapter picks (its default type, or the cheapest
+            // offer); the price is then the cheapest quote with room.
+            gpu_type,
+            price,
+        };
+        if is_short {
+            out.short.push(c);
+        } else {
+            out.candidates.push(c);
+        }
+    }
+    if out.candidates.is_empty() && out.short.is_empty() {
+        out.passed_over = skip;
+    }
+    out
 }
 
 /// The GPU types the pod accepts, in its order; one `None` for "any" or CPU-only.

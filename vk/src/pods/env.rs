@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVarSource, Pod, Secret};
 use kube::{Api, Client};
 
 use crate::provider::EnvVar;
@@ -132,42 +132,23 @@ pub async fn resolve(pod: &Pod, src: &impl Source, node_ip: &str) -> Result<Reso
     Ok(resolved)
 }
 
-/// Resolves the env of container `c` of `pod`.
+/// Resolves the env of container `c` of `pod`: `envFrom` first, then `env`, whose entries win
+/// and may refer to what came before.
 async fn resolve_container(
     pod: &Pod,
-    c: &k8s_openapi::api::core::v1::Container,
+    c: &Container,
     src: &impl Source,
     node_ip: &str,
 ) -> Result<Resolved, Error> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let mut out: Vec<EnvVar> = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
-    let mut set_from = |name: String, value: String, out: &mut Vec<EnvVar>| {
-        if !is_env_name(&name) {
-            skipped.push(name);
-            return;
-        }
-        if let Some(e) = out.iter_mut().find(|e| e.name == name) {
-            e.value = value;
-        } else {
-            out.push(EnvVar { name, value });
-        }
-    };
-    let set = |name: String, value: String, out: &mut Vec<EnvVar>| {
-        if let Some(e) = out.iter_mut().find(|e| e.name == name) {
-            e.value = value;
-        } else {
-            out.push(EnvVar { name, value });
-        }
-    };
-
+    let mut out = Resolved::default();
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         if let Some(r) = &from.config_map_ref {
             match src.config_map(&ns, &r.name).await? {
                 Some(data) => data
                     .into_iter()
-                    .for_each(|(k, v)| set_from(format!("{prefix}{k}"), v, &mut out)),
+                    .for_each(|(k, v)| out.set_from(format!("{prefix}{k}"), v)),
                 None if r.optional == Some(true) => {}
                 None => return Err(Error::Missing(format!("configmap {:?} not found", r.name))),
             }
@@ -176,82 +157,113 @@ async fn resolve_container(
             match src.secret(&ns, &r.name).await? {
                 Some(data) => data
                     .into_iter()
-                    .for_each(|(k, v)| set_from(format!("{prefix}{k}"), v, &mut out)),
+                    .for_each(|(k, v)| out.set_from(format!("{prefix}{k}"), v)),
                 None if r.optional == Some(true) => {}
                 None => return Err(Error::Missing(format!("secret {:?} not found", r.name))),
             }
         }
     }
-
     for e in c.env.iter().flatten() {
         if let Some(v) = &e.value {
-            set(e.name.clone(), expand(v, &out), &mut out);
+            let v = expand(v, &out.vars);
+            out.set(e.name.clone(), v);
             continue;
         }
         let Some(vf) = &e.value_from else {
-            set(e.name.clone(), String::new(), &mut out);
+            out.set(e.name.clone(), String::new());
             continue;
         };
-        if let Some(r) = &vf.config_map_key_ref {
-            let optional = r.optional == Some(true);
-            match src.config_map(&ns, &r.name).await? {
-                Some(data) => match data.get(&r.key) {
-                    Some(v) => set(e.name.clone(), v.clone(), &mut out),
-                    None if optional => {}
-                    None => {
-                        return Err(Error::Missing(format!(
-                            "couldn't find key {} in ConfigMap {}/{}",
-                            r.key, ns, r.name
-                        )));
-                    }
-                },
-                None if optional => {}
-                None => return Err(Error::Missing(format!("configmap {:?} not found", r.name))),
-            }
-        } else if let Some(r) = &vf.secret_key_ref {
-            let optional = r.optional == Some(true);
-            match src.secret(&ns, &r.name).await? {
-                Some(data) => match data.get(&r.key) {
-                    Some(v) => set(e.name.clone(), v.clone(), &mut out),
-                    None if optional => {}
-                    None => {
-                        return Err(Error::Missing(format!(
-                            "couldn't find key {} in Secret {}/{}",
-                            r.key, ns, r.name
-                        )));
-                    }
-                },
-                None if optional => {}
-                None => return Err(Error::Missing(format!("secret {:?} not found", r.name))),
-            }
-        } else if let Some(f) = &vf.field_ref {
-            let v = field(pod, &f.field_path, node_ip).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "env {}: unsupported fieldRef {:?}",
-                    e.name, f.field_path
-                ))
-            })?;
-            set(e.name.clone(), v, &mut out);
-        } else if let Some(r) = &vf.resource_field_ref {
-            let v = resource_field(c, &r.resource).ok_or_else(|| {
-                Error::Invalid(format!(
-                    "env {}: unsupported resourceFieldRef {:?}",
-                    e.name, r.resource
-                ))
-            })?;
-            set(e.name.clone(), v, &mut out);
-        } else {
-            return Err(Error::Invalid(format!(
-                "env {}: unsupported valueFrom",
-                e.name
-            )));
+        if let Some(v) = value_from(pod, c, &e.name, vf, src, &ns, node_ip).await? {
+            out.set(e.name.clone(), v);
         }
     }
-    Ok(Resolved {
-        vars: out,
-        skipped,
-        containers: BTreeMap::new(),
-    })
+    Ok(out)
+}
+
+impl Resolved {
+    /// Sets `name`, replacing a value set before (a later source wins, as on a kubelet).
+    fn set(&mut self, name: String, value: String) {
+        if let Some(e) = self.vars.iter_mut().find(|e| e.name == name) {
+            e.value = value;
+        } else {
+            self.vars.push(EnvVar { name, value });
+        }
+    }
+
+    /// Sets a key of an `envFrom` source, or skips it when it is not a variable name.
+    fn set_from(&mut self, name: String, value: String) {
+        if !is_env_name(&name) {
+            self.skipped.push(name);
+            return;
+        }
+        self.set(name, value);
+    }
+}
+
+/// The value of env `name` from its `valueFrom` source, in namespace `ns`; `None` when an
+/// optional ConfigMap, Secret or key is missing (the variable is then left unset).
+async fn value_from(
+    pod: &Pod,
+    c: &Container,
+    name: &str,
+    vf: &EnvVarSource,
+    src: &impl Source,
+    ns: &str,
+    node_ip: &str,
+) -> Result<Option<String>, Error> {
+    if let Some(r) = &vf.config_map_key_ref {
+        let optional = r.optional == Some(true);
+        let data = src.config_map(ns, &r.name).await?;
+        key_of(data, "ConfigMap", ns, &r.name, &r.key, optional)
+    } else if let Some(r) = &vf.secret_key_ref {
+        let optional = r.optional == Some(true);
+        let data = src.secret(ns, &r.name).await?;
+        key_of(data, "Secret", ns, &r.name, &r.key, optional)
+    } else if let Some(f) = &vf.field_ref {
+        let v = field(pod, &f.field_path, node_ip).ok_or_else(|| {
+            Error::Invalid(format!(
+                "env {name}: unsupported fieldRef {:?}",
+                f.field_path
+            ))
+        })?;
+        Ok(Some(v))
+    } else if let Some(r) = &vf.resource_field_ref {
+        let v = resource_field(c, &r.resource).ok_or_else(|| {
+            Error::Invalid(format!(
+                "env {name}: unsupported resourceFieldRef {:?}",
+                r.resource
+            ))
+        })?;
+        Ok(Some(v))
+    } else {
+        Err(Error::Invalid(format!("env {name}: unsupported valueFrom")))
+    }
+}
+
+/// The value of `key` in `data`, read from the ConfigMap or Secret (`kind`) `ns`/`name`
+/// (`None`: not found); `None` when the source or the key is missing but `optional`.
+fn key_of(
+    data: Option<BTreeMap<String, String>>,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    key: &str,
+    optional: bool,
+) -> Result<Option<String>, Error> {
+    match data {
+        Some(data) => match data.get(key) {
+            Some(v) => Ok(Some(v.clone())),
+            None if optional => Ok(None),
+            None => Err(Error::Missing(format!(
+                "couldn't find key {key} in {kind} {ns}/{name}"
+            ))),
+        },
+        None if optional => Ok(None),
+        None => Err(Error::Missing(format!(
+            "{} {name:?} not found",
+            kind.to_lowercase()
+        ))),
+    }
 }
 
 /// `$(VAR)` expansion against variables defined earlier, as the kubelet does; `$$` escapes.
@@ -330,7 +342,7 @@ fn field(pod: &Pod, path: &str, node_ip: &str) -> Option<String> {
     })
 }
 
-fn resource_field(c: &k8s_openapi::api::core::v1::Container, resource: &str) -> Option<String> {
+fn resource_field(c: &Container, resource: &str) -> Option<String> {
     let (kind, name) = resource.split_once('.')?;
     let res = c.resources.as_ref()?;
     let map = match kind {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use crate::provider::{ContainerRole, GpuRequest, PodContainer, Workload};
 use crate::vocab::quantity::{QuantityError, parse_cpu, parse_memory};
@@ -102,6 +102,25 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         .as_ref()
         .ok_or_else(|| SpecError("pod has no spec".into()))?;
     let (c, steps_only) = run_containers(pod)?;
+    unsupported(pod, spec, c)?;
+    let ann = annotations(pod)?;
+    let res = Resources::of(c, ann.gpu_type)?;
+    Ok(Request {
+        pinned_provider: ann.pinned_provider,
+        gpu: res.gpu,
+        gpu_types: ann.gpu_types,
+        policy: ann.policy,
+        cpu_millis: res.cpu_millis,
+        memory_bytes: res.memory_bytes,
+        options: ann.options,
+        steps_only,
+    })
+}
+
+/// Refuses what no provider can do outside the cluster: the host's namespaces, volumes
+/// other than scratch space and projected ones, a privileged main container `c`, env names a
+/// provider would misread, and a main container without an image.
+fn unsupported(pod: &Pod, spec: &PodSpec, c: &Container) -> Result<(), SpecError> {
     if spec.host_network == Some(true) || spec.host_pid == Some(true) || spec.host_ipc == Some(true)
     {
         return Err(SpecError(
@@ -144,13 +163,31 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
     if c.image.as_deref().unwrap_or_default().is_empty() {
         return Err(SpecError(format!("container {:?} has no image", c.name)));
     }
+    Ok(())
+}
 
+/// What the pod's `gpu-vk.io/*` annotations ask for.
+struct Annotated {
+    pinned_provider: Option<String>,
+    /// The GPU type wanted, or the first of the set the pod accepts.
+    gpu_type: Option<String>,
+    /// The whole set, when the pod names more than one type.
+    gpu_types: Vec<String>,
+    policy: Option<crate::config::DispatchPolicy>,
+    options: BTreeMap<String, String>,
+}
+
+/// Reads the pod's `gpu-vk.io/*` annotations; an unknown one or an invalid value refuses the
+/// pod.
+fn annotations(pod: &Pod) -> Result<Annotated, SpecError> {
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let mut options = BTreeMap::new();
-    let mut pinned_provider = None;
-    let mut gpu_type = None;
-    let mut gpu_types = Vec::new();
-    let mut policy = None;
+    let mut out = Annotated {
+        pinned_provider: None,
+        gpu_type: None,
+        gpu_types: Vec::new(),
+        policy: None,
+        options: BTreeMap::new(),
+    };
     for (k, v) in &annotations {
         let Some(key) = k.strip_prefix(PREFIX) else {
             continue;
@@ -160,41 +197,21 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
                 if v.is_empty() {
                     return Err(SpecError(format!("annotation {ANN_PROVIDER} is empty")));
                 }
-                pinned_provider = Some(v.clone());
+                out.pinned_provider = Some(v.clone());
             }
             ANN_ASSIGNED | ANN_DISPATCH | ANN_PUBLISHED | ANN_OMIT_CONTAINERS => {}
             ANN_GPU_TYPE => {
-                let set: Vec<&str> = v.split(',').collect();
-                if set
-                    .iter()
-                    .any(|t| t.is_empty() || t.contains(char::is_whitespace))
-                {
-                    return Err(SpecError(format!(
-                        "annotation {ANN_GPU_TYPE} has invalid value {v:?} (a GPU type, or \
-                         types separated by commas without spaces)"
-                    )));
-                }
-                gpu_type = set.first().map(|t| (*t).to_owned());
+                let set = gpu_type_set(v)?;
+                out.gpu_type = set.first().map(|t| (*t).to_owned());
                 if set.len() > 1 {
-                    gpu_types = set.iter().map(|t| (*t).to_owned()).collect();
+                    out.gpu_types = set.iter().map(|t| (*t).to_owned()).collect();
                 }
             }
-            ANN_DISPATCH_POLICY => {
-                policy = Some(match v.as_str() {
-                    "preference" => crate::config::DispatchPolicy::Preference,
-                    "cheapest" => crate::config::DispatchPolicy::Cheapest,
-                    _ => {
-                        return Err(SpecError(format!(
-                            "annotation {ANN_DISPATCH_POLICY} has invalid value {v:?} \
-                             (expected preference or cheapest)"
-                        )));
-                    }
-                });
-            }
+            ANN_DISPATCH_POLICY => out.policy = Some(dispatch_policy(v)?),
             _ => match OPTIONS.iter().find(|(name, _)| *name == key) {
                 Some((_, valid)) if valid(v) => {
                     // Adapters read options in snake_case (`bid-price` -> `bid_price`).
-                    options.insert(key.replace('-', "_"), v.clone());
+                    out.options.insert(key.replace('-', "_"), v.clone());
                 }
                 Some(_) => {
                     return Err(SpecError(format!("annotation {k} has invalid value {v:?}")));
@@ -210,43 +227,76 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
             },
         }
     }
+    Ok(out)
+}
 
-    let res = c.resources.as_ref();
-    let get = |name: &str| {
-        res.and_then(|r| r.limits.as_ref().and_then(|l| l.get(name)))
-            .or_else(|| res.and_then(|r| r.requests.as_ref().and_then(|l| l.get(name))))
-            .map(|q| q.0.clone())
-    };
-    let gpu_count = match get(GPU_RESOURCE) {
-        Some(q) => Some(
-            q.parse::<u32>()
-                .map_err(|_| SpecError(format!("{GPU_RESOURCE} {q:?} is not a whole number")))?,
-        ),
-        None => None,
-    };
-    let gpu = match (gpu_count, gpu_type) {
-        (Some(0) | None, None) => None,
-        (Some(0) | None, Some(t)) => Some(GpuRequest {
-            gpu_type: Some(t),
-            count: 1,
-        }),
-        (Some(n), t) => Some(GpuRequest {
-            gpu_type: t,
-            count: n,
-        }),
-    };
-    let cpu_millis = get("cpu").map(|q| parse_cpu(&q)).transpose()?;
-    let memory_bytes = get("memory").map(|q| parse_memory(&q)).transpose()?;
-    Ok(Request {
-        pinned_provider,
-        gpu,
-        gpu_types,
-        policy,
-        cpu_millis,
-        memory_bytes,
-        options,
-        steps_only,
-    })
+/// The GPU types of an [`ANN_GPU_TYPE`] value, in the pod's order of preference.
+fn gpu_type_set(v: &str) -> Result<Vec<&str>, SpecError> {
+    let set: Vec<&str> = v.split(',').collect();
+    if set
+        .iter()
+        .any(|t| t.is_empty() || t.contains(char::is_whitespace))
+    {
+        return Err(SpecError(format!(
+            "annotation {ANN_GPU_TYPE} has invalid value {v:?} (a GPU type, or types separated \
+             by commas without spaces)"
+        )));
+    }
+    Ok(set)
+}
+
+/// The policy an [`ANN_DISPATCH_POLICY`] value names.
+fn dispatch_policy(v: &str) -> Result<crate::config::DispatchPolicy, SpecError> {
+    match v {
+        "preference" => Ok(crate::config::DispatchPolicy::Preference),
+        "cheapest" => Ok(crate::config::DispatchPolicy::Cheapest),
+        _ => Err(SpecError(format!(
+            "annotation {ANN_DISPATCH_POLICY} has invalid value {v:?} (expected preference or \
+             cheapest)"
+        ))),
+    }
+}
+
+/// What the main container's resources ask for (a limit before a request).
+struct Resources {
+    gpu: Option<GpuRequest>,
+    cpu_millis: Option<u64>,
+    memory_bytes: Option<u64>,
+}
+
+impl Resources {
+    /// The resources of container `c`; `gpu_type` from the annotations makes a pod that
+    /// asks for no GPU count ask for one GPU of that type.
+    fn of(c: &Container, gpu_type: Option<String>) -> Result<Self, SpecError> {
+        let res = c.resources.as_ref();
+        let get = |name: &str| {
+            res.and_then(|r| r.limits.as_ref().and_then(|l| l.get(name)))
+                .or_else(|| res.and_then(|r| r.requests.as_ref().and_then(|l| l.get(name))))
+                .map(|q| q.0.clone())
+        };
+        let gpu_count = get(GPU_RESOURCE)
+            .map(|q| {
+                q.parse::<u32>()
+                    .map_err(|_| SpecError(format!("{GPU_RESOURCE} {q:?} is not a whole number")))
+            })
+            .transpose()?;
+        let gpu = match (gpu_count, gpu_type) {
+            (Some(0) | None, None) => None,
+            (Some(0) | None, Some(t)) => Some(GpuRequest {
+                gpu_type: Some(t),
+                count: 1,
+            }),
+            (Some(n), t) => Some(GpuRequest {
+                gpu_type: t,
+                count: n,
+            }),
+        };
+        Ok(Self {
+            gpu,
+            cpu_millis: get("cpu").map(|q| parse_cpu(&q)).transpose()?,
+            memory_bytes: get("memory").map(|q| parse_memory(&q)).transpose()?,
+        })
+    }
 }
 
 fn volume_kind(v: &k8s_openapi::api::core::v1::Volume) -> &'static str {

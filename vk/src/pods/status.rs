@@ -107,26 +107,7 @@ impl PodController {
         provider: &str,
         restarts: i32,
     ) -> Result<(), Error> {
-        let provider_restarts = match s {
-            Situation::Observed(o) => o.provider_restarts as i32,
-            _ => 0,
-        };
-        let cx = translate::Context {
-            provider,
-            host_ip: &self.cfg.internal_ip,
-            restart_count: restarts.max(provider_restarts),
-            now: Timestamp::now(),
-            readiness: match s {
-                Situation::Observed(o) if o.state == WorkloadState::Running => self
-                    .prober
-                    .readiness(pod.metadata.uid.as_deref().unwrap_or_default()),
-                _ => translate::Readiness::Unprobed,
-            },
-            all_containers: self
-                .slots
-                .named(provider)
-                .is_some_and(|slot| slot.provider().capabilities().containers),
-        };
+        let cx = self.translate_context(pod, s, provider, restarts);
         let mut status = translate::pod_status(pod, s, &cx);
         // The published ports ride on the status write too, only when they change.
         let publish = match s {
@@ -164,16 +145,6 @@ impl PodController {
         {
             return Ok(());
         }
-        let mut value = serde_json::to_value(&status).unwrap_or_default();
-        // Merge patch: fields we dropped must be nulled explicitly, lists are replaced.
-        if let (Some(obj), Ok(serde_json::Value::Object(old))) = (
-            value.as_object_mut(),
-            serde_json::to_value(pod.status.clone().unwrap_or_default()),
-        ) {
-            for k in old.keys() {
-                obj.entry(k.clone()).or_insert(serde_json::Value::Null);
-            }
-        }
         let mut metadata = serde_json::json!({ "uid": pod.metadata.uid });
         if annotate {
             metadata["annotations"] = serde_json::json!({ ANN_ASSIGNED: provider });
@@ -184,21 +155,69 @@ impl PodController {
         if let Some(p) = &publish {
             metadata["annotations"][ANN_PUBLISHED] = serde_json::json!(p);
         }
-        let patch = serde_json::json!({ "metadata": metadata, "status": value });
+        let patch =
+            serde_json::json!({ "metadata": metadata, "status": merge_status(pod, &status) });
+        self.patch_status(pod, &patch, &uid, decide.is_some(), &status)
+            .await
+    }
+
+    /// What the translation of `s` needs to know beyond the pod: restarts counted here and
+    /// at the provider, the readiness probe's verdict, whether the provider runs every
+    /// container.
+    fn translate_context<'a>(
+        &'a self,
+        pod: &Pod,
+        s: &Situation<'_>,
+        provider: &'a str,
+        restarts: i32,
+    ) -> translate::Context<'a> {
+        let provider_restarts = match s {
+            Situation::Observed(o) => o.provider_restarts as i32,
+            _ => 0,
+        };
+        translate::Context {
+            provider,
+            host_ip: &self.cfg.internal_ip,
+            restart_count: restarts.max(provider_restarts),
+            now: Timestamp::now(),
+            readiness: match s {
+                Situation::Observed(o) if o.state == WorkloadState::Running => self
+                    .prober
+                    .readiness(pod.metadata.uid.as_deref().unwrap_or_default()),
+                _ => translate::Readiness::Unprobed,
+            },
+            all_containers: self
+                .slots
+                .named(provider)
+                .is_some_and(|slot| slot.provider().capabilities().containers),
+        }
+    }
+
+    /// Sends the merge `patch` to the pod's status subresource and keeps the pod store
+    /// current; `decided` says the patch carries the pending dispatch decision of `uid`,
+    /// which is then forgotten. A pod already gone is no error.
+    async fn patch_status(
+        &self,
+        pod: &Pod,
+        patch: &serde_json::Value,
+        uid: &str,
+        decided: bool,
+        status: &PodStatus,
+    ) -> Result<(), Error> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         match api
             .patch_status(
                 &pod.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(&patch),
+                &Patch::Merge(patch),
             )
             .await
         {
             Ok(updated) => {
                 self.metrics.status_writes.inc();
-                if decide.is_some() {
-                    self.recent.forget_decision(&uid);
+                if decided {
+                    self.recent.forget_decision(uid);
                 }
                 debug!(
                     namespace = pod.namespace().unwrap_or_default(),
@@ -214,7 +233,7 @@ impl PodController {
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {
-                self.recent.forget_decision(&uid);
+                self.recent.forget_decision(uid);
                 Ok(())
             }
             Err(e) => Err(Error::WriteStatus(e)),
@@ -278,4 +297,19 @@ impl PodController {
         };
         self.events.publish(&reference, type_, reason, action, note);
     }
+}
+
+/// `status` as the body of a merge patch over the pod's current status: a merge patch
+/// replaces lists but keeps fields it does not name, so each field we dropped is nulled.
+fn merge_status(pod: &Pod, status: &PodStatus) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let (Some(obj), Ok(serde_json::Value::Object(old))) = (
+        value.as_object_mut(),
+        serde_json::to_value(pod.status.clone().unwrap_or_default()),
+    ) {
+        for k in old.keys() {
+            obj.entry(k.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    value
 }

@@ -2,7 +2,8 @@
 //! observed per container, and the containers it does not run (left out, init, sidecars).
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+    Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+    Pod,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -126,25 +127,62 @@ pub(super) fn others(
     initialized: bool,
     cx: &Context<'_>,
 ) -> (Vec<ContainerStatus>, Option<Vec<ContainerStatus>>) {
-    let provider = cx.provider;
     let omitted = crate::pods::spec::omitted(pod);
-    let runs = |c: &k8s_openapi::api::core::v1::Container| {
-        cx.all_containers && !omitted.contains(&c.name.as_str())
-    };
+    let runs = |c: &Container| cx.all_containers && !omitted.contains(&c.name.as_str());
     let main_status = main.clone();
-    let like_main = |c: &k8s_openapi::api::core::v1::Container| ContainerStatus {
-        name: c.name.clone(),
-        image: c.image.clone().unwrap_or_default(),
-        container_id: main_status
-            .container_id
-            .as_ref()
-            .map(|id| format!("{id}/{}", c.name)),
-        ..main_status.clone()
-    };
     let Some(spec) = pod.spec.as_ref() else {
         return (vec![main], None);
     };
-    let left_out = |c: &k8s_openapi::api::core::v1::Container| ContainerStatus {
+    let mut main = Some(main);
+    let statuses = spec
+        .containers
+        .iter()
+        .filter_map(|c| {
+            if main.as_ref().is_some_and(|m| m.name == c.name) {
+                main.take()
+            } else if runs(c) {
+                Some(like_main(&main_status, c))
+            } else {
+                Some(left_out(c, cx.provider))
+            }
+        })
+        .collect();
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    if inits.is_empty() {
+        return (statuses, None);
+    }
+    let init_statuses = inits
+        .iter()
+        .map(|c| {
+            if !crate::pods::spec::is_sidecar(c) {
+                init_status(c, initialized, cx)
+            } else if runs(c) {
+                like_main(&main_status, c)
+            } else {
+                left_out(c, cx.provider)
+            }
+        })
+        .collect();
+    (statuses, Some(init_statuses))
+}
+
+/// A container run in the same job as the main one: it has the main container's state, as
+/// its own exit is not observed.
+fn like_main(main: &ContainerStatus, c: &Container) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        container_id: main
+            .container_id
+            .as_ref()
+            .map(|id| format!("{id}/{}", c.name)),
+        ..main.clone()
+    }
+}
+
+/// A container `provider` does not run: ended before it started, saying why.
+fn left_out(c: &Container, provider: &str) -> ContainerStatus {
+    ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
         started: Some(false),
@@ -161,65 +199,44 @@ pub(super) fn others(
             ..Default::default()
         }),
         ..Default::default()
-    };
-    let mut main = Some(main);
-    let statuses = spec
-        .containers
-        .iter()
-        .filter_map(|c| {
-            if main.as_ref().is_some_and(|m| m.name == c.name) {
-                main.take()
-            } else if runs(c) {
-                Some(like_main(c))
-            } else {
-                Some(left_out(c))
-            }
-        })
-        .collect();
-    let inits = spec.init_containers.as_deref().unwrap_or_default();
-    if inits.is_empty() {
-        return (statuses, None);
     }
-    let init_statuses = inits
-        .iter()
-        .map(|c| {
-            if crate::pods::spec::is_sidecar(c) {
-                return if runs(c) { like_main(c) } else { left_out(c) };
-            }
-            let how = if cx.all_containers {
-                "as a job step before the containers (a failure ends the job with its exit code)"
-            } else {
-                "before the main command, in the same workload (a failure ends the workload with \
-                 its exit code)"
-            };
-            let state = if initialized {
-                ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code: 0,
-                        reason: Some("Completed".into()),
-                        message: Some(format!("run by provider {provider} {how}")),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }
-            } else {
-                ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some(reason::POD_INITIALIZING.into()),
-                        message: None,
-                    }),
-                    ..Default::default()
-                }
-            };
-            ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                started: Some(false),
-                ready: initialized,
-                state: Some(state),
+}
+
+/// An init container that is not a sidecar: done once the pod is `initialized`, waiting with
+/// PodInitializing until then.
+fn init_status(c: &Container, initialized: bool, cx: &Context<'_>) -> ContainerStatus {
+    let provider = cx.provider;
+    let how = if cx.all_containers {
+        "as a job step before the containers (a failure ends the job with its exit code)"
+    } else {
+        "before the main command, in the same workload (a failure ends the workload with its \
+         exit code)"
+    };
+    let state = if initialized {
+        ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 0,
+                reason: Some("Completed".into()),
+                message: Some(format!("run by provider {provider} {how}")),
                 ..Default::default()
-            }
-        })
-        .collect();
-    (statuses, Some(init_statuses))
+            }),
+            ..Default::default()
+        }
+    } else {
+        ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason::POD_INITIALIZING.into()),
+                message: None,
+            }),
+            ..Default::default()
+        }
+    };
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        started: Some(false),
+        ready: initialized,
+        state: Some(state),
+        ..Default::default()
+    }
 }
