@@ -47,6 +47,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
@@ -119,27 +120,79 @@ pub(crate) fn start(
     let (program, args) = argv.split_first().ok_or_else(|| ProviderError::Invalid {
         message: "srun command line is empty".into(),
     })?;
-    let failed = |what: &str, e: std::io::Error| ProviderError::Transient {
-        message: format!("could not {what} for exec into job {job_id}: {e}"),
-        retry_after: None,
-    };
+    let failed = |what: &str, e: std::io::Error| io_failure(job_id, what, e);
     let pty = if req.tty {
         Some(open_pty().map_err(|e| failed("open a pseudo-terminal", e))?)
     } else {
         None
     };
+    let mut cmd = srun_command(s, job_id, program, args, &req, pty.as_ref())?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| failed(&format!("start {program}"), e))?;
+    // Our copies of the terminal side must go, or its output would never end.
+    drop(cmd);
+    let group = process_group(&child);
+    debug!(
+        provider,
+        job_id,
+        pid = child.id(),
+        stdin = req.stdin,
+        tty = req.tty,
+        "srun started for exec"
+    );
+
+    let streams = match pty {
+        Some(pty) => Streams::terminal(pty, req.stdin, group, job_id)?,
+        None => Streams::pipes(&mut child)?,
+    };
+    Ok(ExecSession {
+        stdin: streams.stdin,
+        stdout: streams.stdout,
+        stderr: streams.stderr,
+        resize: streams.resize,
+        exit: watch(provider, job_id, child),
+    })
+}
+
+/// The error of a local step of starting an exec (`what`: "open a pseudo-terminal", ...).
+fn io_failure(job_id: u64, what: &str, e: std::io::Error) -> ProviderError {
+    ProviderError::Transient {
+        message: format!("could not {what} for exec into job {job_id}: {e}"),
+        retry_after: None,
+    }
+}
+
+/// srun's process group: srun leads it (`process_group(0)`), so its id is srun's pid.
+fn process_group(child: &Child) -> Option<rustix::process::Pid> {
+    child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+}
+
+/// The srun command for `program args` (srun, or its wrapper): a cleared environment, its own
+/// process group, and as stdio either the terminal side of `pty` or pipes.
+fn srun_command(
+    s: &SrunSettings,
+    job_id: u64,
+    program: &str,
+    args: &[String],
+    req: &ExecRequest,
+    pty: Option<&Pty>,
+) -> Result<Command, ProviderError> {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env_clear()
         .env("PATH", &s.path)
         .process_group(0)
         .kill_on_drop(true);
-    match &pty {
+    match pty {
         Some(p) => {
             let side = || {
                 p.terminal
                     .try_clone()
-                    .map_err(|e| failed("set up the terminal", e))
+                    .map_err(|e| io_failure(job_id, "set up the terminal", e))
             };
             cmd.stdin(Stdio::from(side()?))
                 .stdout(Stdio::from(side()?))
@@ -164,59 +217,78 @@ pub(crate) fn start(
         }
         (None, None) => {}
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| failed(&format!("start {program}"), e))?;
-    // Our copies of the terminal side must go, or its output would never end.
-    drop(cmd);
-    let group = child
-        .id()
-        .and_then(|p| i32::try_from(p).ok())
-        .and_then(rustix::process::Pid::from_raw);
-    debug!(
-        provider,
-        job_id,
-        pid = child.id(),
-        stdin = req.stdin,
-        tty = req.tty,
-        "srun started for exec"
-    );
+    Ok(cmd)
+}
 
-    let (stdin, stdout, stderr, resize) = match pty {
-        Some(Pty { control, terminal }) => {
-            drop(terminal);
-            let writer = control
-                .try_clone()
-                .map_err(|e| failed("set up the terminal", e))?;
-            let resizer = control
-                .try_clone()
-                .map_err(|e| failed("set up the terminal", e))?;
-            let stdin = req.stdin.then(|| -> ExecStdin {
-                Box::pin(tokio::fs::File::from_std(std::fs::File::from(writer)))
-            });
-            let reader = tokio::fs::File::from_std(std::fs::File::from(control));
-            // srun writes its task report to the terminal too.
-            let stdout = reader_stream(reader, Some(SrunStderr::default()));
-            let (tx, rx) = tokio::sync::mpsc::channel::<TerminalSize>(4);
-            tokio::spawn(apply_sizes(rx, resizer, group));
-            (stdin, stdout, None, Some(tx))
-        }
-        None => {
-            let stdin = child.stdin.take().map(|w| -> ExecStdin { Box::pin(w) });
-            let stdout = child
-                .stdout
-                .take()
-                .map(|r| reader_stream(r, None))
-                .ok_or_else(|| ProviderError::transient("srun has no stdout pipe"))?;
-            let stderr = child
-                .stderr
-                .take()
-                .map(|r| reader_stream(r, Some(SrunStderr::default())))
-                .ok_or_else(|| ProviderError::transient("srun has no stderr pipe"))?;
-            (stdin, stdout, Some(stderr), None)
-        }
-    };
+/// The session's streams, from srun's pipes or from the control side of its terminal.
+struct Streams {
+    stdin: Option<ExecStdin>,
+    stdout: LogStream,
+    stderr: Option<LogStream>,
+    resize: Option<tokio::sync::mpsc::Sender<TerminalSize>>,
+}
 
+impl Streams {
+    /// A TTY session: everything goes through the control side of `pty`, whose terminal side
+    /// (srun has its own copies) is closed here; sizes go to `group`.
+    fn terminal(
+        pty: Pty,
+        stdin: bool,
+        group: Option<rustix::process::Pid>,
+        job_id: u64,
+    ) -> Result<Self, ProviderError> {
+        let Pty { control, terminal } = pty;
+        drop(terminal);
+        let writer = control
+            .try_clone()
+            .map_err(|e| io_failure(job_id, "set up the terminal", e))?;
+        let resizer = control
+            .try_clone()
+            .map_err(|e| io_failure(job_id, "set up the terminal", e))?;
+        let stdin = stdin.then(|| -> ExecStdin {
+            Box::pin(tokio::fs::File::from_std(std::fs::File::from(writer)))
+        });
+        let reader = tokio::fs::File::from_std(std::fs::File::from(control));
+        // srun writes its task report to the terminal too.
+        let stdout = reader_stream(reader, Some(SrunStderr::default()));
+        let (tx, rx) = tokio::sync::mpsc::channel::<TerminalSize>(4);
+        tokio::spawn(apply_sizes(rx, resizer, group));
+        Ok(Streams {
+            stdin,
+            stdout,
+            stderr: None,
+            resize: Some(tx),
+        })
+    }
+
+    /// A session without TTY: srun's own pipes (stdin only when the client sends one).
+    fn pipes(child: &mut Child) -> Result<Self, ProviderError> {
+        let stdin = child.stdin.take().map(|w| -> ExecStdin { Box::pin(w) });
+        let stdout = child
+            .stdout
+            .take()
+            .map(|r| reader_stream(r, None))
+            .ok_or_else(|| ProviderError::transient("srun has no stdout pipe"))?;
+        let stderr = child
+            .stderr
+            .take()
+            .map(|r| reader_stream(r, Some(SrunStderr::default())))
+            .ok_or_else(|| ProviderError::transient("srun has no stderr pipe"))?;
+        Ok(Streams {
+            stdin,
+            stdout,
+            stderr: Some(stderr),
+            resize: None,
+        })
+    }
+}
+
+/// The session's exit: srun's exit code once it ends; dropping it before stops srun ([`stop`]).
+fn watch(
+    provider: &str,
+    job_id: u64,
+    mut child: Child,
+) -> BoxFuture<'static, Result<i32, ProviderError>> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<i32, ProviderError>>();
     let (keep_tx, keep_rx) = tokio::sync::oneshot::channel::<()>();
     let name = provider.to_owned();
@@ -232,19 +304,12 @@ pub(crate) fn start(
             _ = keep_rx => stop(&name, job_id, &mut child).await,
         }
     });
-    let exit = Box::pin(async move {
+    Box::pin(async move {
         // Held while the exit is awaited: dropping the session drops it and stops srun.
         let _keep = keep_tx;
         done_rx
             .await
             .unwrap_or_else(|_| Err(ProviderError::transient("srun ended without a status")))
-    });
-    Ok(ExecSession {
-        stdin,
-        stdout,
-        stderr,
-        resize,
-        exit,
     })
 }
 
@@ -301,10 +366,7 @@ async fn apply_sizes(
 
 /// SIGTERM (srun forwards it to the step), then SIGKILL after [`TERM_GRACE`].
 async fn stop(provider: &str, job_id: u64, child: &mut Child) {
-    let pid = child
-        .id()
-        .and_then(|p| i32::try_from(p).ok())
-        .and_then(rustix::process::Pid::from_raw);
+    let pid = process_group(child);
     // srun leads its own process group (with the wrapper, if any): signal all of it.
     if let Some(pid) = pid
         && rustix::process::kill_process_group(pid, rustix::process::Signal::TERM).is_ok()

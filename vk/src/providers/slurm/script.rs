@@ -200,7 +200,6 @@ pub(super) fn container_lines(
     transported: &[(&EnvVar, String)],
     step: Option<&str>,
 ) -> Result<(String, String), ProviderError> {
-    let invalid = |message: String| ProviderError::Invalid { message };
     type Transported<'a> = Vec<&'a (&'a EnvVar, String)>;
     let (exportable, odd): (Transported<'_>, Transported<'_>) = transported
         .iter()
@@ -209,7 +208,6 @@ pub(super) fn container_lines(
     for (e, t) in &exportable {
         setup.push_str(&format!("export {}=\"${t}\"\n", e.name));
     }
-    let user_words: Vec<String> = c.command.iter().chain(c.args).cloned().collect();
     // Names bash cannot (or must not) export go through env(1) on the command line; their
     // values are expanded there from the (no longer exported) transport variables.
     let mut prefix_words: Vec<String> = Vec::new();
@@ -220,6 +218,23 @@ pub(super) fn container_lines(
                 .map(|(e, t)| format!("{}\"${t}\"", quote(&format!("{}=", e.name)))),
         );
     }
+    let names: Vec<&str> = exportable.iter().map(|(e, _)| e.name.as_str()).collect();
+    let words = runtime_words(c, runtime, gpus, &names, step)?;
+    let line = command_line(runtime, step, prefix_words.join(" "), &words);
+    Ok((setup, line))
+}
+
+/// What the runtime is given: its options for `c`, then the container's command and args
+/// (`bare`: the command alone). `exported`: the variables enroot must carry into the container.
+fn runtime_words(
+    c: &Container<'_>,
+    runtime: Runtime,
+    gpus: bool,
+    exported: &[&str],
+    step: Option<&str>,
+) -> Result<Vec<String>, ProviderError> {
+    let invalid = |message: String| ProviderError::Invalid { message };
+    let user_words: Vec<String> = c.command.iter().chain(c.args).cloned().collect();
     let mut words: Vec<String> = Vec::new();
     match runtime {
         Runtime::Bare => {
@@ -262,13 +277,24 @@ pub(super) fn container_lines(
                 words.push(format!("--container-workdir={dir}"));
             }
             // The pod's variables override what the image sets.
-            let names: Vec<&str> = exportable.iter().map(|(e, _)| e.name.as_str()).collect();
-            if !names.is_empty() {
-                words.push(format!("--container-env={}", names.join(",")));
+            if !exported.is_empty() {
+                words.push(format!("--container-env={}", exported.join(",")));
             }
             words.extend(user_words);
         }
     }
+    Ok(words)
+}
+
+/// The command line in the order its parts take effect: the step's srun (with enroot, srun is
+/// the runtime and takes the step's options itself), env(1) with the odd names (`env_prefix`),
+/// the runtime, then `words`.
+fn command_line(
+    runtime: Runtime,
+    step: Option<&str>,
+    env_prefix: String,
+    words: &[String],
+) -> String {
     let mut line = String::new();
     let mut push = |part: String| {
         if !part.is_empty() {
@@ -285,7 +311,7 @@ pub(super) fn container_lines(
         push(step.to_owned());
         push("--".into());
     }
-    push(prefix_words.join(" "));
+    push(env_prefix);
     if runtime_tool(runtime).is_some() {
         push("\"$runtime\"".into());
     }
@@ -295,7 +321,7 @@ pub(super) fn container_lines(
         push(step.to_owned());
     }
     push(shell_join(words.iter().map(String::as_str)));
-    Ok((setup, line))
+    line
 }
 
 /// Variables bash itself maintains, marks read-only, or reads to change its own behaviour:

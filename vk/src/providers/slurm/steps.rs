@@ -52,8 +52,29 @@ pub fn steps_job(
     runtime: Runtime,
     output_dir: Option<&str>,
 ) -> Result<BatchJob, ProviderError> {
+    check_containers(&w.containers)?;
+    let gpus = w.gpu.as_ref().is_some_and(|g| g.count > 0);
+    let env = StepEnv::of(&w.containers);
+    let logs = output_dir.is_some();
+    let mut out = prelude(w, runtime, output_dir, &env);
+    // One function per container, run in a subshell: its variables, its directory, its step.
+    for (i, (c, tr)) in w.containers.iter().zip(&env.transported).enumerate() {
+        out.push_str(&container_function(i, c, tr, runtime, gpus, logs)?);
+    }
+    out.push_str(&run_function(logs));
+    out.push_str(&stop_sidecars(logs));
+    out.push_str(&run_containers(&w.containers));
+    Ok(BatchJob {
+        script: out,
+        environment: env.environment,
+    })
+}
+
+/// Refuses a container a step cannot run as written: a name that is no DNS label (it names
+/// the step and its files), a variable the job's environment cannot carry, a NUL byte.
+fn check_containers(containers: &[PodContainer]) -> Result<(), ProviderError> {
     let invalid = |message: String| ProviderError::Invalid { message };
-    for c in &w.containers {
+    for c in containers {
         let dns_label = !c.name.is_empty()
             && c.name
                 .bytes()
@@ -83,38 +104,63 @@ pub fn steps_job(
             )));
         }
     }
-    let gpus = w.gpu.as_ref().is_some_and(|g| g.count > 0);
-    // Later duplicates win, as in Kubernetes.
-    let envs: Vec<Vec<&EnvVar>> = w
-        .containers
-        .iter()
-        .map(|c| {
-            let mut env: Vec<&EnvVar> = Vec::new();
-            for e in &c.env {
-                env.retain(|x| x.name != e.name);
-                env.push(e);
-            }
-            env
-        })
-        .collect();
-    let all: Vec<&EnvVar> = envs.iter().flatten().copied().collect();
-    let prefix = transport_prefix(&all);
-    let transported: Vec<Vec<(&EnvVar, String)>> = envs
-        .into_iter()
-        .enumerate()
-        .map(|(i, env)| {
-            env.into_iter()
-                .enumerate()
-                .map(|(n, e)| (e, format!("{prefix}{i}_{n}")))
-                .collect()
-        })
-        .collect();
-    let environment: BTreeMap<String, String> = transported
-        .iter()
-        .flatten()
-        .map(|(e, t)| (t.clone(), e.value.clone()))
-        .collect();
+    Ok(())
+}
 
+/// The pods' variables on their way through the job's environment: one transport name per
+/// variable of each container (`<prefix><container>_<n>`).
+struct StepEnv<'a> {
+    prefix: String,
+    /// Per container, in spec order: each variable with its transport name.
+    transported: Vec<Vec<(&'a EnvVar, String)>>,
+    /// Transport name -> value: the job's environment.
+    environment: BTreeMap<String, String>,
+}
+
+impl<'a> StepEnv<'a> {
+    /// The transport of every container's variables.
+    fn of(containers: &'a [PodContainer]) -> Self {
+        // Later duplicates win, as in Kubernetes.
+        let envs: Vec<Vec<&EnvVar>> = containers
+            .iter()
+            .map(|c| {
+                let mut env: Vec<&EnvVar> = Vec::new();
+                for e in &c.env {
+                    env.retain(|x| x.name != e.name);
+                    env.push(e);
+                }
+                env
+            })
+            .collect();
+        let all: Vec<&EnvVar> = envs.iter().flatten().copied().collect();
+        let prefix = transport_prefix(&all);
+        let transported: Vec<Vec<(&EnvVar, String)>> = envs
+            .into_iter()
+            .enumerate()
+            .map(|(i, env)| {
+                env.into_iter()
+                    .enumerate()
+                    .map(|(n, e)| (e, format!("{prefix}{i}_{n}")))
+                    .collect()
+            })
+            .collect();
+        let environment: BTreeMap<String, String> = transported
+            .iter()
+            .flatten()
+            .map(|(e, t)| (t.clone(), e.value.clone()))
+            .collect();
+        StepEnv {
+            prefix,
+            transported,
+            environment,
+        }
+    }
+}
+
+/// The script's first lines: what it runs, the lookups done before any pod variable counts,
+/// the un-export of the transport variables and where each container's output goes.
+fn prelude(w: &Workload, runtime: Runtime, output_dir: Option<&str>, env: &StepEnv<'_>) -> String {
+    let prefix = &env.prefix;
     let names: Vec<&str> = w.containers.iter().map(|c| c.name.as_str()).collect();
     let mut out = String::from("#!/bin/bash\n");
     out.push_str(&format!(
@@ -124,7 +170,7 @@ pub fn steps_job(
         comment_safe(&w.pod_name),
         names.join(", ")
     ));
-    if !environment.is_empty() {
+    if !env.environment.is_empty() {
         out.push_str(&format!(
             "# The pod's variables come from the job's environment ({prefix}<container>_<n>), never from this script.\n"
         ));
@@ -134,8 +180,8 @@ pub fn steps_job(
         "srun=$(command -v srun) || { echo \"gpu-vk: srun is not installed on $(hostname)\" >&2; exit 127; }\n",
     );
     out.push_str(&runtime_lookup(runtime));
-    if !environment.is_empty() {
-        let keys: Vec<&str> = environment.keys().map(String::as_str).collect();
+    if !env.environment.is_empty() {
+        let keys: Vec<&str> = env.environment.keys().map(String::as_str).collect();
         out.push_str(&format!("export -n {}\n", keys.join(" ")));
     }
     match output_dir {
@@ -148,48 +194,66 @@ pub fn steps_job(
         }
         None => out.push_str("# No outputDir: every container's output goes to the job's.\n"),
     }
-    // One function per container, run in a subshell: its variables, its directory, its step.
-    for (i, (c, tr)) in w.containers.iter().zip(&transported).enumerate() {
-        let spec = Container {
-            image: &c.image,
-            command: &c.command,
-            args: &c.args,
-            working_dir: c.working_dir.as_deref(),
-        };
-        let step = step_options(&c.name, output_dir.is_some());
-        let (setup, line) = container_lines(&spec, runtime, gpus, tr, Some(&step))
-            .map_err(|e| in_container(e, c))?;
-        out.push_str(&format!("# {} {}\n", role(c.role), c.name));
-        out.push_str(&format!("container_{i}() {{\n"));
-        for l in setup.lines() {
-            out.push_str(&format!("  {l}\n"));
-        }
-        if let Some(cd) = cd_line(&spec, runtime) {
-            out.push_str(&format!("  {} || exit\n", cd.trim_end()));
-        }
-        out.push_str(&format!("  exec {line}\n}}\n"));
+    out
+}
+
+/// `container_<i>`: the shell function running container `i` as a step, with its own variables
+/// (`tr`) and directory.
+fn container_function(
+    i: usize,
+    c: &PodContainer,
+    tr: &[(&EnvVar, String)],
+    runtime: Runtime,
+    gpus: bool,
+    logs: bool,
+) -> Result<String, ProviderError> {
+    let spec = Container {
+        image: &c.image,
+        command: &c.command,
+        args: &c.args,
+        working_dir: c.working_dir.as_deref(),
+    };
+    let step = step_options(&c.name, logs);
+    let (setup, line) =
+        container_lines(&spec, runtime, gpus, tr, Some(&step)).map_err(|e| in_container(e, c))?;
+    let mut out = format!("# {} {}\n", role(c.role), c.name);
+    out.push_str(&format!("container_{i}() {{\n"));
+    for l in setup.lines() {
+        out.push_str(&format!("  {l}\n"));
     }
-    // run N NAME: container N to its end, its exit code in its file.
-    let record = if output_dir.is_some() {
+    if let Some(cd) = cd_line(&spec, runtime) {
+        out.push_str(&format!("  {} || exit\n", cd.trim_end()));
+    }
+    out.push_str(&format!("  exec {line}\n}}\n"));
+    Ok(out)
+}
+
+/// `run N NAME`: container N to its end, its exit code in its file.
+fn run_function(logs: bool) -> String {
+    let record = if logs {
         "  echo \"$code\" >\"$(log \"$2\" exit)\"\n"
     } else {
         ""
     };
-    out.push_str(&format!(
+    format!(
         "run() {{\n  local code=0\n  (\"container_$1\") || code=$?\n{record}  return \"$code\"\n}}\n"
-    ));
+    )
+}
+
+/// `stop_sidecars`: SIGTERM to every sidecar started so far, then their end, 30 s at most.
+fn stop_sidecars(logs: bool) -> String {
     // SIGTERM to a step's srun would kill the step ("forcing job termination", SIGKILL);
     // `scancel --signal=TERM <job>.<step>` delivers SIGTERM to its tasks, as the kubelet stops
     // a sidecar. The step is found by its name with the squeue and scancel beside that srun;
     // without them (the emulator's srun runs the command in place) the pid gets SIGTERM.
     // After 30 s (the default terminationGracePeriodSeconds) what is left is killed. A
     // sidecar's exit code is recorded like the others' (143 or 137 when the signal ended it).
-    let record_sidecar = if output_dir.is_some() {
+    let record_sidecar = if logs {
         "    echo \"$code\" >\"$(log \"${sidecar_names[$i]}\" exit)\"\n"
     } else {
         ""
     };
-    out.push_str(
+    let mut out = String::from(
         "sidecars=()\n\
          sidecar_names=()\n\
          stop_sidecars() {\n  \
@@ -216,8 +280,15 @@ pub fn steps_job(
     );
     out.push_str(record_sidecar);
     out.push_str("  done\n}\n");
+    out
+}
+
+/// The script's body: the init containers in order (sidecars started in their place), then
+/// the regular containers side by side, the job's exit code that of the first that failed.
+fn run_containers(containers: &[PodContainer]) -> String {
+    let mut out = String::new();
     let mut regular = Vec::new();
-    for (i, c) in w.containers.iter().enumerate() {
+    for (i, c) in containers.iter().enumerate() {
         let name = quote(&c.name);
         match c.role {
             ContainerRole::Init => out.push_str(&format!(
@@ -250,10 +321,7 @@ pub fn steps_job(
          stop_sidecars\n\
          exit \"$status\"\n",
     );
-    Ok(BatchJob {
-        script: out,
-        environment,
-    })
+    out
 }
 
 fn role(r: ContainerRole) -> &'static str {
