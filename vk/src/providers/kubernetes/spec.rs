@@ -39,41 +39,111 @@ pub fn remote_pod(
     owner: &Owner,
     w: &Workload,
 ) -> Result<Pod, ProviderError> {
-    let invalid = |message: String| ProviderError::Invalid { message };
     if w.image.trim().is_empty() {
-        return Err(invalid("the container has no image".into()));
+        return Err(ProviderError::Invalid {
+            message: "the container has no image".into(),
+        });
     }
-    let mut limits = BTreeMap::new();
-    let mut requests = BTreeMap::new();
-    let mut node_selector = cfg.node_selector.clone();
-    if let Some(g) = w.gpu.as_ref().filter(|g| g.count > 0) {
-        if g.count > cfg.max_gpus_per_workload {
-            return Err(invalid(format!(
-                "the pod requests {} GPUs, more than the {} allowed on this provider",
-                g.count, cfg.max_gpus_per_workload
-            )));
-        }
-        limits.insert(cfg.gpu_resource.clone(), Quantity(g.count.to_string()));
-        if let Some(t) = &g.gpu_type
-            && !cfg.gpu_types.is_empty()
-        {
-            let Some(value) = cfg.gpu_types.get(t) else {
+    let placement = Placement::of(cfg, w)?;
+    let container = container(w, placement.resources);
+    let mut annotations = cfg.annotations.clone();
+    annotations.insert(ANN_CLUSTER.to_owned(), owner.cluster_id().to_owned());
+    annotations.insert(ANN_NODE.to_owned(), owner.node().to_owned());
+    annotations.insert(
+        ANN_SOURCE_POD.to_owned(),
+        format!("{}/{}", w.namespace, w.pod_name),
+    );
+    let node_selector = placement.node_selector;
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(w.id.as_str().to_owned()),
+            namespace: Some(cfg.remote_namespace(&w.namespace).to_owned()),
+            labels: Some(labels(cfg, owner, w)),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            // The framework restarts per the local pod's policy.
+            restart_policy: Some("Never".into()),
+            // No credentials of the remote cluster inside the workload.
+            automount_service_account_token: Some(false),
+            security_context: pod_security_context(&w.hardening),
+            enable_service_links: Some(false),
+            node_selector: (!node_selector.is_empty()).then_some(node_selector),
+            tolerations: (!cfg.tolerations.is_empty()).then(|| cfg.tolerations.clone()),
+            priority_class_name: cfg.priority_class_name.clone(),
+            runtime_class_name: cfg.runtime_class_name.clone(),
+            image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
+                cfg.image_pull_secrets
+                    .iter()
+                    .map(|n| LocalObjectReference { name: n.clone() })
+                    .collect()
+            }),
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// Where the remote pod may run and what it takes there: the GPUs (within the provider's
+/// bounds, of a configured type), CPU and memory.
+struct Placement {
+    resources: Option<ResourceRequirements>,
+    node_selector: BTreeMap<String, String>,
+}
+
+impl Placement {
+    /// The placement of `w`; refuses more GPUs than allowed or a GPU type not configured.
+    fn of(cfg: &KubernetesConfig, w: &Workload) -> Result<Self, ProviderError> {
+        let invalid = |message: String| ProviderError::Invalid { message };
+        let mut limits = BTreeMap::new();
+        let mut requests = BTreeMap::new();
+        let mut node_selector = cfg.node_selector.clone();
+        if let Some(g) = w.gpu.as_ref().filter(|g| g.count > 0) {
+            if g.count > cfg.max_gpus_per_workload {
                 return Err(invalid(format!(
-                    "GPU type {t} is not offered by this provider (configured: {})",
-                    cfg.gpu_types.keys().cloned().collect::<Vec<_>>().join(", ")
+                    "the pod requests {} GPUs, more than the {} allowed on this provider",
+                    g.count, cfg.max_gpus_per_workload
                 )));
-            };
-            node_selector.insert(cfg.gpu_type_label.clone(), value.clone());
+            }
+            limits.insert(cfg.gpu_resource.clone(), Quantity(g.count.to_string()));
+            if let Some(t) = &g.gpu_type
+                && !cfg.gpu_types.is_empty()
+            {
+                let Some(value) = cfg.gpu_types.get(t) else {
+                    return Err(invalid(format!(
+                        "GPU type {t} is not offered by this provider (configured: {})",
+                        cfg.gpu_types.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )));
+                };
+                node_selector.insert(cfg.gpu_type_label.clone(), value.clone());
+            }
         }
+        if let Some(m) = w.cpu_millis {
+            requests.insert("cpu".to_owned(), Quantity(format!("{m}m")));
+        }
+        if let Some(b) = w.memory_bytes {
+            requests.insert("memory".to_owned(), Quantity(b.to_string()));
+        }
+        let resources =
+            (!limits.is_empty() || !requests.is_empty()).then(|| ResourceRequirements {
+                limits: (!limits.is_empty()).then_some(limits),
+                requests: (!requests.is_empty()).then_some(requests),
+                ..ResourceRequirements::default()
+            });
+        Ok(Placement {
+            resources,
+            node_selector,
+        })
     }
-    if let Some(m) = w.cpu_millis {
-        requests.insert("cpu".to_owned(), Quantity(format!("{m}m")));
-    }
-    if let Some(b) = w.memory_bytes {
-        requests.insert("memory".to_owned(), Quantity(b.to_string()));
-    }
+}
+
+/// The remote pod's one container: `w`'s image, command, ports and hardening, its variables
+/// read from the workload's Secret.
+fn container(w: &Workload, resources: Option<ResourceRequirements>) -> Container {
     let nonempty = |v: &[String]| (!v.is_empty()).then(|| v.to_vec());
-    let container = Container {
+    Container {
         name: w.container_name.clone(),
         image: Some(w.image.clone()),
         command: nonempty(&w.command),
@@ -108,64 +178,18 @@ pub fn remote_pod(
                 .collect()
         }),
         security_context: security_context(&w.hardening),
-        resources: (!limits.is_empty() || !requests.is_empty()).then(|| ResourceRequirements {
-            limits: (!limits.is_empty()).then_some(limits),
-            requests: (!requests.is_empty()).then_some(requests),
-            ..ResourceRequirements::default()
-        }),
+        resources,
         ..Container::default()
-    };
+    }
+}
+
+/// The labels of everything this VK makes for `w` remotely: the configured ones, then ours.
+fn labels(cfg: &KubernetesConfig, owner: &Owner, w: &Workload) -> BTreeMap<String, String> {
     let mut labels = cfg.labels.clone();
     labels.insert(LABEL_OWNER.to_owned(), owner.tag().to_owned());
     labels.insert(LABEL_POD_UID.to_owned(), w.id.pod_uid().to_owned());
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
-    let mut annotations = cfg.annotations.clone();
-    annotations.insert(ANN_CLUSTER.to_owned(), owner.cluster_id().to_owned());
-    annotations.insert(ANN_NODE.to_owned(), owner.node().to_owned());
-    annotations.insert(
-        ANN_SOURCE_POD.to_owned(),
-        format!("{}/{}", w.namespace, w.pod_name),
-    );
-    let h = &w.hardening;
-    let pod_security =
-        (h.run_as_non_root || h.seccomp_runtime_default).then(|| PodSecurityContext {
-            run_as_non_root: h.run_as_non_root.then_some(true),
-            seccomp_profile: h.seccomp_runtime_default.then(|| SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                localhost_profile: None,
-            }),
-            ..PodSecurityContext::default()
-        });
-    Ok(Pod {
-        metadata: ObjectMeta {
-            name: Some(w.id.as_str().to_owned()),
-            namespace: Some(cfg.remote_namespace(&w.namespace).to_owned()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![container],
-            // The framework restarts per the local pod's policy.
-            restart_policy: Some("Never".into()),
-            // No credentials of the remote cluster inside the workload.
-            automount_service_account_token: Some(false),
-            security_context: pod_security,
-            enable_service_links: Some(false),
-            node_selector: (!node_selector.is_empty()).then_some(node_selector),
-            tolerations: (!cfg.tolerations.is_empty()).then(|| cfg.tolerations.clone()),
-            priority_class_name: cfg.priority_class_name.clone(),
-            runtime_class_name: cfg.runtime_class_name.clone(),
-            image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
-                cfg.image_pull_secrets
-                    .iter()
-                    .map(|n| LocalObjectReference { name: n.clone() })
-                    .collect()
-            }),
-            ..PodSpec::default()
-        }),
-        status: None,
-    })
+    labels
 }
 
 /// The Secret holding `w`'s environment values (named after the workload, one key per variable;
@@ -185,15 +209,11 @@ pub fn env_secret(
         .iter()
         .map(|e| (e.name.clone(), e.value.clone()))
         .collect();
-    let mut labels = cfg.labels.clone();
-    labels.insert(LABEL_OWNER.to_owned(), owner.tag().to_owned());
-    labels.insert(LABEL_POD_UID.to_owned(), w.id.pod_uid().to_owned());
-    labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
     Some(Secret {
         metadata: ObjectMeta {
             name: Some(w.id.as_str().to_owned()),
             namespace: Some(cfg.remote_namespace(&w.namespace).to_owned()),
-            labels: Some(labels),
+            labels: Some(labels(cfg, owner, w)),
             owner_references: Some(vec![OwnerReference {
                 api_version: "v1".into(),
                 kind: "Pod".into(),
@@ -223,5 +243,18 @@ fn security_context(h: &Hardening) -> Option<SecurityContext> {
             add: None,
         }),
         ..SecurityContext::default()
+    })
+}
+
+/// The pod's `securityContext`: non-root and the runtime's default seccomp profile, when the
+/// local pod asks for them.
+fn pod_security_context(h: &Hardening) -> Option<PodSecurityContext> {
+    (h.run_as_non_root || h.seccomp_runtime_default).then(|| PodSecurityContext {
+        run_as_non_root: h.run_as_non_root.then_some(true),
+        seccomp_profile: h.seccomp_runtime_default.then(|| SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
     })
 }
