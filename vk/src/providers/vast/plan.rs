@@ -38,22 +38,7 @@ impl Vast {
             .or(self.cfg.default_gpu_type.as_ref())
             .map(|t| super::gpus::resolve(&self.cfg.gpu_names, t));
         let options = Options::of(w);
-        let interruptible = options
-            .bool("interruptible")?
-            .unwrap_or(self.cfg.interruptible);
-        // The operator's maxPricePerHour is a ceiling: a pod may lower it, never raise it.
-        let bid_price = options.positive_at_most("bid_price", self.cfg.max_price_per_hour)?;
-        let max_price = options
-            .positive_at_most("max_price_per_hour", self.cfg.max_price_per_hour)?
-            .or(self.cfg.max_price_per_hour);
-        if let (Some(bid), Some(max)) = (bid_price, max_price)
-            && interruptible
-            && bid > max
-        {
-            return Err(invalid(format!(
-                "bid_price {bid} is above the maximum of {max} $/h"
-            )));
-        }
+        let prices = self.prices(&options)?;
         let disk = options
             .positive_at_most("disk_gb", self.cfg.max_disk_gb.map(f64::from))?
             .unwrap_or(self.cfg.disk_gb);
@@ -70,61 +55,111 @@ impl Vast {
                 .map(Filter::gte),
             gpu_name: gpu_match.map(|m| Filter::one_of(m.names)),
             num_gpus: Filter::eq(gpu.count),
-            dph_total: max_price.map(Filter::lte),
+            dph_total: prices.max_price.map(Filter::lte),
             disk_space: Filter::gte(disk),
             geolocation: geolocation.map(Filter::one_of),
-            kind: if interruptible { "bid" } else { "ondemand" },
+            kind: if prices.interruptible {
+                "bid"
+            } else {
+                "ondemand"
+            },
             order: vec![["dph_total".to_owned(), "asc".to_owned()]],
             limit: self.cfg.search_limit,
             allocated_storage: disk,
         };
-
-        // Vast reads every key of `env` as a `docker run` option: only variable names may be
-        // keys besides the port mappings added here (`-v /:/host` would mount the host).
-        if let Some(bad) = w
-            .env
-            .iter()
-            .find(|e| !crate::provider::is_env_name(&e.name))
-        {
-            return Err(invalid(format!(
-                "env name {:?} is not a variable name: Vast would read it as a docker option",
-                bad.name.chars().take(64).collect::<String>()
-            )));
-        }
-        let mut env = rest::env_map(&w.env);
-        for port in &w.ports {
-            env.insert(format!("-p {port}:{port}"), "1".to_owned());
-        }
-        let (onstart, args) = entrypoint_and_args(&w.command, &w.args);
-        limits::check(
-            &w.image,
-            w.id.as_str(),
-            onstart.as_deref(),
-            &args,
-            &env,
-            disk,
-            bid_price.filter(|_| interruptible),
-        )
-        .map_err(invalid)?;
-        let request = CreateInstanceRequest {
-            image: w.image.clone(),
-            label: w.id.as_str().to_owned(),
-            disk,
-            runtype: "args",
-            target_state: "running",
-            onstart,
-            args: (!args.is_empty()).then_some(args),
-            env,
-            price: None,
-            cancel_unavail: true,
-        };
+        let bid = prices.bid_price.filter(|_| prices.interruptible);
+        let request = rent_request(w, disk, bid)?;
         Ok(Plan {
             search,
             request,
-            bid: interruptible.then_some(bid_price),
+            bid: prices.interruptible.then_some(prices.bid_price),
+            max_price: prices.max_price,
+        })
+    }
+
+    /// The rent's kind and price bounds: the pod's options, within the configured ones.
+    fn prices(&self, options: &Options<'_>) -> Result<Prices, ProviderError> {
+        let interruptible = options
+            .bool("interruptible")?
+            .unwrap_or(self.cfg.interruptible);
+        // The operator's maxPricePerHour is a ceiling: a pod may lower it, never raise it.
+        let bid_price = options.positive_at_most("bid_price", self.cfg.max_price_per_hour)?;
+        let max_price = options
+            .positive_at_most("max_price_per_hour", self.cfg.max_price_per_hour)?
+            .or(self.cfg.max_price_per_hour);
+        if let (Some(bid), Some(max)) = (bid_price, max_price)
+            && interruptible
+            && bid > max
+        {
+            return Err(ProviderError::Invalid {
+                message: format!("bid_price {bid} is above the maximum of {max} $/h"),
+            });
+        }
+        Ok(Prices {
+            interruptible,
+            bid_price,
             max_price,
         })
     }
+}
+
+/// How one workload is rented and at what price.
+struct Prices {
+    /// A bid (interruptible) rather than on demand.
+    interruptible: bool,
+    /// The pod's bid, if it gave one.
+    bid_price: Option<f64>,
+    /// The highest price per hour an offer may have.
+    max_price: Option<f64>,
+}
+
+/// The rent request for `w` (its price set per offer later), within Vast's input limits; `bid`
+/// is the pod's bid of an interruptible rent.
+fn rent_request(
+    w: &Workload,
+    disk: f64,
+    bid: Option<f64>,
+) -> Result<CreateInstanceRequest, ProviderError> {
+    let invalid = |message: String| ProviderError::Invalid { message };
+    // Vast reads every key of `env` as a `docker run` option: only variable names may be
+    // keys besides the port mappings added here (`-v /:/host` would mount the host).
+    if let Some(bad) = w
+        .env
+        .iter()
+        .find(|e| !crate::provider::is_env_name(&e.name))
+    {
+        return Err(invalid(format!(
+            "env name {:?} is not a variable name: Vast would read it as a docker option",
+            bad.name.chars().take(64).collect::<String>()
+        )));
+    }
+    let mut env = rest::env_map(&w.env);
+    for port in &w.ports {
+        env.insert(format!("-p {port}:{port}"), "1".to_owned());
+    }
+    let (onstart, args) = entrypoint_and_args(&w.command, &w.args);
+    limits::check(
+        &w.image,
+        w.id.as_str(),
+        onstart.as_deref(),
+        &args,
+        &env,
+        disk,
+        bid,
+    )
+    .map_err(invalid)?;
+    Ok(CreateInstanceRequest {
+        image: w.image.clone(),
+        label: w.id.as_str().to_owned(),
+        disk,
+        runtype: "args",
+        target_state: "running",
+        onstart,
+        args: (!args.is_empty()).then_some(args),
+        env,
+        price: None,
+        cancel_unavail: true,
+    })
 }
 
 /// The pod's `region` (or `geolocation`) option: Vast's country codes, upper-cased.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use reqwest::Method;
 use tracing::{debug, info};
 
-use super::claims::Claim;
+use super::claims::{Claim, OfferClaim};
 use super::pace::Endpoint;
 use super::plan::Plan;
 use super::wire::{CreateInstanceAnswer, Offer, OfferList, OfferSearch};
@@ -61,43 +61,9 @@ impl Vast {
             .search_limit
             .saturating_add(u32::try_from(others).unwrap_or(u32::MAX))
             .min(MAX_SEARCH_LIMIT.max(self.cfg.search_limit));
-        let mut offers = self.search_offers(&plan.search).await?;
-        offers.retain(|o| {
-            let price = if plan.bid.is_some() {
-                o.min_bid.or(o.dph_total)
-            } else {
-                o.dph_total
-            };
-            let within_max = match (plan.max_price, price) {
-                (Some(max), Some(p)) => p <= max,
-                _ => true,
-            };
-            let bid_ok = match (plan.bid, o.min_bid) {
-                (Some(Some(bid)), Some(min)) => bid >= min,
-                _ => true,
-            };
-            within_max && bid_ok
-        });
-        offers.sort_by(|a, b| {
-            let pa = a.dph_total.unwrap_or(f64::INFINITY);
-            let pb = b.dph_total.unwrap_or(f64::INFINITY);
-            pa.total_cmp(&pb)
-        });
+        let offers = affordable(self.search_offers(&plan.search).await?, plan);
         if offers.is_empty() {
-            return Err(ProviderError::Capacity {
-                message: format!(
-                    "no Vast offer matches {} x {} ({}){}",
-                    plan.search.num_gpus.eq.unwrap_or_default(),
-                    plan.search
-                        .gpu_name
-                        .as_ref()
-                        .and_then(|f| f.one_of.as_ref())
-                        .map_or("any GPU".to_owned(), |v| v.join("|")),
-                    plan.search.kind,
-                    plan.max_price
-                        .map_or(String::new(), |p| format!(" at or below ${p}/h")),
-                ),
-            });
+            return Err(no_offer(plan));
         }
 
         let (mut tried, mut gone, mut renting_elsewhere) = (0usize, 0usize, 0usize);
@@ -116,69 +82,141 @@ impl Vast {
                 }
             };
             tried += 1;
-            // From here the rent may happen even if the call fails: a retry looks it up.
-            self.note_rented(&w.id);
-            let mut request = plan.request.clone();
-            request.price = match plan.bid {
-                Some(explicit) => explicit.or(offer.min_bid).or(offer.dph_total),
-                None => None,
-            };
-            let body = serde_json::to_value(&request).map_err(|e| ProviderError::Invalid {
-                message: format!("cannot encode the request: {e}"),
-            })?;
-            let url = self
-                .api
-                .url(&["api", "v0", "asks", &offer_id.to_string()], true);
-            let resp = self
-                .call(Endpoint::Rent, Method::PUT, url, Some(&body))
-                .await?;
-            let answer: Option<CreateInstanceAnswer> = serde_json::from_slice(&resp.body).ok();
-            if resp.is_success() && answer.as_ref().is_some_and(|a| a.success != Some(false)) {
-                claim.keep(Instant::now());
-                info!(provider = %self.name, workload = %w.id, offer = offer_id,
-                      instance = ?answer.and_then(|a| a.new_contract), "rented Vast instance");
-                return Ok(Rent::Done);
+            match self.rent_offer(w, plan, offer, offer_id, claim).await? {
+                Offered::Rented => return Ok(Rent::Done),
+                Offered::Gone => gone += 1,
             }
-            let code = answer
-                .as_ref()
-                .and_then(|a| a.error.clone())
-                .unwrap_or_default();
-            let offer_gone = matches!(resp.status.as_u16(), 404 | 410) || code == "no_such_ask";
-            let err = self.error_from(&resp);
-            if offer_gone && !matches!(err, ProviderError::Auth { .. }) {
-                debug!(provider = %self.name, workload = %w.id, offer = offer_id, "offer is gone; trying the next one");
-                claim.keep(Instant::now());
-                gone += 1;
-                continue;
-            }
-            if resp.is_success() && answer.is_none() {
-                // 200 with an unreadable body: the rent may have happened; let the retry's
-                // label lookup find out.
-                claim.keep(Instant::now());
-                return Err(ProviderError::transient(
-                    "Vast rent answered 2xx with an unreadable body",
-                ));
-            }
-            return Err(err);
         }
         if tried == 0 || renting_elsewhere > 0 {
             // Offers match, but other creates of this process hold them or just rented them
             // (the search predates the rent): a new search shortly finds what is left.
-            return Ok(Rent::Contended(ProviderError::Transient {
-                message: format!(
-                    "the matching Vast offers are taken by other creates ({renting_elsewhere} \
-                     being rented){}",
-                    if gone > 0 {
-                        format!("; the {gone} tried were gone")
-                    } else {
-                        String::new()
-                    }
-                ),
-                retry_after: Some(CONTENDED_RETRY),
-            }));
+            return Ok(Rent::Contended(contended(renting_elsewhere, gone)));
         }
         Err(ProviderError::Capacity {
             message: format!("all {gone} Vast offers tried were gone before they could be rented"),
         })
+    }
+
+    /// Rents `offer` (claimed by `claim`): rented, gone (the next one may be tried), or the
+    /// error that ends this attempt.
+    async fn rent_offer(
+        &self,
+        w: &Workload,
+        plan: &Plan,
+        offer: &Offer,
+        offer_id: u64,
+        claim: OfferClaim<'_>,
+    ) -> Result<Offered, ProviderError> {
+        // From here the rent may happen even if the call fails: a retry looks it up.
+        self.note_rented(&w.id);
+        let mut request = plan.request.clone();
+        request.price = match plan.bid {
+            Some(explicit) => explicit.or(offer.min_bid).or(offer.dph_total),
+            None => None,
+        };
+        let body = serde_json::to_value(&request).map_err(|e| ProviderError::Invalid {
+            message: format!("cannot encode the request: {e}"),
+        })?;
+        let url = self
+            .api
+            .url(&["api", "v0", "asks", &offer_id.to_string()], true);
+        let resp = self
+            .call(Endpoint::Rent, Method::PUT, url, Some(&body))
+            .await?;
+        let answer: Option<CreateInstanceAnswer> = serde_json::from_slice(&resp.body).ok();
+        if resp.is_success() && answer.as_ref().is_some_and(|a| a.success != Some(false)) {
+            claim.keep(Instant::now());
+            info!(provider = %self.name, workload = %w.id, offer = offer_id,
+                  instance = ?answer.and_then(|a| a.new_contract), "rented Vast instance");
+            return Ok(Offered::Rented);
+        }
+        let code = answer
+            .as_ref()
+            .and_then(|a| a.error.clone())
+            .unwrap_or_default();
+        let offer_gone = matches!(resp.status.as_u16(), 404 | 410) || code == "no_such_ask";
+        let err = self.error_from(&resp);
+        if offer_gone && !matches!(err, ProviderError::Auth { .. }) {
+            debug!(provider = %self.name, workload = %w.id, offer = offer_id, "offer is gone; trying the next one");
+            claim.keep(Instant::now());
+            return Ok(Offered::Gone);
+        }
+        if resp.is_success() && answer.is_none() {
+            // 200 with an unreadable body: the rent may have happened; let the retry's
+            // label lookup find out.
+            claim.keep(Instant::now());
+            return Err(ProviderError::transient(
+                "Vast rent answered 2xx with an unreadable body",
+            ));
+        }
+        Err(err)
+    }
+}
+
+/// How renting one offer ended, when it did not fail.
+enum Offered {
+    Rented,
+    /// Rented by someone else or withdrawn since the search.
+    Gone,
+}
+
+/// The offers within the plan's price bounds (the bid's, for an interruptible rent), cheapest
+/// first.
+fn affordable(mut offers: Vec<Offer>, plan: &Plan) -> Vec<Offer> {
+    offers.retain(|o| {
+        let price = if plan.bid.is_some() {
+            o.min_bid.or(o.dph_total)
+        } else {
+            o.dph_total
+        };
+        let within_max = match (plan.max_price, price) {
+            (Some(max), Some(p)) => p <= max,
+            _ => true,
+        };
+        let bid_ok = match (plan.bid, o.min_bid) {
+            (Some(Some(bid)), Some(min)) => bid >= min,
+            _ => true,
+        };
+        within_max && bid_ok
+    });
+    offers.sort_by(|a, b| {
+        let pa = a.dph_total.unwrap_or(f64::INFINITY);
+        let pb = b.dph_total.unwrap_or(f64::INFINITY);
+        pa.total_cmp(&pb)
+    });
+    offers
+}
+
+/// The error when no offer matches the plan: what was searched for, at what price.
+fn no_offer(plan: &Plan) -> ProviderError {
+    ProviderError::Capacity {
+        message: format!(
+            "no Vast offer matches {} x {} ({}){}",
+            plan.search.num_gpus.eq.unwrap_or_default(),
+            plan.search
+                .gpu_name
+                .as_ref()
+                .and_then(|f| f.one_of.as_ref())
+                .map_or("any GPU".to_owned(), |v| v.join("|")),
+            plan.search.kind,
+            plan.max_price
+                .map_or(String::new(), |p| format!(" at or below ${p}/h")),
+        ),
+    }
+}
+
+/// The error when the matching offers are held by other creates of this process.
+fn contended(renting_elsewhere: usize, gone: usize) -> ProviderError {
+    ProviderError::Transient {
+        message: format!(
+            "the matching Vast offers are taken by other creates ({renting_elsewhere} \
+             being rented){}",
+            if gone > 0 {
+                format!("; the {gone} tried were gone")
+            } else {
+                String::new()
+            }
+        ),
+        retry_after: Some(CONTENDED_RETRY),
     }
 }
