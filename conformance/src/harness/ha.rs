@@ -87,28 +87,65 @@ impl Vk {
     }
 
     /// Waits until a replica leads and every other running replica (at least one) has said it
-    /// stands by, so a kill of the leader is met by a standby that is already up.
-    pub async fn wait_standbys(&self, c: &Client) {
-        super::wait_for(
-            Duration::from_secs(90),
-            "a leader and a standby",
-            || async {
-                let leader = self.leader(c).await?;
-                let others: Vec<String> = self
-                    .identities()
-                    .into_iter()
-                    .filter(|i| *i != leader)
-                    .collect();
-                let log = self.log();
-                let standing_by = |id: &str| {
-                    let me = format!("me={id}");
-                    log.lines()
-                        .any(|l| l.contains("standing by") && l.split_whitespace().any(|t| t == me))
-                };
-                (!others.is_empty() && others.iter().all(|i| standing_by(i))).then_some(())
-            },
-        )
-        .await;
+    /// stands by, so a kill of the leader is met by a standby that is already up. A replica
+    /// process that exited meanwhile (its kubelet or metrics port, free when chosen, taken by
+    /// another scenario before it bound it) is replaced under a new identity, as its
+    /// Deployment would replace it. A timeout says what was seen last.
+    pub async fn wait_standbys(&mut self, c: &Client) {
+        let timeout = Duration::from_secs(90);
+        let start = Instant::now();
+        loop {
+            self.replace_exited();
+            let seen = match self.standbys(c).await {
+                Ok(()) => return,
+                Err(seen) => seen,
+            };
+            assert!(
+                start.elapsed() < timeout,
+                "timed out after {timeout:?} waiting for a leader and a standby; last seen: {seen}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `Ok` when a replica leads and every other running one has said it stands by; else what
+    /// is seen: the leader, the replicas, and those that stood by.
+    async fn standbys(&self, c: &Client) -> Result<(), String> {
+        let leader = self.leader(c).await;
+        let ids = self.identities();
+        let log = self.log();
+        let standing_by = |id: &str| {
+            let me = format!("me={id}");
+            log.lines()
+                .any(|l| l.contains("standing by") && l.split_whitespace().any(|t| t == me))
+        };
+        let others: Vec<&String> = ids.iter().filter(|i| Some(*i) != leader.as_ref()).collect();
+        if leader.is_some() && !others.is_empty() && others.iter().all(|i| standing_by(i)) {
+            return Ok(());
+        }
+        let stood: Vec<&&String> = others.iter().filter(|i| standing_by(i)).collect();
+        Err(format!(
+            "leader {leader:?}, replicas running {ids:?}, standing by {stood:?}"
+        ))
+    }
+
+    /// Replaces each replica process that has exited with a new one, saying so.
+    fn replace_exited(&mut self) {
+        let Some(reps) = self.ha.as_mut() else {
+            return;
+        };
+        let mut exited = Vec::new();
+        reps.running.retain_mut(|(id, c)| match c.try_wait() {
+            Ok(Some(status)) => {
+                exited.push(format!("{id} ({status})"));
+                false
+            }
+            _ => true,
+        });
+        for who in exited {
+            println!("    replica {who} exited: a new one replaces it");
+            self.spawn_replica();
+        }
     }
 
     /// Number of replicas running now (processes), or `None` for pods (Kubernetes keeps them).
