@@ -46,6 +46,7 @@ build: ## cargo build of every crate and target
 lint: ## rustfmt check, clippy with warnings as errors, the house rules (layers, sizes), shellcheck, the Helm chart
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	scripts/lint-house --self-test
 	scripts/lint-house
 	@command -v shellcheck >/dev/null || { echo "shellcheck is not installed (make deps installs it)" >&2; exit 1; }
 	shellcheck -x $(SHELL_SCRIPTS)
