@@ -77,6 +77,20 @@ struct Who<'a> {
     provider: &'a str,
 }
 
+impl Who<'_> {
+    /// Logs the session's start over `transport` with `protocol`.
+    fn starting(&self, protocol: &str, transport: &str) {
+        debug!(
+            namespace = self.namespace,
+            pod = self.pod,
+            provider = self.provider,
+            protocol,
+            transport,
+            "port-forward session starting"
+        );
+    }
+}
+
 /// A port-forward refusal of the handshake, `(status, message)`, as the API error it answers.
 fn refused((code, m): (u16, String)) -> ApiError {
     ApiError::new(
@@ -109,19 +123,7 @@ fn over_websocket(
              Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
         ));
     };
-    let Who {
-        namespace,
-        pod,
-        provider,
-    } = who;
-    debug!(
-        namespace,
-        pod,
-        provider,
-        protocol = tunnel::PORT_FORWARD,
-        transport = "websocket",
-        "port-forward session starting"
-    );
+    who.starting(tunnel::PORT_FORWARD, "websocket");
     let ws = ws
         .protocols([tunnel::PORT_FORWARD])
         .max_message_size(s.exec.max_message_bytes)
@@ -144,19 +146,7 @@ fn over_spdy(
              Upgrade, Upgrade: SPDY/3.1)",
         ));
     };
-    let Who {
-        namespace,
-        pod,
-        provider,
-    } = who;
-    debug!(
-        namespace,
-        pod,
-        provider,
-        protocol,
-        transport = "SPDY/3.1",
-        "port-forward session starting"
-    );
+    who.starting(protocol, "SPDY/3.1");
     tokio::spawn(async move {
         match on.await {
             Ok(io) => portforward::run(TokioIo::new(io), setup).await,
