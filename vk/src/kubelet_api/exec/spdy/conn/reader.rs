@@ -133,6 +133,14 @@ impl<W: AsyncWrite + Unpin + Send> Reader<'_, W> {
         }
     }
 
+    /// Resets `stream_id` with `code` and goes on, unless the connection is gone.
+    async fn reset(&mut self, stream_id: u32, code: u32) -> Step {
+        if self.writer.reset(stream_id, code).await.is_none() {
+            return Step::Last(Event::Gone);
+        }
+        Step::Next
+    }
+
     /// A new client stream: refused over [`MAX_OPEN_STREAMS`], else replied to and passed on
     /// with its `streamtype`.
     async fn syn_stream(&mut self, stream_id: u32, headers: &[u8], fin: bool) -> Step {
@@ -141,15 +149,7 @@ impl<W: AsyncWrite + Unpin + Send> Reader<'_, W> {
         };
         self.last_stream = self.last_stream.max(stream_id);
         if self.open.len() >= MAX_OPEN_STREAMS {
-            if self
-                .writer
-                .reset(stream_id, rst::REFUSED_STREAM)
-                .await
-                .is_none()
-            {
-                return Step::Last(Event::Gone);
-            }
-            return Step::Next;
+            return self.reset(stream_id, rst::REFUSED_STREAM).await;
         }
         // A stream opened half-closed carries no data.
         if !fin {
@@ -174,15 +174,7 @@ impl<W: AsyncWrite + Unpin + Send> Reader<'_, W> {
     /// window granted back once the session took it.
     async fn data(&mut self, stream_id: u32, fin: bool, data: Bytes) -> Step {
         if !self.open.contains(&stream_id) {
-            if self
-                .writer
-                .reset(stream_id, rst::INVALID_STREAM)
-                .await
-                .is_none()
-            {
-                return Step::Last(Event::Gone);
-            }
-            return Step::Next;
+            return self.reset(stream_id, rst::INVALID_STREAM).await;
         }
         if fin {
             self.open.remove(&stream_id);
