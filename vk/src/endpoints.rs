@@ -5,9 +5,10 @@
 //! slices; this writer adds one slice per Service and pod with the published address and port
 //! (`desired.rs`), labelled with its own `endpointslice.kubernetes.io/managed-by`, so
 //! kube-proxy and CoreDNS send the Service's traffic there as to any other endpoint. It runs on
-//! the leader only, looks at the pods every second and does nothing while none is published;
-//! Services are re-read every [`RESYNC`]. A Service port whose container port the provider does
-//! not publish is a Warning Event on the pod, once per pod, Service and port.
+//! the leader only, looks at the pods when a published one changes (and every second), and does
+//! nothing while none is published; Services are re-read every [`RESYNC`]. A Service port whose
+//! container port the provider does not publish is a Warning Event on the pod, once per pod,
+//! Service and port.
 
 pub mod desired;
 
@@ -31,6 +32,8 @@ use desired::{Unreachable, Writer, desired, ours};
 /// created or changed after its pods is picked up within this).
 pub const RESYNC: Duration = Duration::from_secs(10);
 const TICK: Duration = Duration::from_secs(1);
+/// The least time between two passes, however often published pods change.
+const SPACING: Duration = Duration::from_millis(200);
 /// The field manager of our server-side applies.
 const FIELD_MANAGER: &str = "gpu-vk-endpoints";
 
@@ -43,8 +46,17 @@ pub async fn run(fw: Arc<PodController>, cfg: Arc<Config>, client: Client) {
     let mut state = State::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_pass = Instant::now();
     loop {
-        tick.tick().await;
+        // A published pod's change (one that began deleting, above all) is written at once,
+        // not at the next tick: its workload stops after its preStop sleep, and kube-proxy must
+        // have let go of it by then. At most one pass per SPACING all the same.
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = fw.published_changed() => {}
+        }
+        tokio::time::sleep(SPACING.saturating_sub(last_pass.elapsed())).await;
+        last_pass = Instant::now();
         let pods = fw.published_pods();
         let input = digest(&pods);
         let due = state.last.is_none_or(|t| t.elapsed() >= RESYNC);

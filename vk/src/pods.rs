@@ -249,6 +249,11 @@ impl PodController {
     /// The pods of this node whose container ports their provider publishes elsewhere (the
     /// `gpu-vk.io/published-ports` annotation), decoded: the pods `crate::endpoints` writes
     /// EndpointSlices for.
+    /// Waits until a pod in [`Self::published_pods`] was added, changed or removed.
+    pub async fn published_changed(&self) {
+        self.pods.published_changed().await
+    }
+
     pub fn published_pods(&self) -> Vec<Pod> {
         self.pods
             .select(|p| p.published)

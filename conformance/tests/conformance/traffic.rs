@@ -208,10 +208,80 @@ async fn every_request_answered(w: &mut Vkw, svc: String) {
         .filter(|a| !a.ok())
         .map(|a| (a.at_ms, a.text.as_str()))
         .collect();
-    assert!(
-        failed.is_empty(),
-        "{} of {} requests to Service {svc} failed (time in ms, answer): {failed:?}",
+    if failed.is_empty() {
+        return;
+    }
+    let context = around_failures(w, &all[first..]).await;
+    panic!(
+        "{} of {} requests to Service {svc} failed (time in ms, answer): {failed:?}\n{context}",
         failed.len(),
         all.len() - first
     );
+}
+
+/// What happened around each failed request: the answers just before and after it, and the
+/// namespace's Events of the 10 s before and 3 s after (time, reason, object, note), so a
+/// failure can be tied to the move that caused it.
+async fn around_failures(w: &Vkw, answers: &[Answer]) -> String {
+    use k8s_openapi::api::events::v1::Event;
+    let events = Api::<Event>::namespaced(w.c(), &w.ns)
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let at_ms = |e: &Event| {
+        e.event_time
+            .as_ref()
+            .map(|t| t.0.as_millisecond())
+            .or_else(|| {
+                e.deprecated_last_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond())
+            })
+            .or_else(|| {
+                e.deprecated_first_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond())
+            })
+            .or_else(|| {
+                e.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond())
+            })
+            .unwrap_or_default()
+    };
+    let mut out = String::new();
+    for (i, a) in answers.iter().enumerate().filter(|(_, a)| !a.ok()) {
+        let near = &answers[i.saturating_sub(3)..(i + 4).min(answers.len())];
+        out.push_str(&format!("around the failure at {}:\n", a.at_ms));
+        for n in near {
+            out.push_str(&format!(
+                "  answer {:+} ms: {}\n",
+                n.at_ms - a.at_ms,
+                n.text
+            ));
+        }
+        let mut seen: Vec<(i64, String)> = events
+            .iter()
+            .filter(|e| (-10_000..=3_000).contains(&(at_ms(e) - a.at_ms)))
+            .map(|e| {
+                let object = e.regarding.as_ref().and_then(|r| r.name.clone());
+                (
+                    at_ms(e) - a.at_ms,
+                    format!(
+                        "{} {} {}",
+                        e.reason.as_deref().unwrap_or_default(),
+                        object.unwrap_or_default(),
+                        e.note.as_deref().unwrap_or_default()
+                    ),
+                )
+            })
+            .collect();
+        seen.sort();
+        for (dt, text) in seen {
+            out.push_str(&format!("  event {dt:+} ms: {text}\n"));
+        }
+    }
+    out
 }

@@ -138,9 +138,23 @@ pub struct PodStore {
     /// The watch's first full list was stored.
     synced: AtomicBool,
     gone: RwLock<HashSet<String>>,
+    /// Woken when a pod whose ports are published changes (its EndpointSlices may need a
+    /// write: a pod that began deleting leaves its Service's ready endpoints at once).
+    published_changed: tokio::sync::Notify,
 }
 
 impl PodStore {
+    /// Waits until a published pod was added, changed or removed since the last wait.
+    pub async fn published_changed(&self) {
+        self.published_changed.notified().await
+    }
+
+    fn touched(&self, published: bool) {
+        if published {
+            self.published_changed.notify_one();
+        }
+    }
+
     pub fn get(&self, uid: &str) -> Option<Arc<StoredPod>> {
         read(&self.pods).get(uid).cloned()
     }
@@ -202,6 +216,7 @@ impl PodStore {
     pub fn replace_all(&self, new: HashMap<String, Arc<StoredPod>>) -> Vec<String> {
         let old = std::mem::replace(&mut *write(&self.pods), new);
         let pods = read(&self.pods);
+        self.touched(old.values().chain(pods.values()).any(|p| p.published));
         write(&self.gone).extend(old.keys().filter(|u| !pods.contains_key(*u)).cloned());
         let uids = old.keys().chain(pods.keys()).cloned().collect();
         self.synced.store(true, Ordering::SeqCst);
@@ -223,6 +238,7 @@ impl PodStore {
         let changed = old.is_none_or(|old| !old.same_generation(&p));
         let first = old.is_none() || (p.deleting && old.is_some_and(|o| !o.deleting));
         let p = p.seen_since(old.map(|o| &**o));
+        self.touched(changed && (p.published || old.is_some_and(|o| o.published)));
         pods.insert(uid, Arc::new(p));
         changed.then_some(first)
     }
@@ -236,13 +252,15 @@ impl PodStore {
             .filter(|old| old.resource_version <= p.resource_version)
         {
             let p = p.seen_since(Some(old));
+            self.touched(p.published || old.published);
             pods.insert(uid, Arc::new(p));
         }
     }
 
     /// The watch reported the pod deleted: it is gone, its workloads may need deleting.
     pub fn remove(&self, uid: &str) {
-        write(&self.pods).remove(uid);
+        let removed = write(&self.pods).remove(uid);
+        self.touched(removed.is_some_and(|p| p.published));
         write(&self.gone).insert(uid.to_owned());
     }
 
@@ -372,5 +390,40 @@ mod tests {
         assert!(store.is_synced() && store.is_gone(&uid) && store.is_empty());
         store.forget_gone(&uid);
         assert!(!store.is_gone(&uid));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_published_pod_that_begins_deleting_wakes_the_endpoint_writer_and_others_do_not() {
+        use std::time::Duration;
+        let store = PodStore::default();
+        let woken = |store: &PodStore| {
+            let mut wait = std::pin::pin!(store.published_changed());
+            futures::FutureExt::now_or_never(wait.as_mut()).is_some()
+        };
+        let plain = PodBuilder::new().uid("plain").resource_version("1").build();
+        store.upsert("plain".into(), StoredPod::new(plain));
+        assert!(
+            !woken(&store),
+            "a pod without published ports is not the writer's"
+        );
+        let published = |rv: &str| {
+            PodBuilder::new()
+                .uid("served")
+                .resource_version(rv)
+                .annotation(ANN_PUBLISHED, "8080")
+        };
+        store.upsert("served".into(), StoredPod::new(published("2").build()));
+        assert!(woken(&store));
+        assert!(!woken(&store), "one change, one wake");
+        store.upsert(
+            "served".into(),
+            StoredPod::new(published("3").deleting().build()),
+        );
+        assert!(woken(&store), "a published pod that began deleting");
+        store.remove("served");
+        assert!(woken(&store));
+        // Nothing since: the writer waits (for its tick).
+        let waited = tokio::time::timeout(Duration::from_secs(5), store.published_changed()).await;
+        assert!(waited.is_err());
     }
 }
