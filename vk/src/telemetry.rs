@@ -61,6 +61,9 @@ pub struct PodLabels {
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    /// The names registered, in order (an empty family is not in `/metrics` until it has a
+    /// series, so this is the list of what the VK can export).
+    registered: Arc<Vec<&'static str>>,
     pub reconciles: Family<ResultLabels, Counter>,
     pub provider_calls: Family<CallLabels, Counter>,
     /// Provider answers that broke the provider's schema, by field (`ProviderError::Malformed`).
@@ -117,19 +120,29 @@ impl Default for Metrics {
 }
 
 /// Registers a clone of `metric` (a shared handle) as `name`.
-fn reg<M: prometheus_client::registry::Metric + Clone>(
-    r: &mut Registry,
-    name: &str,
-    help: &str,
-    metric: &M,
-) {
-    r.register(name, help, metric.clone());
+/// A registry being filled, and the names put in it.
+struct Registrar {
+    registry: Registry,
+    names: Vec<&'static str>,
+}
+
+impl Registrar {
+    fn reg<M: prometheus_client::registry::Metric + Clone>(
+        &mut self,
+        name: &'static str,
+        help: &str,
+        metric: &M,
+    ) {
+        self.registry.register(name, help, metric.clone());
+        self.names.push(name);
+    }
 }
 
 impl Metrics {
     pub fn new() -> Self {
         let mut m = Self {
             registry: Arc::default(),
+            registered: Arc::default(),
             reconciles: Family::<ResultLabels, Counter>::default(),
             provider_calls: Family::<CallLabels, Counter>::default(),
             provider_malformed: Family::<FieldLabels, Counter>::default(),
@@ -154,174 +167,147 @@ impl Metrics {
             dispatch_decisions: Family::<DispatchLabels, Counter>::default(),
             held_pods: Gauge::default(),
         };
-        // Registered in this order, which `/metrics` keeps. The registry goes through each
-        // group by value so that every registration names its metric right after `&mut r`,
-        // where the dashboard test reads the names from.
-        let r = m.register_pipeline(Registry::with_prefix("gpu_vk"));
-        let r = m.register_latencies(r);
-        let r = m.register_overflow(r);
-        m.registry = Arc::new(m.register_providers(r));
+        // Registered in this order, which `/metrics` keeps.
+        let mut r = Registrar {
+            registry: Registry::with_prefix("gpu_vk"),
+            names: Vec::new(),
+        };
+        m.register_pipeline(&mut r);
+        m.register_latencies(&mut r);
+        m.register_overflow(&mut r);
+        m.register_providers(&mut r);
+        m.registry = Arc::new(r.registry);
+        m.registered = Arc::new(r.names);
         m
     }
 
     /// Registers the pod pipeline's metrics: reconciles, provider calls, what it wrote to
     /// or removed from the API server, its queue and the pods by phase.
-    fn register_pipeline(&self, mut r: Registry) -> Registry {
-        reg(
-            &mut r,
-            "reconciles",
-            "Pod reconciles by result",
-            &self.reconciles,
-        );
-        reg(
-            &mut r,
+    fn register_pipeline(&self, r: &mut Registrar) {
+        r.reg("reconciles", "Pod reconciles by result", &self.reconciles);
+        r.reg(
             "provider_calls",
             "Provider API calls by provider, operation and result",
             &self.provider_calls,
         );
-        reg(
-            &mut r,
+        r.reg(
             "provider_malformed_answers",
             "Provider answers that broke the provider's schema, by provider and field",
             &self.provider_malformed,
         );
-        reg(
-            &mut r,
+        r.reg(
             "pod_status_writes",
             "Pod status writes to the API server",
             &self.status_writes,
         );
-        reg(
-            &mut r,
+        r.reg(
             "pod_deletes",
             "Pods removed from the API server after their workload was gone",
             &self.pod_deletes,
         );
-        reg(
-            &mut r,
+        r.reg(
             "gc_deletes",
             "Orphaned provider workloads collected",
             &self.gc_deletes,
         );
-        reg(
-            &mut r,
+        r.reg(
             "events_dropped",
             "Events dropped because the API server fell too far behind",
             &self.events_dropped,
         );
-        reg(
-            &mut r,
+        r.reg(
             "refusal_storm_held",
             "Pods held instead of failed because more pods of their owner failed in a window than refusals.stormThreshold",
             &self.refusal_storm_held,
         );
-        reg(
-            &mut r,
+        r.reg(
             "queue_depth",
             "Pods waiting to be reconciled",
             &self.queue_depth,
         );
-        reg(
-            &mut r,
+        r.reg(
             "startup_reconcile_seconds",
             "Seconds from start until every pod and workload known at start-up was reconciled once (0 until then)",
             &self.startup_reconcile_seconds,
         );
-        reg(
-            &mut r,
+        r.reg(
             "pods",
             "Pods on this node by provider and phase",
             &self.pods,
         );
-        r
     }
 
     /// Registers the latencies the VK adds, and whether this replica leads.
-    fn register_latencies(&self, mut r: Registry) -> Registry {
-        reg(
-            &mut r,
+    fn register_latencies(&self, r: &mut Registrar) {
+        r.reg(
             "pod_create_latency_seconds",
             "Seconds from the VK first seeing a pod to the provider accepting its workload",
             &self.create_latency,
         );
-        reg(
-            &mut r,
+        r.reg(
             "pod_status_latency_seconds",
             "Seconds from a provider list showing a workload state change to the pod status write reporting it",
             &self.status_latency,
         );
-        reg(
-            &mut r,
+        r.reg(
             "leader",
             "1 while this replica leads its node, 0 while it stands by (leader election)",
             &self.leader,
         );
-        r
     }
 
     /// Registers `vk overflow`'s metrics.
-    fn register_overflow(&self, mut r: Registry) -> Registry {
-        reg(
-            &mut r,
+    fn register_overflow(&self, r: &mut Registrar) {
+        r.reg(
             "overflow_admissions",
             "Opted-in pods admitted by the overflow webhook, by outcome (offload: may use the virtual node; refuse: stays in-cluster)",
             &self.overflow_admissions,
         );
-        reg(
-            &mut r,
+        r.reg(
             "in_cluster_gpus",
             "GPUs of in-cluster (non-virtual, Ready, schedulable) nodes, allocatable and allocated",
             &self.in_cluster_gpus,
         );
-        reg(
-            &mut r,
+        r.reg(
             "offloaded_replicas",
             "Opted-in replicas running on virtual nodes, by provider",
             &self.offloaded_replicas,
         );
-        reg(
-            &mut r,
+        r.reg(
             "reclaim_moves",
             "Offloaded replicas evicted to move back to in-cluster GPUs",
             &self.reclaim_moves,
         );
-        r
     }
 
     /// Registers what the providers run and cost, their health, the dispatch decisions and
     /// the pods the guardrails hold.
-    fn register_providers(&self, mut r: Registry) -> Registry {
-        reg(
-            &mut r,
+    fn register_providers(&self, r: &mut Registrar) {
+        r.reg(
             "spend_dollars_per_hour",
             "Dollars per hour the live workloads cost, by provider, from the providers' own lists",
             &self.spend,
         );
-        reg(
-            &mut r,
+        r.reg(
             "provider_workloads",
             "Live (not finished) workloads by provider",
             &self.workloads,
         );
-        reg(
-            &mut r,
+        r.reg(
             "provider_healthy",
             "1 while the provider's circuit breaker admits new pods, 0 while it is open",
             &self.provider_healthy,
         );
-        reg(
-            &mut r,
+        r.reg(
             "dispatch_decisions",
             "Workloads created, by dispatch policy and provider",
             &self.dispatch_decisions,
         );
-        reg(
-            &mut r,
+        r.reg(
             "held_pods",
             "Pods waiting Pending because a spend or workload guardrail is reached",
             &self.held_pods,
         );
-        r
     }
 
     pub fn call(&self, provider: &str, op: &str, ok: bool) {
@@ -342,6 +328,14 @@ impl Metrics {
                 field: field.to_owned(),
             })
             .inc();
+    }
+
+    /// Every metric the VK can export, by its full name (`gpu_vk_...`), in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.registered
+            .iter()
+            .map(|n| format!("gpu_vk_{n}"))
+            .collect()
     }
 
     pub fn encode(&self) -> String {
@@ -466,19 +460,8 @@ mod tests {
     #[test]
     fn the_grafana_dashboard_reads_only_metrics_the_vk_exports() {
         let text = include_str!("../../deploy/grafana-dashboard.json");
-        // What `Metrics::new` registers (empty families are not encoded, so the names are
-        // read from the registrations themselves: the string after each `reg(&mut r,`).
-        let source = include_str!("telemetry.rs");
-        let registered: Vec<String> = source
-            .split(concat!("&mut ", "r,"))
-            .skip(1)
-            .filter_map(|rest| {
-                let start = rest.find('"')? + 1;
-                let len = rest[start..].find('"')?;
-                Some(format!("gpu_vk_{}", &rest[start..start + len]))
-            })
-            .collect();
-        assert_eq!(registered.len(), 24, "{registered:?}");
+        let registered = Metrics::new().names();
+        assert_eq!(registered.len(), 23, "{registered:?}");
         assert!(
             registered.contains(&"gpu_vk_provider_malformed_answers".to_owned()),
             "{registered:?}"
