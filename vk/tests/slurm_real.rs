@@ -34,6 +34,8 @@ struct Env {
     token_file: PathBuf,
     output_dir: PathBuf,
     partition: String,
+    /// A partition whose jobs preempt those of `partition` (`SLURM_URGENT_PARTITION`).
+    urgent_partition: String,
     slurm_conf: String,
     /// The container Slurm runs in (its commands run through `docker exec`).
     container: Option<String>,
@@ -91,6 +93,7 @@ fn env() -> Env {
         token_file: PathBuf::from(get("SLURM_TOKEN_FILE")),
         output_dir: PathBuf::from(get("SLURM_OUTPUT_DIR")),
         partition: get("SLURM_PARTITION"),
+        urgent_partition: get("SLURM_URGENT_PARTITION"),
         slurm_conf: get("SLURM_CONF"),
         container: vars
             .get("SLURM_CONTAINER")

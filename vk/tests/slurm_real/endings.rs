@@ -1,5 +1,5 @@
-//! How jobs end on a real Slurm: success, a cancel by the VK or by scancel, a requeue, a refusal
-//! that leaves no job, a wrong token.
+//! How jobs end on a real Slurm: success, a cancel by the VK or by scancel, a requeue, a
+//! preemption by a higher-tier partition, a refusal that leaves no job, a wrong token.
 
 use super::*;
 
@@ -111,6 +111,39 @@ async fn a_requeued_job_counts_a_provider_restart() {
         }
     );
     slurm.delete(&o.provider_id).await.expect("cancelled");
+}
+
+#[tokio::test]
+async fn a_job_preempted_by_a_higher_tier_partition_is_preempted_not_failed() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    // Both GPUs of the node: a job that needs one of them must take them from this one.
+    let victim = workload("sleep 300").any_gpu(2).build();
+    slurm.create(&victim).await.expect("submitted");
+    wait_for(&slurm, &victim.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+    let urgent = adapter_with(SlurmConfig {
+        partition: Some(env.urgent_partition.clone()),
+        ..config(&env)
+    });
+    let preemptor = workload("sleep 300").any_gpu(2).build();
+    urgent.create(&preemptor).await.expect("submitted");
+    // slurm.conf: PreemptType=preempt/partition_prio, PreemptMode=CANCEL. The victim ends
+    // PREEMPTED, which is neither the pod's failure nor a lost workload: its pod is run again.
+    let o = wait_for(&slurm, &victim.id, "preempted", |o| o.state.is_terminal()).await;
+    assert_eq!(o.state, WorkloadState::Preempted, "{o:?}");
+    let p = wait_for(&urgent, &preemptor.id, "running", |o| {
+        o.state == WorkloadState::Running
+    })
+    .await;
+    urgent.delete(&p.provider_id).await.expect("cancelled");
+    wait_for(&urgent, &preemptor.id, "cancelled", |o| {
+        o.state.is_terminal()
+    })
+    .await;
 }
 
 #[tokio::test]
