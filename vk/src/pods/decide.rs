@@ -19,10 +19,12 @@ use crate::config::{DispatchConfig, StartDeadline, Timings};
 use crate::naming::{Owner, WorkloadId};
 use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
+mod admission;
 mod deadline;
 mod facts;
 mod stopping;
 
+pub use admission::Admission;
 use deadline::start_deadline;
 pub use deadline::start_deadline_due_in;
 pub use facts::{
@@ -67,6 +69,9 @@ pub enum Step {
         stop_finished: bool,
         recheck: Option<Duration>,
     },
+    /// The running workload's liveness probe failed (`why`): kill it as the kubelet kills the
+    /// container, then restart it or fail the pod by its restart policy.
+    KillUnhealthy { provider: usize, why: String },
     /// The workload ended and the restart policy wants the container back: record how it
     /// ended, delete the workload, create it again after `delay`.
     Restart {
@@ -113,48 +118,6 @@ pub struct Rules<'a> {
     pub hold_retry: Duration,
 }
 
-/// Who may have workloads created at the providers: checked before every create, because a
-/// pod that sets `spec.nodeName` itself bypasses the scheduler (and its taint check).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Admission {
-    /// The node's taint (key, value) a pod must tolerate; `None` when the node is not tainted.
-    pub taint: Option<(String, String)>,
-    /// Namespaces allowed to spend provider money; empty: every namespace.
-    pub namespaces: Vec<String>,
-}
-
-impl Admission {
-    /// `Err` says why the pod may not run on the providers.
-    pub fn check(&self, pod: &Pod) -> Result<(), String> {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == ns) {
-            return Err(format!(
-                "namespace {ns:?} may not run pods on this virtual node (allowedNamespaces)"
-            ));
-        }
-        if let Some((key, value)) = &self.taint {
-            let taint = k8s_openapi::api::core::v1::Taint {
-                key: key.clone(),
-                value: Some(value.clone()),
-                effect: "NoSchedule".into(),
-                time_added: None,
-            };
-            let tolerated = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.tolerations.as_ref())
-                .is_some_and(|ts| ts.iter().any(|t| crate::vocab::tolerates(t, &taint)));
-            if !tolerated {
-                return Err(format!(
-                    "the pod does not tolerate the node's taint {key}={value}:NoSchedule; only \
-                     pods that tolerate it may run on the providers"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The next step for a pod (`None`: not in the store any more), given the workload a provider
 /// lists for it, the pipeline's memory and the time.
 pub fn decide(
@@ -174,6 +137,15 @@ pub fn decide(
                 .filter(|f| !f.observed.state.is_terminal())
                 .map(|f| f.provider),
         },
+        Step::Report { provider, .. }
+            if memory.liveness_failed.is_some()
+                && found.is_some_and(|f| f.observed.state == WorkloadState::Running) =>
+        {
+            Step::KillUnhealthy {
+                provider,
+                why: memory.liveness_failed.clone().unwrap_or_default(),
+            }
+        }
         step => step,
     }
 }

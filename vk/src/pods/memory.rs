@@ -48,7 +48,7 @@ pub enum Listed {
 }
 
 /// What [`super::decide`] needs to know of the pipeline's memory for one pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Memory {
     /// The watch reported the pod deleted; its workloads may still need deleting.
     pub gone: bool,
@@ -58,6 +58,9 @@ pub struct Memory {
     /// Provider where this process created the pod's workload, while the pod does not record
     /// it yet (no status written since the create).
     pub created_on: Option<usize>,
+    /// The liveness probe of the workload the provider lists for the pod failed, with this
+    /// detail (the prober's last result for that very workload).
+    pub liveness_failed: Option<String>,
 }
 
 impl Memory {
@@ -66,7 +69,7 @@ impl Memory {
         Self {
             gone: false,
             listed: Some(Listed::SinceCreate),
-            created_on: None,
+            ..Self::default()
         }
     }
 }

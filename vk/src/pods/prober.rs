@@ -90,9 +90,6 @@ pub struct Synced {
     pub readiness: Readiness,
     /// Set the first time a probe turns out not evaluable for this workload: worth one Event.
     pub not_evaluable: Option<String>,
-    /// The liveness probe failed (its threshold of consecutive failures): why the last probe
-    /// failed. The container is to be restarted.
-    pub liveness_failed: Option<String>,
 }
 
 impl Prober {
@@ -149,6 +146,20 @@ impl Prober {
         }
     }
 
+    /// Why the liveness probe of the workload `obs` failed (its threshold of consecutive
+    /// failures), if it did: a result published for an earlier workload of the pod (before a
+    /// restart) does not count.
+    pub fn liveness_failure(&self, uid: &str, obs: &Observed) -> Option<String> {
+        let entries = self.lock();
+        let e = entries.get(&(uid.to_owned(), Kind::Liveness))?;
+        if e.target.provider_id != obs.provider_id || e.target.started_at != obs.started_at {
+            return None;
+        }
+        published(e)
+            .filter(|p| p.outcome == Some(Outcome::Failure))
+            .map(|p| p.detail)
+    }
+
     /// Stops probing a pod (it stopped running, is being deleted, or is gone).
     pub fn stop(&self, uid: &str) {
         let mut entries = self.lock();
@@ -179,7 +190,6 @@ impl Prober {
         let mut synced = Synced {
             readiness: Readiness::Unprobed,
             not_evaluable: None,
-            liveness_failed: None,
         };
         for kind in Kind::ALL {
             let (view, note) = self.sync_one(kind, uid, pod, provider, obs, queue);
@@ -189,12 +199,8 @@ impl Prober {
                     None => note,
                 });
             }
-            match (kind, view) {
-                (Kind::Readiness, Some(e)) => synced.readiness = e.0,
-                (Kind::Liveness, Some((_, Some(p)))) if p.outcome == Some(Outcome::Failure) => {
-                    synced.liveness_failed = Some(p.detail);
-                }
-                _ => {}
+            if let (Kind::Readiness, Some(e)) = (kind, view) {
+                synced.readiness = e.0;
             }
         }
         synced

@@ -113,7 +113,7 @@ impl PodController {
                 provider: *i,
                 observed: o,
             }),
-            &self.memory(uid, pod.as_ref()),
+            &self.memory(uid, pod.as_ref(), found.as_ref().map(|(_, o)| o)),
             Timestamp::now(),
         );
         self.leave_behind(uid, &step);
@@ -173,6 +173,16 @@ impl PodController {
                 self.report_step(now, provider, stop_finished, recheck)
                     .await
             }
+            Step::KillUnhealthy { provider, why } => {
+                // `leave_behind` stopped the probes: a restarted workload gets fresh ones.
+                let Some(obs) = now.found else {
+                    return Ok(Action::await_change());
+                };
+                let again = self
+                    .kill_unhealthy(pod, provider, obs, &why, &self.cfg.timings)
+                    .await?;
+                Ok(again.map_or_else(Action::await_change, Action::requeue))
+            }
             Step::Restart {
                 provider,
                 restarts,
@@ -205,7 +215,7 @@ impl PodController {
     }
 
     /// What the pipeline remembers of `uid` that [`decide`] needs.
-    fn memory(&self, uid: &str, pod: Option<&Pod>) -> Memory {
+    fn memory(&self, uid: &str, pod: Option<&Pod>, found: Option<&Observed>) -> Memory {
         let created_on = self.recent.decision(uid).map(|(i, _)| i);
         Memory {
             gone: self.pods.is_gone(uid),
@@ -215,6 +225,7 @@ impl PodController {
                 .or(created_on)
                 .map(|i| self.recent.listed(i, uid, self.slots[i].listed_at())),
             created_on,
+            liveness_failed: found.and_then(|o| self.prober.liveness_failure(uid, o)),
         }
     }
 
@@ -264,9 +275,8 @@ impl PodController {
         }
     }
 
-    /// [`Step::Report`]: syncs the pod's probes, kills the container whose liveness probe
-    /// failed, else writes the workload's status (and stops an ended workload that keeps
-    /// billing).
+    /// [`Step::Report`]: syncs the pod's probes and writes the workload's status (and stops an
+    /// ended workload that keeps billing).
     async fn report_step(
         &self,
         now: &Now<'_>,
@@ -289,13 +299,6 @@ impl PodController {
                 "Probe",
                 note,
             );
-        }
-        if let Some(why) = &synced.liveness_failed {
-            self.prober.stop(uid);
-            let again = self
-                .kill_unhealthy(pod, provider, obs, why, &self.cfg.timings)
-                .await?;
-            return Ok(again.map_or_else(Action::await_change, Action::requeue));
         }
         self.report(pod, provider, obs).await?;
         if stop_finished {

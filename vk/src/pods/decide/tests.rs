@@ -106,7 +106,7 @@ fn a_pod_seen_deleted_has_its_workloads_deleted_and_an_unknown_one_is_left_to_gc
     let gone = Memory {
         gone: true,
         listed: None,
-        created_on: None,
+        ..fresh()
     };
     assert_eq!(step(None, None, gone), Step::DeleteOrphanedWorkloads);
     // Never seen by this process: the garbage collector's grace window decides.
@@ -230,7 +230,7 @@ fn a_workload_absent_from_a_list_begun_after_our_create_is_lost() {
     let memory = Memory {
         gone: false,
         listed: Some(Listed::SinceCreate),
-        created_on: None,
+        ..fresh()
     };
     assert_eq!(
         step(Some(&pod), None, memory),
@@ -247,7 +247,7 @@ fn a_workload_created_after_the_last_list_began_is_not_lost_yet() {
         let memory = Memory {
             gone: false,
             listed: Some(listed),
-            created_on: None,
+            ..fresh()
         };
         assert_eq!(
             step(Some(&pod), None, memory),
@@ -263,7 +263,7 @@ fn a_pod_whose_recorded_provider_is_no_longer_configured_is_lost() {
     let memory = Memory {
         gone: false,
         listed: None,
-        created_on: None,
+        ..fresh()
     };
     assert_eq!(
         step(Some(&pod), None, memory),
@@ -282,6 +282,7 @@ fn a_workload_we_created_is_not_created_again_before_the_pod_records_it() {
         gone: false,
         listed: Some(listed),
         created_on: Some(1),
+        ..fresh()
     };
     assert_eq!(
         step(Some(&pod), None, created(Listed::NotSinceCreate)),
@@ -387,7 +388,7 @@ fn decision_table() {
             Memory {
                 gone: false,
                 listed: Some(Listed::NotSinceCreate),
-                created_on: None,
+                ..fresh()
             },
         ),
         (
@@ -420,12 +421,12 @@ fn decision_table() {
             Memory {
                 gone: true,
                 listed: None,
-                created_on: None,
+                ..fresh()
             },
         ),
     ];
     for (name, pod, obs, memory) in &cases {
-        let s = step(pod.as_ref(), obs.as_ref().map(|o| (0, o)), *memory);
+        let s = step(pod.as_ref(), obs.as_ref().map(|o| (0, o)), memory.clone());
         let s = match s {
             Step::Create { plan, request, .. } => format!(
                 "Create {{ candidates: {:?}, gpus: {:?} }}",

@@ -144,3 +144,36 @@ fn a_pod_waiting_out_its_back_off_waits_then_is_created_again() {
         Step::Create { plan, .. } if plan.providers() == vec![0, 1, 2]
     ));
 }
+
+#[test]
+fn a_running_workload_whose_liveness_probe_failed_is_killed_and_an_ended_one_is_not() {
+    let unhealthy = Memory {
+        liveness_failed: Some("HTTP probe failed with statuscode: 500".into()),
+        ..fresh()
+    };
+    let pod = PodBuilder::new().running("runpod").build();
+    let run = observed(WorkloadState::Running);
+    assert_eq!(
+        step(Some(&pod), Some((0, &run)), unhealthy.clone()),
+        Step::KillUnhealthy {
+            provider: 0,
+            why: "HTTP probe failed with statuscode: 500".into()
+        }
+    );
+    // Without the failure, the same workload is reported.
+    assert_eq!(step(Some(&pod), Some((0, &run)), fresh()), report(0));
+    // A workload that already ended is not killed again: its ending decides (here, Always
+    // restarts it).
+    let ended = failed(1, FailureReason::Error);
+    assert!(is_restart(&step(
+        Some(&pod),
+        Some((0, &ended)),
+        unhealthy.clone()
+    )));
+    // A pod being deleted finishes its deletion whatever its probes say.
+    let deleting = PodBuilder::new().running("runpod").deleting().build();
+    assert_eq!(
+        step(Some(&deleting), Some((0, &run)), unhealthy),
+        Step::FinishDeletion
+    );
+}
