@@ -61,6 +61,21 @@ pub struct Capabilities {
     pub containers: bool,
 }
 
+impl Capabilities {
+    /// A provider of these GPU types (configured names), up to `max_gpus_per_workload` a
+    /// workload, with every optional feature off: adapters switch on what they serve.
+    pub fn gpus<'a>(
+        types: impl IntoIterator<Item = &'a String>,
+        max_gpus_per_workload: u32,
+    ) -> Self {
+        Self {
+            gpu_types: types.into_iter().cloned().collect(),
+            max_gpus_per_workload,
+            ..Self::default()
+        }
+    }
+}
+
 /// Errors an adapter returns, classified so the framework knows what to do.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProviderError {

@@ -10,9 +10,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod credential;
+mod denied;
 mod faults;
 
 pub use credential::{Credential, bearer, same_secret};
+pub use denied::{Denied, Fault};
 pub use faults::{FaultSpec, FaultSpecError};
 
 /// The kinds of real-API call, as counted by `GET /_admin/counters` and matched by faults.
@@ -112,39 +114,6 @@ impl FaultRule {
     fn matches(&self, kind: RouteKind) -> bool {
         self.route.is_none_or(|r| r == kind)
     }
-}
-
-/// A request that was refused before reaching its handler.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Denied {
-    /// An injected fault.
-    Fault {
-        /// Status to answer.
-        status: StatusCode,
-        /// Body to answer, or `None` for the provider's default error body.
-        body: Option<Value>,
-        /// `Retry-After` seconds, if any.
-        retry_after_s: Option<u64>,
-    },
-    /// No or a wrong API key.
-    Unauthorized {
-        /// True when no credentials were presented at all.
-        missing: bool,
-    },
-    /// Over a quota window.
-    RateLimited {
-        /// Seconds until every exceeded window resets.
-        retry_after_s: u64,
-        /// The exceeded window (the one that resets last, when several are).
-        window: &'static str,
-        /// Every window's state (nothing was taken from them).
-        windows: Vec<WindowState>,
-    },
-    /// Sooner than an endpoint's minimum interval, or over its burst quota (Vast).
-    TooFrequent {
-        /// The endpoint's interval in seconds (`None` for a burst quota).
-        threshold_s: Option<f64>,
-    },
 }
 
 /// An admitted request.
@@ -349,11 +318,11 @@ impl GateState {
                 }
             };
             if fire {
-                denied = Some(Denied::Fault {
+                denied = Some(Denied::Fault(Fault {
                     status: rule.status,
                     body: rule.body.clone(),
                     retry_after_s: rule.retry_after_s,
-                });
+                }));
             }
         }
         (latency, denied)

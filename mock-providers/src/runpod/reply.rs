@@ -66,17 +66,10 @@ pub(super) fn admitted(mut resp: Response, admission: &Admission) -> Response {
 
 pub(super) fn denied(d: Denied) -> Response {
     match d {
-        Denied::Fault {
-            status,
-            body,
-            retry_after_s,
-        } => {
-            let resp = match body {
-                Some(body) => problem_body(status, body),
-                None => problem(status, "injected fault", Vec::new()),
-            };
-            crate::util::with_retry_after(resp, retry_after_s)
-        }
+        Denied::Fault(f) => f.answer(|status, body| match body {
+            Some(body) => problem_body(status, body),
+            None => problem(status, "injected fault", Vec::new()),
+        }),
         Denied::Unauthorized { missing } => {
             let detail = if missing {
                 "missing bearer token"

@@ -5,10 +5,9 @@
 
 use axum::extract::{Path, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::{Dialect, State, admit, json_response, meta};
+use super::{Dialect, Reply, State, admit, json_response, meta};
 use crate::engine::gate::RouteKind;
 
 /// The name of node `i` (from 0), as jobs list it in `nodes`.
@@ -29,12 +28,9 @@ pub(super) async fn list(
     AxState(s): AxState<State>,
     Path(version): Path<String>,
     headers: HeaderMap,
-) -> Response {
+) -> Reply {
     let emu = &s.emulator;
-    let dialect = match admit(emu, &version, RouteKind::Search, &headers).await {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let dialect = admit(emu, &version, RouteKind::Search, &headers).await?;
     let listed = emu.lock().listed.clone();
     let nodes: Vec<Value> = (0..emu.cfg.nodes)
         .map(|i| {
@@ -48,7 +44,7 @@ pub(super) async fn list(
         body["last_update"] = json!({"set": true, "infinite": false,
             "number": jiff::Timestamp::now().as_second()});
     }
-    json_response(StatusCode::OK, body)
+    Ok(json_response(StatusCode::OK, body))
 }
 
 fn render(dialect: Dialect, name: &str, address: &str, gpus: u32) -> Value {

@@ -7,12 +7,9 @@ pub(super) async fn list(
     AxState(s): AxState<State>,
     Path(version): Path<String>,
     headers: HeaderMap,
-) -> Response {
+) -> Reply {
     let emu = &s.emulator;
-    let dialect = match admit(emu, &version, RouteKind::List, &headers).await {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let dialect = admit(emu, &version, RouteKind::List, &headers).await?;
     let mut inner = emu.lock();
     emu.settle(&mut inner);
     let mask = inner.gate.list_mask();
@@ -23,7 +20,7 @@ pub(super) async fn list(
         .filter(|j| !mask.hides(&j.id.to_string()))
         .map(|j| render(dialect, j))
         .collect();
-    json_response(StatusCode::OK, jobs_answer(dialect, jobs))
+    Ok(json_response(StatusCode::OK, jobs_answer(dialect, jobs)))
 }
 
 pub(super) fn jobs_answer(dialect: Dialect, jobs: Vec<Value>) -> Value {
@@ -41,36 +38,35 @@ pub(super) async fn get_job(
     AxState(s): AxState<State>,
     Path((version, id)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Response {
+) -> Reply {
     let emu = &s.emulator;
-    let dialect = match admit(emu, &version, RouteKind::Get, &headers).await {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let dialect = admit(emu, &version, RouteKind::Get, &headers).await?;
     let mut inner = emu.lock();
     emu.settle(&mut inner);
-    match id.parse::<u32>().ok().and_then(|n| inner.jobs.jobs.get(&n)) {
-        Some(j) => json_response(
-            StatusCode::OK,
-            jobs_answer(dialect, vec![render(dialect, j)]),
-        ),
-        None => match dialect {
-            Dialect::V0038 => json_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                unknown_job_body(dialect, &id),
+    Ok(
+        match id.parse::<u32>().ok().and_then(|n| inner.jobs.jobs.get(&n)) {
+            Some(j) => json_response(
+                StatusCode::OK,
+                jobs_answer(dialect, vec![render(dialect, j)]),
             ),
-            // 24.11.5 (measured): HTTP 404, an empty list with its timestamps, error 2017.
-            Dialect::V0041 => {
-                let err = SlurmErr::invalid_job(&id, "Unable to query ");
-                let mut body = jobs_answer(dialect, Vec::new());
-                body["last_backfill"] = no_val(0);
-                body["last_update"] = no_val(0);
-                body["errors"] = json!([{"description": err.description,
+            None => match dialect {
+                Dialect::V0038 => json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    unknown_job_body(dialect, &id),
+                ),
+                // 24.11.5 (measured): HTTP 404, an empty list with its timestamps, error 2017.
+                Dialect::V0041 => {
+                    let err = SlurmErr::invalid_job(&id, "Unable to query ");
+                    let mut body = jobs_answer(dialect, Vec::new());
+                    body["last_backfill"] = no_val(0);
+                    body["last_update"] = no_val(0);
+                    body["errors"] = json!([{"description": err.description,
                     "error_number": err.number, "error": err.message, "source": "_handle_job_get"}]);
-                json_response(StatusCode::NOT_FOUND, body)
-            }
+                    json_response(StatusCode::NOT_FOUND, body)
+                }
+            },
         },
-    }
+    )
 }
 
 /// 22.05 answers an unknown job id with the error *and* an empty `jobs` list.
@@ -91,12 +87,9 @@ pub(super) async fn cancel(
     Path((version, id)): Path<(String, String)>,
     Query(q): Query<CancelQuery>,
     headers: HeaderMap,
-) -> Response {
+) -> Reply {
     let emu = &s.emulator;
-    let dialect = match admit(emu, &version, RouteKind::Delete, &headers).await {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let dialect = admit(emu, &version, RouteKind::Delete, &headers).await?;
     let signal = q.signal.unwrap_or_else(|| "KILL".into());
     let sig_name = signal.trim().trim_start_matches("SIG").to_ascii_uppercase();
     let Some(job_id) = id.parse::<u32>().ok() else {
@@ -105,7 +98,7 @@ pub(super) async fn cancel(
             "Invalid job id: non-numeric",
             format!("Unable to parse job id {id}"),
         );
-        return slurm_error(dialect, &err, "slurm_kill_job", false);
+        return Err(slurm_error(dialect, &err, "slurm_kill_job", false));
     };
     let mut inner = emu.lock();
     emu.settle(&mut inner);
@@ -123,7 +116,7 @@ pub(super) async fn cancel(
     // 24.11.5's v0.0.41 (measured) answers the cancel of a job it no longer knows, or of one
     // that has ended, as a success with no error.
     let gone = |e: &SlurmErr| matches!(e.number, 2017 | 2021);
-    match result {
+    Ok(match result {
         Err(e) if dialect == Dialect::V0041 && gone(&e) => json_response(
             StatusCode::OK,
             json!({"meta": meta(dialect), "errors": [], "warnings": []}),
@@ -143,5 +136,5 @@ pub(super) async fn cancel(
             );
             slurm_error(dialect, &e, "slurm_kill_job", false)
         }
-    }
+    })
 }

@@ -57,6 +57,9 @@ pub(super) async fn unknown_url() -> Response {
 }
 
 /// Counters, faults and JWT headers; `Err` is the answer to send instead.
+/// A route's answer: `Err` is a refusal (the gate's, or the request's own), answered as is.
+pub(super) type Reply = Result<Response, Response>;
+
 pub(super) async fn admit(
     emu: &Emulator,
     version: &str,
@@ -70,24 +73,15 @@ pub(super) async fn admit(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    if let Some(Denied::Fault {
-        status,
-        body,
-        retry_after_s,
-    }) = fault
-    {
-        let body = body.unwrap_or_else(|| {
-            json!({"meta": meta(dialect), "errors": [{"description": "injected fault",
-                "error_number": 1800, "error": "Unable to contact slurm controller (connect failure)",
-                "source": "emulator"}]})
-        });
-        let mut resp = json_response(status, body);
-        if let Some(s) = retry_after_s
-            && let Ok(v) = HeaderValue::from_str(&s.to_string())
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return Err(resp);
+    if let Some(Denied::Fault(f)) = fault {
+        return Err(f.answer(|status, body| {
+            let body = body.unwrap_or_else(|| {
+                json!({"meta": meta(dialect), "errors": [{"description": "injected fault",
+                    "error_number": 1800, "error": "Unable to contact slurm controller (connect failure)",
+                    "source": "emulator"}]})
+            });
+            json_response(status, body)
+        }));
     }
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let (Some(user), Some(token)) = (value("x-slurm-user-name"), value("x-slurm-user-token"))

@@ -32,23 +32,15 @@ pub(super) async fn submit(
     Path(version): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
+) -> Reply {
     let emu = &s.emulator;
-    let dialect = match admit(emu, &version, RouteKind::Create, &headers).await {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    let dialect = admit(emu, &version, RouteKind::Create, &headers).await?;
     let Ok(value) = serde_json::from_slice::<Value>(&body) else {
-        return plain(StatusCode::BAD_REQUEST, "Unable to parse query.");
+        return Err(plain(StatusCode::BAD_REQUEST, "Unable to parse query."));
     };
-    let warnings = match strict::check_submission(dialect, &value) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let spec = match parse_submission(dialect, &value) {
-        Ok(spec) => spec,
-        Err(e) => return slurm_error(dialect, &e, "slurm_submit_batch_job()", true),
-    };
+    let warnings = strict::check_submission(dialect, &value)?;
+    let spec = parse_submission(dialect, &value)
+        .map_err(|e| slurm_error(dialect, &e, "slurm_submit_batch_job()", true))?;
     let mut inner = emu.lock();
     let now = Instant::now();
     let result = inner.jobs.submit(&emu.cfg.user, spec, now);
@@ -56,7 +48,7 @@ pub(super) async fn submit(
         inner.gate.note_created();
     }
     emu.settle(&mut inner);
-    match result {
+    Ok(match result {
         Ok(id) => match dialect {
             Dialect::V0038 => json_response(
                 StatusCode::OK,
@@ -73,7 +65,7 @@ pub(super) async fn submit(
             ),
         },
         Err(e) => slurm_error(dialect, &e, "slurm_submit_batch_job()", true),
-    }
+    })
 }
 
 /// Reads a submission of either dialect into a job.

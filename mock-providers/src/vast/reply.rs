@@ -29,17 +29,10 @@ pub(super) fn error(status: StatusCode, error: &str, msg: impl Into<String>) -> 
 
 pub(super) fn denied(d: Denied) -> Response {
     match d {
-        Denied::Fault {
-            status,
-            body,
-            retry_after_s,
-        } => {
-            let resp = match body {
-                Some(body) => (status, axum::Json(body)).into_response(),
-                None => error(status, "injected_fault", "injected fault"),
-            };
-            crate::util::with_retry_after(resp, retry_after_s)
-        }
+        Denied::Fault(f) => f.answer(|status, body| match body {
+            Some(body) => (status, axum::Json(body)).into_response(),
+            None => error(status, "injected_fault", "injected fault"),
+        }),
         Denied::Unauthorized { .. } => {
             error(StatusCode::UNAUTHORIZED, "auth_error", "Invalid user key")
         }

@@ -54,7 +54,7 @@ use tracing::debug;
 
 pub use authn::User;
 pub use authz::{Attributes, request_attributes};
-pub use review::{KubeReviewer, ReviewError, Reviewer};
+pub use review::{Access, KubeReviewer, ReviewError, Reviewer};
 
 use super::{ApiError, AppState};
 use crate::tls::Peer;

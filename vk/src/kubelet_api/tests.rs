@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tower::ServiceExt;
 
-use super::auth::{Auth, ReviewError, Reviewer, User};
+use super::auth::{Access, Auth, ReviewError, Reviewer, User};
 use super::exec::{MAX_MESSAGE_BYTES, SessionLimits};
 use super::*;
 use crate::naming::Owner;
@@ -240,14 +240,8 @@ impl Reviewer for FakeReviewer {
         });
         Box::pin(async move { Ok(user) })
     }
-    fn review_access<'a>(
-        &'a self,
-        user: &'a User,
-        _node: &'a str,
-        _verb: &'a str,
-        _sub: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
-        let ok = user.name == "admin" || user.name == "apiserver";
+    fn review_access<'a>(&'a self, a: Access<'a>) -> BoxFuture<'a, Result<bool, ReviewError>> {
+        let ok = a.user.name == "admin" || a.user.name == "apiserver";
         Box::pin(async move { Ok(ok) })
     }
 }

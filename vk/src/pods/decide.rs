@@ -127,6 +127,15 @@ pub fn decide(
     memory: &Memory,
     now: Timestamp,
 ) -> Step {
+    let Some(pod) = pod else {
+        // A workload whose pod this process never saw is left to the garbage collector and
+        // its grace window.
+        return if memory.gone {
+            Step::DeleteOrphanedWorkloads
+        } else {
+            Step::Idle
+        };
+    };
     match choose(rules, pod, found, memory, now) {
         Step::Fail {
             reason, message, ..
@@ -150,23 +159,15 @@ pub fn decide(
     }
 }
 
-/// [`decide`] before a failure is told which workload to stop.
+/// [`decide`] for a pod in the store, before a failure is told which workload to stop and a
+/// failed liveness probe turns a report into a kill.
 fn choose(
     rules: &Rules<'_>,
-    pod: Option<&Pod>,
+    pod: &Pod,
     found: Option<Found<'_>>,
     memory: &Memory,
     now: Timestamp,
 ) -> Step {
-    let Some(pod) = pod else {
-        // A workload whose pod this process never saw is left to the garbage collector and
-        // its grace window.
-        return if memory.gone {
-            Step::DeleteOrphanedWorkloads
-        } else {
-            Step::Idle
-        };
-    };
     if pod.metadata.deletion_timestamp.is_some() {
         // Its containers' preStop sleep first, while the Service lets go of it.
         if found.is_some()

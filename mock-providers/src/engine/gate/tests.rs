@@ -70,7 +70,7 @@ fn status_only_fails_always_and_latency_alone_never_fails() {
     for _ in 0..3 {
         assert!(matches!(
             g.observe(RouteKind::Get).1,
-            Some(Denied::Fault { status, .. }) if status == StatusCode::BAD_GATEWAY
+            Some(Denied::Fault(f)) if f.status == StatusCode::BAD_GATEWAY
         ));
     }
 }

@@ -5,7 +5,7 @@ use axum::http::{Method, StatusCode};
 use tracing::{debug, warn};
 
 use super::cache::Timed;
-use super::{ALLOWED_TTL, Auth, DENIED_TTL, User};
+use super::{ALLOWED_TTL, Access, Auth, DENIED_TTL, User};
 use crate::kubelet_api::ApiError;
 use crate::telemetry::ErrorChain;
 
@@ -74,7 +74,12 @@ impl Auth {
                 Some(a) => a.value,
                 None => match self
                     .reviewer
-                    .review_access(user, node, attrs.verb, sub)
+                    .review_access(Access {
+                        user,
+                        node,
+                        verb: attrs.verb,
+                        subresource: sub,
+                    })
                     .await
                 {
                     Ok(a) => {

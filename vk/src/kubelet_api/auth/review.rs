@@ -39,14 +39,18 @@ pub trait Reviewer: Send + Sync + 'static {
         &'a self,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<User>, ReviewError>>;
-    /// Whether `user` may `verb` `nodes/<subresource>` named `node`.
-    fn review_access<'a>(
-        &'a self,
-        user: &'a User,
-        node: &'a str,
-        verb: &'a str,
-        subresource: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>>;
+    /// Whether the user may do what `access` says.
+    fn review_access<'a>(&'a self, access: Access<'a>) -> BoxFuture<'a, Result<bool, ReviewError>>;
+}
+
+/// What a SubjectAccessReview asks: whether `user` may `verb` `nodes/<subresource>` named
+/// `node`.
+#[derive(Clone, Copy, Debug)]
+pub struct Access<'a> {
+    pub user: &'a User,
+    pub node: &'a str,
+    pub verb: &'a str,
+    pub subresource: &'a str,
 }
 
 /// The real reviewer: `TokenReview` and `SubjectAccessReview` through the VK's client.
@@ -119,13 +123,13 @@ impl Reviewer for KubeReviewer {
         })
     }
 
-    fn review_access<'a>(
-        &'a self,
-        user: &'a User,
-        node: &'a str,
-        verb: &'a str,
-        subresource: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+    fn review_access<'a>(&'a self, access: Access<'a>) -> BoxFuture<'a, Result<bool, ReviewError>> {
+        let Access {
+            user,
+            node,
+            verb,
+            subresource,
+        } = access;
         Box::pin(async move {
             let review = SubjectAccessReview {
                 metadata: Default::default(),
@@ -191,7 +195,16 @@ mod tests {
             name: "u".into(),
             ..User::default()
         };
-        let access = tokio::time::timeout(bound, r.review_access(&user, "n", "get", "logs")).await;
+        let access = tokio::time::timeout(
+            bound,
+            r.review_access(Access {
+                user: &user,
+                node: "n",
+                verb: "get",
+                subresource: "logs",
+            }),
+        )
+        .await;
         assert!(
             matches!(
                 access,

@@ -39,15 +39,10 @@ impl Reviewer for Fake {
             }))
         })
     }
-    fn review_access<'a>(
-        &'a self,
-        user: &'a User,
-        node: &'a str,
-        verb: &'a str,
-        sub: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+    fn review_access<'a>(&'a self, a: Access<'a>) -> BoxFuture<'a, Result<bool, ReviewError>> {
         self.access_calls.fetch_add(1, Ordering::SeqCst);
-        let rule = format!("{}:{verb}:{sub}", user.name);
+        let (user, node) = (a.user, a.node);
+        let rule = format!("{}:{}:{}", user.name, a.verb, a.subresource);
         Box::pin(async move {
             assert_eq!(node, "vk-node");
             if user.name == "error" {

@@ -54,16 +54,22 @@ pub const EARLY_BYTES: usize = 256 * 1024;
 /// The header naming the protocols (request) and the chosen one (response).
 pub const PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 
-/// Picks the protocol as the kubelet's handshake does: the client's first that is served.
-pub fn negotiate(headers: &HeaderMap) -> Result<&'static str, ApiError> {
-    let offered: Vec<String> = headers
+/// The protocols a client offers in its `X-Stream-Protocol-Version` headers (one or several,
+/// each possibly a comma-separated list), in its order of preference.
+pub fn offered(headers: &HeaderMap) -> Vec<String> {
+    headers
         .get_all(PROTOCOL_HEADER)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .map(|p| p.trim().to_owned())
         .filter(|p| !p.is_empty())
-        .collect();
+        .collect()
+}
+
+/// Picks the protocol as the kubelet's handshake does: the client's first that is served.
+pub fn negotiate(headers: &HeaderMap) -> Result<&'static str, ApiError> {
+    let offered = offered(headers);
     if offered.is_empty() {
         return Err(ApiError::bad_request(format!(
             "unable to upgrade: header X-Stream-Protocol-Version does not name a protocol (this \

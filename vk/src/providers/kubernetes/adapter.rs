@@ -209,13 +209,11 @@ impl Provider for Kubernetes {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
-            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: true,
             follow_logs: true,
             exec: self.cfg.exec,
             metrics: self.cfg.metrics,
-            ..Capabilities::default()
+            ..Capabilities::gpus(self.cfg.gpu_types.keys(), self.cfg.max_gpus_per_workload)
         }
     }
 

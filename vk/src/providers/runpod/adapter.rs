@@ -21,16 +21,13 @@ impl Provider for RunPod {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            gpu_types: self.cfg.gpu_ids.keys().cloned().collect(),
-            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: true,
             // The v2 log stream follows (Server-Sent Events).
             follow_logs: true,
-            exec: false,
             metrics: true,
             gpu_only: self.cfg.cpu_flavor_id.is_none(),
             delete_finished: true,
-            containers: false,
+            ..Capabilities::gpus(self.cfg.gpu_ids.keys(), self.cfg.max_gpus_per_workload)
         }
     }
 

@@ -20,14 +20,11 @@ impl Provider for Slurm {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            gpu_types: self.cfg.gpu_types.keys().cloned().collect(),
-            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: self.cfg.output_dir.is_some(),
             follow_logs: self.cfg.output_dir.is_some(),
             exec: self.cfg.exec == ExecMode::Srun,
-            metrics: false,
             containers: true,
-            ..Capabilities::default()
+            ..Capabilities::gpus(self.cfg.gpu_types.keys(), self.cfg.max_gpus_per_workload)
         }
     }
 

@@ -24,15 +24,12 @@ impl Provider for Vast {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            gpu_types: self.cfg.gpu_names.keys().cloned().collect(),
-            max_gpus_per_workload: self.cfg.max_gpus_per_workload,
             logs: true,
             // A log is an upload Vast makes on request (`request_logs`): a snapshot, nothing
             // to follow.
             follow_logs: false,
-            exec: false,
             metrics: true,
-            ..Capabilities::default()
+            ..Capabilities::gpus(self.cfg.gpu_names.keys(), self.cfg.max_gpus_per_workload)
         }
     }
 

@@ -60,14 +60,7 @@ pub struct Setup {
 /// Picks the protocol as the kubelet's handshake does; `Err` is the refusal's message (400
 /// without the header, 403 without `portforward.k8s.io` among the offers).
 pub fn negotiate(headers: &axum::http::HeaderMap) -> Result<&'static str, (u16, String)> {
-    let offered: Vec<String> = headers
-        .get_all(super::PROTOCOL_HEADER)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect();
+    let offered = super::offered(headers);
     if offered.is_empty() {
         return Err((
             400,
