@@ -43,7 +43,13 @@ impl GpuStock {
 ///   stuck initializing" (`pods/manage-pods.mdx`). Neither publishes a share; one create in
 ///   [`REALISTIC_STUCK_EVERY`] staying in its start phase is our assumption;
 /// - RunPod's quota windows of 60 requests a minute, 3,000 an hour and 50,000 a day, and Vast's
-///   per-endpoint intervals at their real figures.
+///   per-endpoint intervals at their real figures;
+/// - Vast hosts that go offline under a running instance: Vast notifies "Instance offline" and
+///   "Instance back online: your instance recovered after an outage" (vast-ai/docs
+///   `guides/reference/notifications.mdx`), and says an `offline` or `unknown` instance "will
+///   never reach running: destroy the instance and retry". Vast publishes no rate; one rental
+///   in [`REALISTIC_OFFLINE_EVERY`] losing its host [`REALISTIC_OFFLINE_AFTER`] after it runs,
+///   and not coming back, is our assumption (the case that costs money if nobody acts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Profile {
     /// Seconds to start, every start succeeds, no quota (tests of the VK's logic, demos,
@@ -56,6 +62,20 @@ pub enum Profile {
 
 /// One create in this many never leaves its start phase under [`Profile::Realistic`].
 pub const REALISTIC_STUCK_EVERY: u32 = 20;
+
+/// One Vast rental in this many loses its host under [`Profile::Realistic`] ...
+pub const REALISTIC_OFFLINE_EVERY: u32 = 50;
+/// ... this long after it began running.
+pub const REALISTIC_OFFLINE_AFTER: Duration = Duration::from_secs(600);
+
+/// Hosts that go offline under running Vast instances (simulated mode): the rental whose
+/// number is one short of each multiple of `every` is listed `offline` once it has run `after`,
+/// and stays so (still holding its GPUs) until destroyed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostOutage {
+    pub every: u32,
+    pub after: Duration,
+}
 
 impl Profile {
     /// Milliseconds placing (PROVISIONING, Vast `actual_status` null) and then pulling and
@@ -72,6 +92,17 @@ impl Profile {
         match self {
             Self::Fast => None,
             Self::Realistic => Some(REALISTIC_STUCK_EVERY),
+        }
+    }
+
+    /// The Vast host outages under the profile.
+    pub fn host_outage(self) -> Option<HostOutage> {
+        match self {
+            Self::Fast => None,
+            Self::Realistic => Some(HostOutage {
+                every: REALISTIC_OFFLINE_EVERY,
+                after: REALISTIC_OFFLINE_AFTER,
+            }),
         }
     }
 
@@ -183,6 +214,8 @@ pub struct EmulatorConfig {
     /// Simulated mode: every how many creates one never leaves its start phase (RunPod
     /// STARTING, Vast `loading`, Slurm CONFIGURING); `None`: every start succeeds.
     pub stuck_every: Option<u32>,
+    /// Simulated mode, Vast: hosts that go offline under running instances; `None`: never.
+    pub host_outage: Option<HostOutage>,
 }
 
 impl EmulatorConfig {
@@ -196,7 +229,14 @@ impl EmulatorConfig {
             rate_windows: RateWindows::default(),
             endpoint_limit_scale: None,
             stuck_every: None,
+            host_outage: None,
         }
+    }
+
+    /// Vast hosts go offline under running instances as `outage` says (`None`: never).
+    pub fn with_host_outage(mut self, outage: Option<HostOutage>) -> Self {
+        self.host_outage = outage.filter(|o| o.every > 0);
+        self
     }
 
     /// Every `n`th create stays starting forever (`None` or 0: never).
@@ -240,6 +280,7 @@ impl fmt::Debug for EmulatorConfig {
             .field("rate_windows", &self.rate_windows)
             .field("endpoint_limit_scale", &self.endpoint_limit_scale)
             .field("stuck_every", &self.stuck_every)
+            .field("host_outage", &self.host_outage)
             .finish()
     }
 }

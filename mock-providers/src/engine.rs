@@ -76,6 +76,8 @@ pub struct Engine {
     mode: ExecutionMode,
     /// Simulated mode: every how many creates one never leaves its start phase.
     stuck_every: Option<u32>,
+    /// Simulated mode, Vast: hosts that go offline under running instances.
+    host_outage: Option<crate::config::HostOutage>,
     rate_windows: RateWindows,
     /// Per-endpoint limits (already scaled), by the endpoint names the routes pass.
     endpoint_limits: HashMap<&'static str, EndpointLimit>,
@@ -108,6 +110,9 @@ impl Engine {
             flavor,
             api_key: config.api_key,
             stuck_every: config.stuck_every.filter(|_| !config.mode.is_process()),
+            host_outage: config
+                .host_outage
+                .filter(|_| flavor == Flavor::Vast && !config.mode.is_process()),
             mode: config.mode,
             rate_windows: config.rate_windows,
             endpoint_limits: match (flavor, config.endpoint_limit_scale) {
@@ -251,6 +256,8 @@ impl Engine {
                     }
                 } else if self.mode.run().is_some_and(|r| elapsed >= start + r) {
                     Phase::Exited
+                } else if self.host_lost(w, elapsed - start) {
+                    Phase::Offline
                 } else {
                     Phase::Running
                 }
@@ -270,6 +277,14 @@ impl Engine {
     pub fn stuck(&self, w: &Workload) -> bool {
         self.stuck_every
             .is_some_and(|n| w.seq.is_multiple_of(u64::from(n)))
+    }
+
+    /// Whether the host of `w`, running for `running`, has gone offline
+    /// (`EmulatorConfig::host_outage`).
+    fn host_lost(&self, w: &Workload, running: Duration) -> bool {
+        self.host_outage.is_some_and(|o| {
+            w.seq % u64::from(o.every) == u64::from(o.every) - 1 && running >= o.after
+        })
     }
 
     /// Phase of `w`, writing the lifecycle log lines it implies (simulated mode only writes

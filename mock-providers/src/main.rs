@@ -4,10 +4,11 @@
 //! 0.0.0.0:8080 by default), for in-cluster replicas of a test's Deployment.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
-use mock_providers::config::Profile;
+use mock_providers::config::{HostOutage, Profile};
 use mock_providers::{
     EmulatorConfig, ExecutionMode, GpuStock, parse_gpus, runpod, slurm, spawn_on, vast,
 };
@@ -76,6 +77,14 @@ struct Args {
     /// profile's; fast never, realistic 20); 0: never.
     #[arg(long)]
     stuck_every: Option<u32>,
+    /// Simulated mode, Vast: the host of every Nth rental goes offline under it (default: the
+    /// profile's; fast never, realistic 50); 0: never.
+    #[arg(long)]
+    offline_every: Option<u32>,
+    /// Simulated mode, Vast: how long such a rental runs before its host goes offline
+    /// (default: the profile's; realistic 600000).
+    #[arg(long)]
+    offline_after_ms: Option<u64>,
     /// Simulated mode: exit with code 0 after running this long (default: run forever).
     #[arg(long)]
     run_ms: Option<u64>,
@@ -210,8 +219,9 @@ async fn main() -> anyhow::Result<()> {
             .stuck_every
             .or(profile.stuck_every())
             .filter(|n| *n > 0),
+        host_outage: host_outage(&args, profile),
     };
-    tracing::info!(?profile, mode = ?config.mode, stuck_every = ?config.stuck_every, "emulator profile");
+    tracing::info!(?profile, mode = ?config.mode, stuck_every = ?config.stuck_every, host_outage = ?config.host_outage, "emulator profile");
     if !args.vast_rate_limit_scale.is_finite() || args.vast_rate_limit_scale < 0.0 {
         bail!("--vast-rate-limit-scale must be a non-negative number");
     }
@@ -309,4 +319,16 @@ async fn shutdown_signal() -> anyhow::Result<()> {
         r = tokio::signal::ctrl_c() => r.context("failed to wait for Ctrl-C"),
         _ = term.recv() => Ok(()),
     }
+}
+
+/// The profile's Vast host outages, with the flags' figures in its place.
+fn host_outage(args: &Args, profile: Profile) -> Option<HostOutage> {
+    let base = profile.host_outage();
+    let every = args.offline_every.or(base.map(|o| o.every))?;
+    let after = args
+        .offline_after_ms
+        .map(Duration::from_millis)
+        .or(base.map(|o| o.after))
+        .unwrap_or(mock_providers::config::REALISTIC_OFFLINE_AFTER);
+    (every > 0).then_some(HostOutage { every, after })
 }

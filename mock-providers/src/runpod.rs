@@ -149,7 +149,9 @@ pub fn status_name(phase: Phase) -> &'static str {
     match phase {
         Phase::Provisioning => "PROVISIONING",
         Phase::Starting => "STARTING",
-        Phase::Running => "RUNNING",
+        // Host outages are emulated for Vast only (`HostOutage`): RunPod's v2 `Pod` has no
+        // host-down status.
+        Phase::Running | Phase::Offline => "RUNNING",
         Phase::Exited | Phase::Stopped | Phase::Preempted => "EXITED",
         Phase::Failed => "ERROR",
     }
@@ -159,7 +161,9 @@ pub fn status_name(phase: Phase) -> &'static str {
 pub fn allowed_actions(phase: Phase) -> &'static [PodAction] {
     match phase {
         Phase::Provisioning | Phase::Starting => &[PodAction::Stop, PodAction::Terminate],
-        Phase::Running => &[PodAction::Stop, PodAction::Restart, PodAction::Terminate],
+        Phase::Running | Phase::Offline => {
+            &[PodAction::Stop, PodAction::Restart, PodAction::Terminate]
+        }
         Phase::Exited | Phase::Stopped | Phase::Preempted | Phase::Failed => {
             &[PodAction::Start, PodAction::Terminate]
         }

@@ -128,6 +128,8 @@ pub fn actual_status(phase: Phase) -> Option<&'static str> {
         Phase::Provisioning => None,
         Phase::Starting => Some("loading"),
         Phase::Running => Some("running"),
+        // "Instance offline" (vast-ai/docs `guides/reference/notifications.mdx`).
+        Phase::Offline => Some("offline"),
         Phase::Exited => Some("exited"),
         Phase::Stopped | Phase::Preempted => Some("stopped"),
         Phase::Failed => Some("unknown"),

@@ -407,3 +407,5 @@ async fn gpu_names_match_exactly() {
 
 #[path = "vast/listing.rs"]
 mod listing;
+#[path = "vast/outage.rs"]
+mod outage;

@@ -30,12 +30,18 @@ pub enum Phase {
     Stopped,
     /// Taken away by the provider (outbid on Vast, host reclaimed on RunPod).
     Preempted,
+    /// Running, but its host stopped talking to the provider (Vast `offline`): it still holds
+    /// its GPUs and never comes back.
+    Offline,
 }
 
 impl Phase {
-    /// Provisioning, starting or running: the workload holds GPUs.
+    /// Provisioning, starting, running or on a host gone offline: the workload holds GPUs.
     pub fn is_active(self) -> bool {
-        matches!(self, Self::Provisioning | Self::Starting | Self::Running)
+        matches!(
+            self,
+            Self::Provisioning | Self::Starting | Self::Running | Self::Offline
+        )
     }
 }
 

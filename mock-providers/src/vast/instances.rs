@@ -23,7 +23,8 @@ pub(super) fn status_msg(w: &Workload, phase: Phase) -> Value {
     let msg = match (&w.run, phase) {
         (_, Phase::Provisioning) => format!("Pulling image {}", w.image),
         (_, Phase::Starting) => "Starting container".to_owned(),
-        (_, Phase::Running) => {
+        // An offline host sends nothing more: its last message stays.
+        (_, Phase::Running | Phase::Offline) => {
             let runtype = match &w.extra {
                 Extra::Vast(e) => e.runtype.clone(),
                 _ => "ssh".into(),
