@@ -339,27 +339,66 @@ fn open_pty() -> std::io::Result<Pty> {
     Ok(Pty { control, terminal })
 }
 
-/// Applies the client's terminal sizes and tells srun (`SIGWINCH` to its process group).
+/// When the latest size is signalled again, after its arrival. srun reads the terminal's size
+/// once as it starts the step and handles `SIGWINCH` only once its pty thread runs (the signal's
+/// default is to be ignored): a size that arrives in between, as the client's first size does
+/// when it follows the session's start, would never reach the remote terminal. A repeated
+/// signal makes srun send the same size again, which changes nothing remotely.
+const RESIGNAL_AFTER: [Duration; 5] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// Applies the client's terminal sizes and tells srun (`SIGWINCH` to its process group), the
+/// latest size again after each of [`RESIGNAL_AFTER`]. Ends once the client is gone and no
+/// signal is due (or the terminal is closed).
 async fn apply_sizes(
     mut rx: tokio::sync::mpsc::Receiver<TerminalSize>,
     control: OwnedFd,
     group: Option<rustix::process::Pid>,
 ) {
-    while let Some(size) = rx.recv().await {
-        if size.width == 0 || size.height == 0 {
-            continue;
-        }
-        let ws = rustix::termios::Winsize {
-            ws_row: size.height,
-            ws_col: size.width,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        if rustix::termios::tcsetwinsize(&control, ws).is_err() {
-            return;
-        }
+    let winch = || {
         if let Some(g) = group {
             let _ = rustix::process::kill_process_group(g, rustix::process::Signal::WINCH);
+        }
+    };
+    let mut again: Vec<tokio::time::Instant> = Vec::new();
+    let mut open = true;
+    loop {
+        let next = again.first().copied();
+        if !open && next.is_none() {
+            return;
+        }
+        tokio::select! {
+            size = rx.recv(), if open => {
+                // The client is gone: the signals still due are sent all the same.
+                let Some(size) = size else {
+                    open = false;
+                    continue;
+                };
+                if size.width == 0 || size.height == 0 {
+                    continue;
+                }
+                let ws = rustix::termios::Winsize {
+                    ws_row: size.height,
+                    ws_col: size.width,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                };
+                if rustix::termios::tcsetwinsize(&control, ws).is_err() {
+                    return;
+                }
+                winch();
+                let now = tokio::time::Instant::now();
+                again = RESIGNAL_AFTER.iter().map(|d| now + *d).collect();
+            }
+            () = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
+                again.remove(0);
+                winch();
+            }
         }
     }
 }

@@ -120,6 +120,43 @@ async fn a_tty_session_runs_on_a_terminal_and_follows_resizes() {
 }
 
 #[tokio::test]
+async fn a_size_sent_before_srun_handles_resizes_still_reaches_it() {
+    use futures::StreamExt;
+    // As srun does, the stand-in handles SIGWINCH only a while after it started: the client's
+    // first size, sent at once, arrives before. Only a signal after the trap prints the size.
+    let script = "sleep 0.7; trap 'stty size; exit 3' WINCH; while :; do sleep 0.05; done";
+    let s = SrunSettings {
+        wrapper: vec!["sh".into(), "-c".into(), script.into()],
+        srun: "srun-stand-in".into(),
+        slurm_conf: None,
+        work_dir: "/tmp".into(),
+        path: "/usr/bin:/bin".into(),
+    };
+    let req = ExecRequest {
+        command: vec!["ignored".into()],
+        stdin: false,
+        tty: true,
+    };
+    let mut session = start("hpc", &s, 1, req).unwrap();
+    let size = TerminalSize {
+        width: 120,
+        height: 40,
+    };
+    // Held, as the kubelet API holds it for the whole session.
+    let resize = session.resize.take().unwrap();
+    resize.send(size).await.unwrap();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Ok(Some(chunk)) = tokio::time::timeout_at(deadline, session.stdout.next()).await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("40 120"), "{text:?}");
+    let exit = tokio::time::timeout(Duration::from_secs(5), session.exit).await;
+    assert_eq!(exit.expect("the stand-in ended").unwrap(), 3);
+}
+
+#[tokio::test]
 async fn a_process_streams_output_and_its_exit_code() {
     // Any program stands in for srun: the wrapper and srun path make the argv
     // `sh -c <script> --jobid=...` (sh ignores the extra arguments).
