@@ -11,7 +11,6 @@ use kube::ResourceExt;
 
 use super::dispatch::{self, Offer, Plan, Standing};
 use super::memory::{Listed, Memory};
-use super::restart;
 use super::secrets;
 use super::spec::{self, ANN_ASSIGNED, Request};
 use super::translate::reason;
@@ -20,11 +19,13 @@ use crate::naming::{Owner, WorkloadId};
 use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
 mod admission;
+mod backoff;
 mod deadline;
 mod facts;
 mod stopping;
 
 pub use admission::Admission;
+pub use backoff::delay as backoff_delay;
 use deadline::start_deadline;
 pub use deadline::start_deadline_due_in;
 pub use facts::{
@@ -223,7 +224,7 @@ fn choose(
             }
         };
     }
-    if let Some(wait) = restart::backoff_remaining(pod, rules.timings, now) {
+    if let Some(wait) = backoff::backoff_remaining(pod, rules.timings, now) {
         return Step::Wait(wait);
     }
     let plan = match plan(rules, pod, &request) {
@@ -430,7 +431,7 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
     Step::Restart {
         provider: f.provider,
         restarts,
-        delay: restart::delay(rules.timings, restarts - 1),
+        delay: backoff::delay(rules.timings, restarts - 1),
         last: Box::new(last),
     }
 }
