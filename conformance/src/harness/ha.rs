@@ -158,9 +158,13 @@ impl Vk {
 
     /// Kills the leader with no clean-up (SIGKILL, or a pod deleted without grace), starts a
     /// replacement replica the way its supervisor would, and returns the old leader and how
-    /// long it took, from the kill, until another replica held the Lease.
+    /// long the Lease went without a leader: from the old leader's last renewal (or its
+    /// release) to the new holder's acquire time, both as the replicas wrote them. Not from the
+    /// kill: a pod deleted without grace keeps running, and renewing, until its kubelet stops
+    /// the container, which takes seconds on a loaded node.
     pub async fn kill_leader(&mut self, c: &Client) -> (String, Duration) {
         let old = super::wait_for(Duration::from_secs(30), "a leader", || self.leader(c)).await;
+        let mut last_word = self.lease_times(c).await.and_then(|t| t.renewed);
         if let Some(p) = self.pod.as_mut() {
             let name = old.clone();
             tokio::task::block_in_place(|| p.kill(&name));
@@ -179,12 +183,44 @@ impl Vk {
         if self.pod.is_none() {
             self.spawn_replica();
         }
-        super::wait_for(
-            Duration::from_secs(60),
-            "another replica to lead",
-            || async { self.leader(c).await.filter(|h| *h != old).map(|_| ()) },
-        )
-        .await;
-        (old, killed.elapsed())
+        loop {
+            assert!(
+                killed.elapsed() < Duration::from_secs(60),
+                "timed out after 60 s waiting for another replica to lead (the old one: {old})"
+            );
+            if let Some(t) = self.lease_times(c).await {
+                match t.holder {
+                    Some(h) if h != old => {
+                        let gap = match (last_word, t.acquired) {
+                            (Some(said), Some(acquired)) => acquired.saturating_sub(said),
+                            _ => killed.elapsed().as_millis() as i64,
+                        };
+                        let gap = Duration::from_millis(u64::try_from(gap).unwrap_or(0));
+                        return (old, gap);
+                    }
+                    // The old leader renewing until its process is gone, or releasing it.
+                    _ => last_word = t.renewed.or(last_word),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+
+    /// The Lease's holder, renew time and acquire time (milliseconds since the epoch).
+    async fn lease_times(&self, c: &Client) -> Option<LeaseTimes> {
+        let api: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+        let spec = api.get_opt(&self.lease_name()).await.ok()??.spec?;
+        Some(LeaseTimes {
+            holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            renewed: spec.renew_time.map(|t| t.0.as_millisecond()),
+            acquired: spec.acquire_time.map(|t| t.0.as_millisecond()),
+        })
+    }
+}
+
+/// What the Lease says of its holder and times (milliseconds since the epoch).
+struct LeaseTimes {
+    holder: Option<String>,
+    renewed: Option<i64>,
+    acquired: Option<i64>,
 }
