@@ -13,6 +13,18 @@ fn settings() -> SrunSettings {
     }
 }
 
+/// Settings whose "srun" is `sh -c <script>`: the argv becomes `sh -c <script> --jobid=...`
+/// (sh ignores the extra arguments).
+fn stand_in(script: &str) -> SrunSettings {
+    SrunSettings {
+        wrapper: vec!["sh".into(), "-c".into(), script.into()],
+        srun: "srun-stand-in".into(),
+        slurm_conf: None,
+        work_dir: "/tmp".into(),
+        path: "/usr/bin:/bin".into(),
+    }
+}
+
 #[test]
 fn the_command_is_an_argument_vector_after_the_srun_options() {
     let req = ExecRequest {
@@ -76,13 +88,7 @@ async fn a_tty_session_runs_on_a_terminal_and_follows_resizes() {
     let script = "test -t 0 && test -t 1 && echo tty-ok; \
                   trap 'stty size; exit 3' WINCH; read x; echo \"got $x\"; \
                   while :; do sleep 0.05; done";
-    let s = SrunSettings {
-        wrapper: vec!["sh".into(), "-c".into(), script.into()],
-        srun: "srun-stand-in".into(),
-        slurm_conf: None,
-        work_dir: "/tmp".into(),
-        path: "/usr/bin:/bin".into(),
-    };
+    let s = stand_in(script);
     let req = ExecRequest {
         command: vec!["ignored".into()],
         stdin: true,
@@ -125,13 +131,7 @@ async fn a_size_sent_before_srun_handles_resizes_still_reaches_it() {
     // As srun does, the stand-in handles SIGWINCH only a while after it started: the client's
     // first size, sent at once, arrives before. Only a signal after the trap prints the size.
     let script = "sleep 0.7; trap 'stty size; exit 3' WINCH; while :; do sleep 0.05; done";
-    let s = SrunSettings {
-        wrapper: vec!["sh".into(), "-c".into(), script.into()],
-        srun: "srun-stand-in".into(),
-        slurm_conf: None,
-        work_dir: "/tmp".into(),
-        path: "/usr/bin:/bin".into(),
-    };
+    let s = stand_in(script);
     let req = ExecRequest {
         command: vec!["ignored".into()],
         stdin: false,
