@@ -72,9 +72,7 @@ impl Vk {
 
     /// The identity holding the leader Lease now (none while it is free or released).
     pub async fn leader(&self, c: &Client) -> Option<String> {
-        let api: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
-        let lease = api.get_opt(&self.lease_name()).await.ok()??;
-        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+        self.lease_times(c).await?.holder
     }
 
     /// The identities of the replicas running now (process identities, or pod names).
