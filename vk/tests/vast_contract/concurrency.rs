@@ -140,8 +140,14 @@ async fn a_create_waits_out_contention_and_rents_the_offer_another_create_releas
             vast.create(&workloads[2]).await
         }
     );
-    assert!(first.is_err(), "the failed rent is reported: {first:?}");
-    second.unwrap();
+    // Which of the two takes offer 1 (the cheapest) depends on whose search answers first: the
+    // one that does gets the failed rent reported, the other rents offer 2.
+    assert_eq!(
+        usize::from(first.is_err()) + usize::from(second.is_err()),
+        1,
+        "exactly one create (the one renting offer 1 first) reports the failed rent: \
+         {first:?}, {second:?}"
+    );
     // No transient error for contention inside this process: the third create searched again
     // and rented the offer the failed rent gave back.
     third.unwrap();
