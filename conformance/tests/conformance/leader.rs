@@ -155,20 +155,73 @@ async fn node_ready(w: &mut Vkw) {
 
 /// The API server reaches the leader's kubelet API (the Node's address and port are the
 /// leader's; as pods, the kubelet Service selects the leader's pod): the answer is the logs, or
-/// the VK's own refusal on a provider without logs, never a connection error.
+/// the VK's own refusal on a provider without logs, never a connection error. The replica asked
+/// is a live one: after the churn, a replica being deleted (the scale-down just before) or a
+/// Failed record has no workload whose logs a kubelet could serve. A failure says what each
+/// replica was and who held the leader Lease.
 #[then(expr = "the node's kubelet API answers a logs request for a replica of deployment {string}")]
 async fn kubelet_api_answers(w: &mut Vkw, app: String) {
-    let replica = w.replicas(&app).await[0].metadata.name.clone().unwrap();
+    let live = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.metadata.deletion_timestamp.is_none() && phase(p) == "Running"
+    };
+    let all = w.replicas(&app).await;
+    for p in all.iter().filter(|p| !live(p)) {
+        let status = p.status.as_ref();
+        println!(
+            "    not asked: {} {}{} {}",
+            p.metadata.name.as_deref().unwrap_or("?"),
+            phase(p),
+            if p.metadata.deletion_timestamp.is_some() {
+                " (deleting)"
+            } else {
+                ""
+            },
+            status
+                .and_then(|s| s.message.as_deref())
+                .unwrap_or_default()
+        );
+    }
+    let replica = all
+        .into_iter()
+        .find(live)
+        .and_then(|p| p.metadata.name)
+        .unwrap_or_else(|| panic!("no Running replica of {app} to ask for logs"));
     let pods = w.pods();
+    let c = w.c();
     wait_seeing(
         Duration::from_secs(30),
         "the leader's kubelet API to answer",
         || async {
-            match pods.logs(&replica, &LogParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(e) if e.to_string().contains("not supported") => Ok(()),
-                Err(e) => Err(format!("logs of {replica}: {e}")),
-            }
+            let e = match pods.logs(&replica, &LogParams::default()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.to_string().contains("not supported") => return Ok(()),
+                Err(e) => e,
+            };
+            let replicas: Vec<String> = w
+                .replicas(&app)
+                .await
+                .iter()
+                .map(|p| {
+                    let deleting = if p.metadata.deletion_timestamp.is_some() {
+                        ", deleting"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{} {}{deleting}",
+                        p.metadata.name.as_deref().unwrap_or("?"),
+                        phase(p)
+                    )
+                })
+                .collect();
+            let leader = w.vk.as_ref().map(|vk| vk.leader(&c));
+            let leader = match leader {
+                Some(f) => f.await,
+                None => None,
+            };
+            Err(format!(
+                "logs of {replica}: {e}; replicas: {replicas:?}; leader Lease held by {leader:?}"
+            ))
         },
     )
     .await;
