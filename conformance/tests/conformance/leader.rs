@@ -8,7 +8,7 @@ use std::time::Duration;
 use conformance::harness::*;
 use cucumber::{given, then, when};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{LogParams, Patch, PatchParams};
 use serde_json::json;
@@ -161,25 +161,10 @@ async fn node_ready(w: &mut Vkw) {
 /// replica was and who held the leader Lease.
 #[then(expr = "the node's kubelet API answers a logs request for a replica of deployment {string}")]
 async fn kubelet_api_answers(w: &mut Vkw, app: String) {
-    let live = |p: &k8s_openapi::api::core::v1::Pod| {
-        p.metadata.deletion_timestamp.is_none() && phase(p) == "Running"
-    };
+    let live = |p: &Pod| p.metadata.deletion_timestamp.is_none() && phase(p) == "Running";
     let all = w.replicas(&app).await;
     for p in all.iter().filter(|p| !live(p)) {
-        let status = p.status.as_ref();
-        println!(
-            "    not asked: {} {}{} {}",
-            p.metadata.name.as_deref().unwrap_or("?"),
-            phase(p),
-            if p.metadata.deletion_timestamp.is_some() {
-                " (deleting)"
-            } else {
-                ""
-            },
-            status
-                .and_then(|s| s.message.as_deref())
-                .unwrap_or_default()
-        );
+        println!("    not asked: {}", replica_state(p));
     }
     let replica = all
         .into_iter()
@@ -197,26 +182,9 @@ async fn kubelet_api_answers(w: &mut Vkw, app: String) {
                 Err(e) if e.to_string().contains("not supported") => return Ok(()),
                 Err(e) => e,
             };
-            let replicas: Vec<String> = w
-                .replicas(&app)
-                .await
-                .iter()
-                .map(|p| {
-                    let deleting = if p.metadata.deletion_timestamp.is_some() {
-                        ", deleting"
-                    } else {
-                        ""
-                    };
-                    format!(
-                        "{} {}{deleting}",
-                        p.metadata.name.as_deref().unwrap_or("?"),
-                        phase(p)
-                    )
-                })
-                .collect();
-            let leader = w.vk.as_ref().map(|vk| vk.leader(&c));
-            let leader = match leader {
-                Some(f) => f.await,
+            let replicas: Vec<String> = w.replicas(&app).await.iter().map(replica_state).collect();
+            let leader = match &w.vk {
+                Some(vk) => vk.leader(&c).await,
                 None => None,
             };
             Err(format!(
@@ -225,4 +193,24 @@ async fn kubelet_api_answers(w: &mut Vkw, app: String) {
         },
     )
     .await;
+}
+
+/// A replica as a failure or a skip names it: its name, phase, whether it is being deleted, and
+/// its status message.
+fn replica_state(p: &Pod) -> String {
+    let deleting = if p.metadata.deletion_timestamp.is_some() {
+        " (deleting)"
+    } else {
+        ""
+    };
+    let message = p
+        .status
+        .as_ref()
+        .and_then(|s| s.message.as_deref())
+        .unwrap_or_default();
+    format!(
+        "{} {}{deleting} {message}",
+        p.metadata.name.as_deref().unwrap_or("?"),
+        phase(p)
+    )
 }
