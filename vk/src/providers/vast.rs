@@ -68,7 +68,11 @@
 //!   another create, or rented or found gone by one a moment ago: the search predates the
 //!   rent), or every offer tried was gone while others were being rented, the create fails as
 //!   transient (a new search shortly finds what is left), not as capacity; no matching offer
-//!   at all, or only gone offers, is capacity.
+//!   at all, or only gone offers, is capacity. Before that, the create waits for the other
+//!   creates' rents to end and searches again (see `adapter`).
+//! - Creates share offer searches: one search per body at a time, its answer reused by the
+//!   creates that follow for a few seconds (see `searches`), so a burst of creates is bounded
+//!   by Vast's rent interval, not by its 10 searches a minute.
 //! - Logs are a snapshot: `follow` ends after the snapshot, `since`/`timestamps` are not
 //!   supported by the API, `previous` is unsupported.
 //!
@@ -88,6 +92,7 @@ mod market;
 mod pace;
 mod plan;
 mod rent;
+mod searches;
 mod state;
 mod unreachable;
 mod wire;
@@ -101,6 +106,7 @@ use claims::Claims;
 pub use config::VastConfig;
 use pace::Pacer;
 pub use pace::{MAX_429_RETRIES, MinIntervals};
+use searches::Searches;
 use wire::VastError;
 
 /// Default API root.
@@ -119,10 +125,10 @@ pub const CLAIM_TTL: Duration = Duration::from_secs(30);
 pub const MAX_SEARCH_LIMIT: u32 = 1000;
 /// `retry_after` of a create that found every matching offer being rented by another create.
 pub const CONTENDED_RETRY: Duration = Duration::from_secs(1);
-/// Searches a create makes while every matching offer is held by other creates of this
-/// process, before it gives up with a transient error.
+/// Rounds in which every matching offer stayed held by other creates of this process and no
+/// rent of theirs ended, before a create gives up with a transient error.
 pub const CONTENTION_ROUNDS: u32 = 4;
-/// Pause before the n-th new search under contention: n times this, ±50 %.
+/// How long the n-th such round waits for another create's rent to end: n times this, ±50 %.
 const CONTENTION_PAUSE: Duration = Duration::from_millis(100);
 
 /// How long a workload this process rented (or may have) is looked up before a new rent.
@@ -136,6 +142,8 @@ pub struct Vast {
     owner: Owner,
     api: Client<Bearer>,
     claims: Claims,
+    /// Offer search answers shared by concurrent creates (see `searches`).
+    searches: Searches,
     pacer: Pacer,
     /// Workloads this process rented, or may have rented (a rent that ended ambiguously),
     /// and when: only their creates look the label up first (see the module docs).
@@ -178,6 +186,7 @@ impl Vast {
             owner,
             api,
             claims: Claims::default(),
+            searches: Searches::default(),
             pacer: Pacer::default(),
             rented: std::sync::Mutex::default(),
             cpu: std::sync::Mutex::default(),

@@ -34,8 +34,10 @@ async fn search_limits(server: &MockServer) -> Vec<Value> {
         .collect()
 }
 
+/// Creates that arrive together share one search's answer (Vast allows 10 searches a minute)
+/// and each rents an offer of its own from it.
 #[tokio::test]
-async fn concurrent_creates_rent_different_offers_on_the_first_try() {
+async fn concurrent_creates_share_one_search_and_rent_different_offers_on_the_first_try() {
     const N: u64 = 8;
     let server = MockServer::start().await;
     mount_lookup(&server, json!([])).await;
@@ -55,6 +57,8 @@ async fn concurrent_creates_rent_different_offers_on_the_first_try() {
     let results = futures::future::join_all(workloads.iter().map(|w| vast.create(w))).await;
 
     assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let searches = search_limits(&server).await.len();
+    assert_eq!(searches, 1, "one search for {N} creates");
     let mut rented = rents(&server).await;
     assert_eq!(rented.len() as u64, N, "one rent per create: {rented:?}");
     rented.sort_unstable();
@@ -245,6 +249,16 @@ async fn a_cancelled_rent_releases_its_offer() {
 async fn the_search_widens_for_creates_renting_meanwhile() {
     let server = MockServer::start().await;
     mount_lookup(&server, json!([])).await;
+    // The first search finds one offer; later ones find a second.
+    Mock::given(method("POST"))
+        .and(path("/api/v0/bundles/"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"offers": [offer(1, 0.5, 0.1)]})),
+        )
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
     mount_offers(&server, json!([offer(1, 0.5, 0.1), offer(2, 0.6, 0.1)])).await;
     Mock::given(method("PUT"))
         .and(path("/api/v0/asks/1/"))
@@ -268,6 +282,7 @@ async fn the_search_widens_for_creates_renting_meanwhile() {
 
     a.unwrap();
     b.unwrap();
+    // The second create found the first's answer used up, and searched wider.
     assert_eq!(search_limits(&server).await, [json!(20), json!(21)]);
     assert_eq!(rents(&server).await, [1, 2]);
     // Alone again: the default limit.

@@ -58,16 +58,23 @@ impl Provider for Vast {
 
         // Contention with this process's own creates is waited out here, with fresh searches,
         // rather than surfaced: a transient error would cost the pod a status write and an
-        // event about something no user can act on.
-        let mut round = 0u32;
+        // event about something no user can act on. A create waits for another's rent to end
+        // (the offer is then rented, and its machine offers anew, or released); only rounds
+        // in which none ended count towards giving up.
+        let mut idle = 0u32;
         loop {
+            let ends = self.claims.ends();
             match self.rent(w, &mut plan).await? {
                 Rent::Done => return Ok(()),
-                Rent::Contended(e) if round + 1 >= CONTENTION_ROUNDS => return Err(e),
-                Rent::Contended(_) => {
-                    round += 1;
+                Rent::Contended(e) => {
                     let jitter = rand::rng().random_range(0.5..1.5);
-                    tokio::time::sleep(CONTENTION_PAUSE.mul_f64(f64::from(round) * jitter)).await;
+                    let pause = CONTENTION_PAUSE.mul_f64(f64::from(idle + 1) * jitter);
+                    if !self.claims.rent_ended_since(ends, pause).await {
+                        idle += 1;
+                        if idle >= CONTENTION_ROUNDS {
+                            return Err(e);
+                        }
+                    }
                 }
             }
         }

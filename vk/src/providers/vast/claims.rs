@@ -1,9 +1,12 @@
 //! The offers this process's creates are renting, or rented (or found gone) a moment ago, so
-//! that concurrent creates spread over the offers instead of racing for the cheapest one.
+//! that concurrent creates spread over the offers instead of racing for the cheapest one; and
+//! the end of each rent, which creates that found every offer claimed wait for.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use super::CLAIM_TTL;
 
@@ -12,12 +15,16 @@ use super::CLAIM_TTL;
 #[derive(Debug, Default)]
 pub(super) struct Claims {
     state: Mutex<ClaimState>,
+    /// Woken when a rent ends (its claim kept or released).
+    ended: Notify,
 }
 
 #[derive(Debug, Default)]
 struct ClaimState {
     offers: HashMap<u64, Claim>,
     renters: usize,
+    /// Rents ended so far.
+    ends: u64,
 }
 
 /// Why an offer is claimed.
@@ -45,6 +52,37 @@ impl Claims {
         let others = state.renters;
         state.renters += 1;
         (Renter { claims: self }, others)
+    }
+
+    /// Rents ended so far: what [`Claims::rent_ended_since`] compares against.
+    pub(super) fn ends(&self) -> u64 {
+        self.lock().ends
+    }
+
+    /// Waits up to `limit` for a rent to end after `ends` (a value of [`Claims::ends`]);
+    /// true when one did.
+    pub(super) async fn rent_ended_since(&self, ends: u64, limit: Duration) -> bool {
+        let notified = self.ended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.ends() != ends {
+            return true;
+        }
+        tokio::time::timeout(limit, notified).await.is_ok()
+    }
+
+    /// Counts a rent's end and wakes the creates waiting for one.
+    fn end_rent(&self, state: &mut ClaimState) {
+        state.ends += 1;
+        self.ended.notify_waiters();
+    }
+
+    /// Who holds `offer`, if anyone.
+    pub(super) fn held(&self, offer: u64, now: Instant) -> Option<Claim> {
+        match self.lock().offers.get(&offer) {
+            Some(Claim::Taken { until }) if *until <= now => None,
+            held => held.copied(),
+        }
     }
 
     /// Claims `offer` for a rent, or says who holds it.
@@ -87,12 +125,14 @@ impl OfferClaim<'_> {
     /// The offer was rented or is gone: other creates skip it for [`CLAIM_TTL`].
     pub(super) fn keep(mut self, now: Instant) {
         self.kept = true;
-        self.claims.lock().offers.insert(
+        let mut state = self.claims.lock();
+        state.offers.insert(
             self.offer,
             Claim::Taken {
                 until: now + CLAIM_TTL,
             },
         );
+        self.claims.end_rent(&mut state);
     }
 }
 
@@ -105,6 +145,7 @@ impl Drop for OfferClaim<'_> {
         if state.offers.get(&self.offer) == Some(&Claim::Renting) {
             state.offers.remove(&self.offer);
         }
+        self.claims.end_rent(&mut state);
     }
 }
 
@@ -118,6 +159,8 @@ mod tests {
         let t0 = Instant::now();
         let first = claims.claim(1, t0).unwrap();
         assert_eq!(claims.claim(1, t0).err(), Some(Claim::Renting));
+        assert_eq!(claims.held(1, t0), Some(Claim::Renting));
+        assert_eq!(claims.held(2, t0), None);
         let other = claims.claim(2, t0).unwrap();
         // A rent that fails (or is cancelled) frees the offer.
         drop(other);
@@ -128,6 +171,8 @@ mod tests {
         let almost = t0 + CLAIM_TTL - Duration::from_millis(1);
         assert!(matches!(claims.claim(1, almost), Err(Claim::Taken { .. })));
         let later = t0 + CLAIM_TTL;
+        assert!(matches!(claims.held(1, almost), Some(Claim::Taken { .. })));
+        assert_eq!(claims.held(1, later), None);
         assert!(claims.claim(1, later).is_ok(), "expired claims are free");
         // Expired claims are forgotten; rents in flight are not.
         again.keep(t0);

@@ -9,6 +9,7 @@ use tracing::{debug, info};
 use super::claims::{Claim, OfferClaim};
 use super::pace::Endpoint;
 use super::plan::Plan;
+use super::searches::Found;
 use super::wire::{CreateInstanceAnswer, Offer, OfferList, OfferSearch};
 use super::{CONTENDED_RETRY, MAX_SEARCH_LIMIT, Vast};
 use crate::provider::{ProviderError, Workload};
@@ -52,6 +53,26 @@ impl Vast {
             .filter(|o| o.id.is_some())
             .collect())
     }
+    /// The answer to `search` that creates share (see [`super::searches`]): one newer than
+    /// `newer_than` when given.
+    async fn shared_search(
+        &self,
+        search: &OfferSearch,
+        newer_than: Option<Instant>,
+    ) -> Result<Found, ProviderError> {
+        self.searches
+            .answer(search, newer_than, || self.search_offers(search))
+            .await
+    }
+
+    /// True when another create of this process holds `offer` (renting it, or rented it or
+    /// found it gone a moment ago).
+    fn claimed(&self, offer: &Offer) -> bool {
+        offer
+            .id
+            .is_none_or(|id| self.claims.held(id, Instant::now()).is_some())
+    }
+
     /// One search and rent attempt.
     pub(super) async fn rent(&self, w: &Workload, plan: &mut Plan) -> Result<Rent, ProviderError> {
         // From here until the rent ends, other creates widen their search for this one.
@@ -61,13 +82,25 @@ impl Vast {
             .search_limit
             .saturating_add(u32::try_from(others).unwrap_or(u32::MAX))
             .min(MAX_SEARCH_LIMIT.max(self.cfg.search_limit));
-        let offers = affordable(self.search_offers(&plan.search).await?, plan);
+        let mut found = self.shared_search(&plan.search, None).await?;
+        if found.shared && affordable(&found.answer.offers, plan).all(|o| self.claimed(o)) {
+            // Another create's answer, used up by the creates that shared it: a new one.
+            found = self
+                .shared_search(&plan.search, Some(found.answer.at))
+                .await?;
+        }
+        let mut offers: Vec<&Offer> = affordable(&found.answer.offers, plan).collect();
         if offers.is_empty() {
             return Err(no_offer(plan));
         }
+        offers.sort_by(|a, b| {
+            let pa = a.dph_total.unwrap_or(f64::INFINITY);
+            let pb = b.dph_total.unwrap_or(f64::INFINITY);
+            pa.total_cmp(&pb)
+        });
 
         let (mut tried, mut gone, mut renting_elsewhere) = (0usize, 0usize, 0usize);
-        for offer in &offers {
+        for offer in offers {
             if tried >= self.cfg.max_offers_tried {
                 break;
             }
@@ -160,10 +193,9 @@ enum Offered {
     Gone,
 }
 
-/// The offers within the plan's price bounds (the bid's, for an interruptible rent), cheapest
-/// first.
-fn affordable(mut offers: Vec<Offer>, plan: &Plan) -> Vec<Offer> {
-    offers.retain(|o| {
+/// The offers within the plan's price bounds (the bid's, for an interruptible rent).
+fn affordable<'a>(offers: &'a [Offer], plan: &'a Plan) -> impl Iterator<Item = &'a Offer> {
+    offers.iter().filter(|o| {
         let price = if plan.bid.is_some() {
             o.min_bid.or(o.dph_total)
         } else {
@@ -178,13 +210,7 @@ fn affordable(mut offers: Vec<Offer>, plan: &Plan) -> Vec<Offer> {
             _ => true,
         };
         within_max && bid_ok
-    });
-    offers.sort_by(|a, b| {
-        let pa = a.dph_total.unwrap_or(f64::INFINITY);
-        let pb = b.dph_total.unwrap_or(f64::INFINITY);
-        pa.total_cmp(&pb)
-    });
-    offers
+    })
 }
 
 /// The error when no offer matches the plan: what was searched for, at what price.
