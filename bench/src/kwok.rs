@@ -103,6 +103,7 @@ impl Kwok {
         cluster::remove_namespace(client, &ns).await;
         children.stop("kwok", Duration::from_secs(5)).await;
         cluster::delete_node(client, NODE).await;
+        cluster::wait_namespace_gone(client, &ns, Duration::from_secs(120)).await;
         result
     }
 

@@ -238,6 +238,7 @@ impl Bench<'_> {
             .stop("mock-providers", Duration::from_secs(5))
             .await;
         cluster::remove_namespace(&self.client, &live.ns).await;
+        cluster::wait_namespace_gone(&self.client, &live.ns, Duration::from_secs(120)).await;
         self.cleanup
             .namespaces
             .lock()
