@@ -147,14 +147,25 @@ fn workload(script: &str) -> WorkloadBuilder {
         .env("GREETING", "it's \"quoted\" $HOME")
 }
 
-/// Polls `list()` until the workload satisfies `done` (or the deadline passes).
+/// Polls `list()` until the workload satisfies `done` (or 90 s pass).
 async fn wait_for(
     slurm: &Slurm,
     id: &WorkloadId,
     what: &str,
     done: impl Fn(&Observed) -> bool,
 ) -> Observed {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    wait_within(slurm, id, what, Duration::from_secs(90), done).await
+}
+
+/// Polls `list()` until the workload satisfies `done` (or `limit` passes).
+async fn wait_within(
+    slurm: &Slurm,
+    id: &WorkloadId,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&Observed) -> bool,
+) -> Observed {
+    let deadline = Instant::now() + limit;
     let mut last = None;
     while Instant::now() < deadline {
         let listed = slurm.list().await.expect("list works");
@@ -166,7 +177,10 @@ async fn wait_for(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    panic!("workload {id} did not become {what} in 90 s; last seen: {last:?}");
+    panic!(
+        "workload {id} did not become {what} in {} s; last seen: {last:?}",
+        limit.as_secs()
+    );
 }
 
 fn scancel(env: &Env, job_id: &str) {
