@@ -43,6 +43,8 @@ struct Env {
     expect_dialect: Option<Dialect>,
     /// Its release (`SLURM_VERSION`; the host's 22.05 does not write it).
     version: Option<String>,
+    /// Slurm kills a job over its memory limit (`SLURM_MEMORY_LIMITS=cgroup`).
+    memory_limits: bool,
 }
 
 impl Env {
@@ -107,6 +109,9 @@ fn env() -> Env {
                     .unwrap_or_else(|e| panic!("{path}: SLURM_EXPECT_DIALECT {d}: {e}"))
             }),
         version: vars.get("SLURM_VERSION").cloned(),
+        memory_limits: vars
+            .get("SLURM_MEMORY_LIMITS")
+            .is_some_and(|v| v == "cgroup"),
     }
 }
 
@@ -177,10 +182,7 @@ async fn wait_within(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    panic!(
-        "workload {id} did not become {what} in {} s; last seen: {last:?}",
-        limit.as_secs()
-    );
+    panic!("workload {id} did not become {what} in {limit:?}; last seen: {last:?}");
 }
 
 fn scancel(env: &Env, job_id: &str) {

@@ -1,6 +1,6 @@
 //! How jobs end on a real Slurm: success, a cancel by the VK or by scancel, a requeue, a
-//! preemption by a higher-tier partition, a time limit reached, a refusal that leaves no job, a
-//! wrong token.
+//! preemption by a higher-tier partition, a time limit reached, a memory limit passed, a refusal
+//! that leaves no job, a wrong token.
 
 use super::*;
 
@@ -175,6 +175,37 @@ async fn a_job_past_its_time_limit_fails_as_deadline_exceeded() {
             reason: FailureReason::DeadlineExceeded
         },
         "{o:?}"
+    );
+}
+
+/// A job over its memory limit (the pod's memory, sent as `memory_per_node`) where Slurm
+/// enforces it (task/cgroup, `ConstrainRAMSpace`: the host's Slurm) is killed by the kernel in
+/// its cgroup and ends OUT_OF_MEMORY: the pod fails as OOMKilled. Where Slurm enforces none
+/// (task/none: the container Slurms, whose cgroups are read-only) the same job runs to its end:
+/// the pod succeeds, which is what users of such a cluster see.
+#[tokio::test]
+async fn a_job_over_its_memory_limit_is_oom_killed_where_slurm_enforces_it() {
+    let env = env();
+    let _turn = SERIAL.lock().await;
+    let slurm = adapter(&env);
+    // 200 MiB held at once (tail keeps the newline-free input whole) against a 64 MiB limit.
+    let w = workload("head -c 200M /dev/zero | tail >/dev/null")
+        .memory_bytes(64 << 20)
+        .build();
+    slurm.create(&w).await.expect("submitted");
+    let o = wait_for(&slurm, &w.id, "finished", |o| o.state.is_terminal()).await;
+    let expected = if env.memory_limits {
+        WorkloadState::Failed {
+            exit_code: 137,
+            reason: FailureReason::OomKilled,
+        }
+    } else {
+        WorkloadState::Succeeded
+    };
+    assert_eq!(
+        o.state, expected,
+        "memory limits enforced: {}",
+        env.memory_limits
     );
 }
 
