@@ -100,10 +100,12 @@ impl Kwok {
         let ns = format!("kwok-bench-{n}-{}", &suffix[..6]);
         cluster::create_namespace(client, &ns).await?;
         let result = self.load(client, &ns, n, concurrency, limit).await;
+        // kwok finishes the pods' deletion (its pod-delete stage), so it stays until the
+        // namespace is gone; without it 10,000 pods wait for the pod garbage collector.
         cluster::remove_namespace(client, &ns).await;
+        cluster::wait_namespace_gone(client, &ns, Duration::from_secs(300)).await;
         children.stop("kwok", Duration::from_secs(5)).await;
         cluster::delete_node(client, NODE).await;
-        cluster::wait_namespace_gone(client, &ns, Duration::from_secs(120)).await;
         result
     }
 
