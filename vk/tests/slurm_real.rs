@@ -1,21 +1,26 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Integration tests of the Slurm adapter against a real slurmrestd: the host's Slurm 22.05
-//! (dialect v0.0.38) started by `scripts/slurm/up`, or Slurm 24.11 / 26.05 in a container
-//! (`scripts/slurm/up --suite trixie|sid`; the tests then run Slurm's commands through `docker
-//! exec`). The adapter detects the dialect (`auto`); the env file names the one it must find.
-//! The env file is found through `SLURM_ENV_FILE` (`make test` runs these tests once per
-//! Slurm); without it these tests fail, on purpose, with a message saying how to start Slurm:
-//! they must never pass without having run.
+//! (dialect v0.0.38) started by `scripts/slurm/up` and named by the env file in
+//! `SLURM_ENV_FILE`, or Slurm 24.11 / 26.05 from a release's image in `SLURM_IMAGE`, each test
+//! in a container of its own started and removed through testcontainers (see `env` and
+//! `container`; Slurm's commands then run through `docker exec`). The adapter detects the
+//! dialect (`auto`); `SLURM_EXPECT_DIALECT` names the one it must find. Without either variable
+//! these tests fail, on purpose, with a message saying how to start Slurm: they must never pass
+//! without having run (`make test` runs them once per Slurm).
 //!
-//! The cluster is one node with 2 CPUs and 2 fake GPUs, so the tests take turns.
+//! The host's cluster is one node with 2 CPUs and 2 fake GPUs, so the tests take turns on it.
 
 #[path = "support/workload.rs"]
 mod workload_builder;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+#[path = "slurm_real/container.rs"]
+mod container;
+#[path = "slurm_real/env.rs"]
+mod env;
+
 use std::time::{Duration, Instant};
 
+use env::{Env, env};
 use futures::StreamExt;
 use serde_json::Value;
 use vk::naming::{Owner, WorkloadId};
@@ -24,96 +29,6 @@ use vk::provider::{
 };
 use vk::providers::slurm::{Dialect, Slurm, SlurmConfig};
 use workload_builder::WorkloadBuilder;
-
-/// One job at a time on the single small node.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-struct Env {
-    url: String,
-    user: String,
-    token_file: PathBuf,
-    output_dir: PathBuf,
-    partition: String,
-    /// A partition whose jobs preempt those of `partition` (`SLURM_URGENT_PARTITION`).
-    urgent_partition: String,
-    slurm_conf: String,
-    /// The container Slurm runs in (its commands run through `docker exec`).
-    container: Option<String>,
-    /// The dialect `auto` must pick on this Slurm.
-    expect_dialect: Option<Dialect>,
-    /// Its release (`SLURM_VERSION`; the host's 22.05 does not write it).
-    version: Option<String>,
-    /// Slurm kills a job over its memory limit (`SLURM_MEMORY_LIMITS=cgroup`).
-    memory_limits: bool,
-}
-
-impl Env {
-    /// A Slurm command (`scancel`, `scontrol`, `squeue`) against this cluster.
-    fn command(&self, program: &str) -> std::process::Command {
-        match &self.container {
-            Some(c) => {
-                let mut cmd = std::process::Command::new("docker");
-                cmd.args(["exec", "-e"])
-                    .arg(format!("SLURM_CONF={}", self.slurm_conf))
-                    .args([c.as_str(), program]);
-                cmd
-            }
-            None => {
-                let mut cmd = std::process::Command::new(program);
-                cmd.env("SLURM_CONF", &self.slurm_conf);
-                cmd
-            }
-        }
-    }
-}
-
-fn env() -> Env {
-    let path = std::env::var("SLURM_ENV_FILE").unwrap_or_else(|_| {
-        panic!(
-            "SLURM_ENV_FILE is not set: these tests need a real Slurm. Start one with \
-             `scripts/slurm/up` (it prints the env file's path) and run \
-             `SLURM_ENV_FILE=<that path> cargo test -p vk --test slurm_real`, or run `make test`."
-        )
-    });
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("cannot read SLURM_ENV_FILE {path}: {e}; run `scripts/slurm/up` first")
-    });
-    let vars: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    let get = |k: &str| {
-        vars.get(k)
-            .cloned()
-            .unwrap_or_else(|| panic!("{path} has no {k}; re-run `scripts/slurm/up`"))
-    };
-    Env {
-        url: get("SLURM_REST_URL"),
-        user: get("SLURM_USER"),
-        token_file: PathBuf::from(get("SLURM_TOKEN_FILE")),
-        output_dir: PathBuf::from(get("SLURM_OUTPUT_DIR")),
-        partition: get("SLURM_PARTITION"),
-        urgent_partition: get("SLURM_URGENT_PARTITION"),
-        slurm_conf: get("SLURM_CONF"),
-        container: vars
-            .get("SLURM_CONTAINER")
-            .filter(|c| !c.is_empty())
-            .cloned(),
-        expect_dialect: vars
-            .get("SLURM_EXPECT_DIALECT")
-            .filter(|d| !d.is_empty())
-            .map(|d| {
-                serde_json::from_value(Value::String(d.clone()))
-                    .unwrap_or_else(|e| panic!("{path}: SLURM_EXPECT_DIALECT {d}: {e}"))
-            }),
-        version: vars.get("SLURM_VERSION").cloned(),
-        memory_limits: vars
-            .get("SLURM_MEMORY_LIMITS")
-            .is_some_and(|v| v == "cgroup"),
-    }
-}
 
 fn owner() -> Owner {
     Owner::new("slurm-real-test", "vk-node")
@@ -224,7 +139,7 @@ fn squeue_names(env: &Env) -> String {
 
 #[tokio::test]
 async fn the_newest_served_dialect_is_detected() {
-    let env = env();
+    let env = env().await;
     let slurm = adapter(&env);
     let expected = env
         .expect_dialect
@@ -241,8 +156,8 @@ async fn the_newest_served_dialect_is_detected() {
 #[tokio::test]
 async fn the_kept_schema_of_this_release_is_what_it_takes_and_answers() {
     use mock_providers::schema::{SlurmRelease, slurm as slurm_schema};
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let dialect = adapter(&env).dialect().await.unwrap();
     let slurm = adapter_with(SlurmConfig {
         dialect,
@@ -305,8 +220,8 @@ async fn the_kept_schema_of_this_release_is_what_it_takes_and_answers() {
 
 #[tokio::test]
 async fn a_command_runs_and_its_exit_code_and_output_come_back() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let w = workload("echo \"hello $GREETING\"; echo to-stderr >&2; exit 3").build();
     slurm.create(&w).await.expect("submitted");
@@ -383,8 +298,8 @@ async fn log_of(slurm: &Slurm, job_id: &str, name: Option<&str>) -> String {
 
 #[tokio::test]
 async fn each_container_of_a_pod_is_a_step_with_its_own_log_and_exit_code() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let marker = "/tmp/gpu-vk-steps-test-$SLURM_JOB_ID";
     let w = workload("true")

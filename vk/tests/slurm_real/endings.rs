@@ -6,8 +6,8 @@ use super::*;
 
 #[tokio::test]
 async fn a_successful_command_succeeds() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let w = workload("test \"$GREETING\" = \"it's \\\"quoted\\\" \\$HOME\"").build();
     slurm.create(&w).await.expect("submitted");
@@ -17,8 +17,8 @@ async fn a_successful_command_succeeds() {
 
 #[tokio::test]
 async fn delete_cancels_a_running_job() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let w = workload("echo started; sleep 300").build();
     slurm.create(&w).await.expect("submitted");
@@ -54,8 +54,8 @@ async fn delete_cancels_a_running_job() {
 
 #[tokio::test]
 async fn a_job_cancelled_with_scancel_is_evicted() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let w = workload("sleep 300").build();
     slurm.create(&w).await.expect("submitted");
@@ -78,8 +78,8 @@ async fn a_job_cancelled_with_scancel_is_evicted() {
 
 #[tokio::test]
 async fn a_requeued_job_counts_a_provider_restart() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let w = workload("sleep 300").build();
     slurm.create(&w).await.expect("submitted");
@@ -116,8 +116,8 @@ async fn a_requeued_job_counts_a_provider_restart() {
 
 #[tokio::test]
 async fn a_job_preempted_by_a_higher_tier_partition_is_preempted_not_failed() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     // Both GPUs of the node: a job that needs one of them must take them from this one.
     let victim = workload("sleep 300").any_gpu(2).build();
@@ -157,7 +157,7 @@ async fn a_job_preempted_by_a_higher_tier_partition_is_preempted_not_failed() {
 #[tokio::test]
 #[ignore = "holds a job 60-90 s: scripts/test-local runs it beside the conformance suite"]
 async fn a_job_past_its_time_limit_fails_as_deadline_exceeded() {
-    let env = env();
+    let env = env().await;
     let urgent = adapter_with(SlurmConfig {
         partition: Some(env.urgent_partition.clone()),
         ..config(&env)
@@ -185,8 +185,8 @@ async fn a_job_past_its_time_limit_fails_as_deadline_exceeded() {
 /// the pod succeeds, which is what users of such a cluster see.
 #[tokio::test]
 async fn a_job_over_its_memory_limit_is_oom_killed_where_slurm_enforces_it() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     // 200 MiB held at once (tail keeps the newline-free input whole) against a 64 MiB limit.
     let w = workload("head -c 200M /dev/zero | tail >/dev/null")
@@ -211,8 +211,8 @@ async fn a_job_over_its_memory_limit_is_oom_killed_where_slurm_enforces_it() {
 
 #[tokio::test]
 async fn an_impossible_gpu_count_is_invalid_and_leaves_no_job_behind() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let slurm = adapter(&env);
     let w = workload("nvidia-smi").any_gpu(16).build();
     let err = slurm.create(&w).await.unwrap_err();
@@ -240,8 +240,8 @@ async fn an_impossible_gpu_count_is_invalid_and_leaves_no_job_behind() {
 
 #[tokio::test]
 async fn a_wrong_token_is_an_auth_error_and_recovers_once_fixed() {
-    let env = env();
-    let _turn = SERIAL.lock().await;
+    let env = env().await;
+    let _turn = env.turn().await;
     let dir = std::env::temp_dir().join(format!("vk-slurm-real-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("token");
