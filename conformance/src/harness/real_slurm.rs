@@ -39,15 +39,7 @@ impl RealSlurm {
                  to that file, or run `make test`, which does both"
             )
         });
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!("cannot read SLURM_ENV_FILE {path}: {e}; run `make slurm-up` first")
-        });
-        let vars: BTreeMap<String, String> = text
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("export "))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.trim_matches(['"', '\'']).to_owned()))
-            .collect();
+        let vars = slurm_env_vars(&path);
         let get = |k: &str| {
             vars.get(k)
                 .cloned()
@@ -352,4 +344,17 @@ impl Drop for JobsGuard {
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         let _ = self.slurm.command("scancel", &ids).status();
     }
+}
+
+/// The variables of a Slurm env file (`export K=V` lines, as `scripts/slurm/up` and
+/// `scripts/slurm/container-up` write them); fails loudly when it cannot be read.
+pub fn slurm_env_vars(path: &str) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!("cannot read SLURM_ENV_FILE {path}: {e}; run `make slurm-up` first")
+    });
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim_matches(['"', '\'']).to_owned()))
+        .collect()
 }

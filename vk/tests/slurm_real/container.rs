@@ -124,9 +124,9 @@ async fn wait_ready(id: &str, url: &str) {
 
 /// A Slurm command in the container: its stdout, or None when it failed.
 fn run(id: &str, args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("docker")
-        .args(["exec", "-e", &format!("SLURM_CONF={CONF}"), id])
-        .args(args)
+    let (program, rest) = args.split_first()?;
+    let out = super::env::slurm_command(Some(id), CONF, program)
+        .args(rest)
         .output()
         .ok()?;
     out.status

@@ -150,7 +150,9 @@ async fn a_job_preempted_by_a_higher_tier_partition_is_preempted_not_failed() {
 /// A job past its time limit ends TIMEOUT (SIGTERM, then SIGKILL after `KillWait`): the pod
 /// fails as DeadlineExceeded with the signal's exit code. Slurm counts limits in minutes (sbatch
 /// `--time`: "second values are rounded up to the next minute") and slurmctld checks them on
-/// its periodic pass (every 30 s), so the job ends 60 to 90 s after it starts: the test is
+/// its background pass every `PERIODIC_TIMEOUT` seconds (30: Slurm's `src/slurmctld/slurmctld.h`,
+/// "Check for jobs reaching their time limit every PERIODIC_TIMEOUT seconds"), so the job ends
+/// 60 to 90 s after it starts; `KillWait` (slurm.conf(5)) separates SIGTERM and SIGKILL. The test is
 /// `#[ignore]`d in the plain `cargo test` and run by `scripts/test-local` beside the
 /// conformance suite (`--include-ignored`). It takes no `SERIAL` turn: one core of the
 /// urgent partition, which nothing preempts, and no GPU, so the other tests' jobs still fit.
@@ -179,8 +181,9 @@ async fn a_job_past_its_time_limit_fails_as_deadline_exceeded() {
 }
 
 /// A job over its memory limit (the pod's memory, sent as `memory_per_node`) where Slurm
-/// enforces it (task/cgroup, `ConstrainRAMSpace`: the host's Slurm) is killed by the kernel in
-/// its cgroup and ends OUT_OF_MEMORY: the pod fails as OOMKilled. Where Slurm enforces none
+/// enforces it (task/cgroup with cgroup.conf(5) `ConstrainRAMSpace`: "constrain the job's RAM
+/// usage by setting the memory soft limit to the allocated memory", the host's Slurm) is killed
+/// by the kernel in its cgroup and ends OUT_OF_MEMORY: the pod fails as OOMKilled. Where Slurm enforces none
 /// (task/none: the container Slurms, whose cgroups are read-only) the same job runs to its end:
 /// the pod succeeds, which is what users of such a cluster see.
 #[tokio::test]

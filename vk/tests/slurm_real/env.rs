@@ -3,7 +3,6 @@
 //! node), or a container of its own started from a release's image (`SLURM_IMAGE`) through
 //! testcontainers and removed when the test ends (see [`super::container`]).
 
-use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::path::PathBuf;
 
@@ -85,34 +84,35 @@ pub(super) struct Env {
 impl Env {
     /// A Slurm command (`scancel`, `scontrol`, `squeue`) against this cluster.
     pub(super) fn command(&self, program: &str) -> std::process::Command {
-        match &self.container {
-            Some(c) => {
-                let mut cmd = std::process::Command::new("docker");
-                cmd.args(["exec", "-e"])
-                    .arg(format!("SLURM_CONF={}", self.slurm_conf))
-                    .args([c.as_str(), program]);
-                cmd
-            }
-            None => {
-                let mut cmd = std::process::Command::new(program);
-                cmd.env("SLURM_CONF", &self.slurm_conf);
-                cmd
-            }
+        slurm_command(self.container.as_deref(), &self.slurm_conf, program)
+    }
+}
+
+/// `program` run with `SLURM_CONF=conf`, inside `container` (through `docker exec`) when given.
+pub(super) fn slurm_command(
+    container: Option<&str>,
+    conf: &str,
+    program: &str,
+) -> std::process::Command {
+    match container {
+        Some(c) => {
+            let mut cmd = std::process::Command::new("docker");
+            cmd.args(["exec", "-e"])
+                .arg(format!("SLURM_CONF={conf}"))
+                .args([c, program]);
+            cmd
+        }
+        None => {
+            let mut cmd = std::process::Command::new(program);
+            cmd.env("SLURM_CONF", conf);
+            cmd
         }
     }
 }
 
 /// The Slurm of the env file at `path`.
 fn from_file(path: &str) -> Env {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!("cannot read SLURM_ENV_FILE {path}: {e}; run `scripts/slurm/up` first")
-    });
-    let vars: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("export "))
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let vars = conformance::harness::slurm_env_vars(path);
     let get = |k: &str| {
         vars.get(k)
             .cloned()

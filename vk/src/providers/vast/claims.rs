@@ -27,6 +27,16 @@ struct ClaimState {
     ends: u64,
 }
 
+impl ClaimState {
+    /// Who holds `offer` at `now` (an expired `Taken` holds nothing).
+    fn holder(&self, offer: u64, now: Instant) -> Option<Claim> {
+        match self.offers.get(&offer) {
+            Some(Claim::Taken { until }) if *until <= now => None,
+            held => held.copied(),
+        }
+    }
+}
+
 /// Why an offer is claimed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Claim {
@@ -79,19 +89,14 @@ impl Claims {
 
     /// Who holds `offer`, if anyone.
     pub(super) fn held(&self, offer: u64, now: Instant) -> Option<Claim> {
-        match self.lock().offers.get(&offer) {
-            Some(Claim::Taken { until }) if *until <= now => None,
-            held => held.copied(),
-        }
+        self.lock().holder(offer, now)
     }
 
     /// Claims `offer` for a rent, or says who holds it.
     pub(super) fn claim(&self, offer: u64, now: Instant) -> Result<OfferClaim<'_>, Claim> {
         let mut state = self.lock();
-        match state.offers.get(&offer) {
-            Some(Claim::Taken { until }) if *until <= now => {}
-            Some(held) => return Err(*held),
-            None => {}
+        if let Some(held) = state.holder(offer, now) {
+            return Err(held);
         }
         state.offers.insert(offer, Claim::Renting);
         Ok(OfferClaim {

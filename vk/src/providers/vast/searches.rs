@@ -57,7 +57,10 @@ impl Searches {
     {
         let slot = self.slot(search);
         let mut latest = slot.lock().await;
-        if let Some(answer) = latest.as_ref().filter(|a| reusable(a.at, newer_than)) {
+        if let Some(answer) = latest
+            .as_ref()
+            .filter(|a| reusable(a.at, Instant::now(), newer_than))
+        {
             return Ok(Found {
                 answer: Arc::clone(answer),
                 shared: true,
@@ -81,18 +84,19 @@ impl Searches {
         slots.retain(|k, slot| {
             k == &key
                 || Arc::strong_count(slot) > 1
-                || slot
-                    .try_lock()
-                    .is_ok_and(|a| a.as_ref().is_some_and(|a| a.at.elapsed() < FRESH))
+                || slot.try_lock().is_ok_and(|a| {
+                    a.as_ref()
+                        .is_some_and(|a| reusable(a.at, Instant::now(), None))
+                })
         });
         Arc::clone(slots.entry(key).or_default())
     }
 }
 
-/// True when an answer of `at` may be reused by a create that wants one newer than
+/// True when an answer of `at` may be reused at `now` by a create that wants one newer than
 /// `newer_than`.
-fn reusable(at: Instant, newer_than: Option<Instant>) -> bool {
-    at.elapsed() < FRESH && newer_than.is_none_or(|t| at > t)
+fn reusable(at: Instant, now: Instant, newer_than: Option<Instant>) -> bool {
+    now.saturating_duration_since(at) < FRESH && newer_than.is_none_or(|t| at > t)
 }
 
 /// The search body without its `limit`, which grows with the creates renting meanwhile.
@@ -177,13 +181,15 @@ mod tests {
             .await
             .unwrap();
         assert!(!found.shared, "nothing was kept from the failed search");
-        assert!(reusable(Instant::now(), None));
-        let old = Instant::now().checked_sub(FRESH).unwrap();
+        let at = Instant::now();
+        assert!(reusable(at, at + FRESH - Duration::from_millis(1), None));
         assert!(
-            !reusable(old, None),
+            !reusable(at, at + FRESH, None),
             "an answer is reused while it is fresh"
         );
-        let now = Instant::now();
-        assert!(!reusable(now, Some(now)), "only an answer newer than asked");
+        assert!(
+            !reusable(at, at, Some(at)),
+            "only an answer newer than asked"
+        );
     }
 }
