@@ -65,7 +65,7 @@ pub async fn run(fw: Arc<PodController>, cfg: Arc<Config>, client: Client) -> an
     };
     let cert = crate::overflow::certs::self_signed_for(names)?;
     let configs = TlsConfigs::new(cert.serving, None).map_err(std::io::Error::other)?;
-    let tcp = tokio::net::TcpListener::bind(addr)
+    let tcp = crate::tls::bind_when_free(addr, crate::tls::BIND_PATIENCE)
         .await
         .with_context(|| format!("cannot bind admission.addr {addr}"))?;
     let judge = Judge {

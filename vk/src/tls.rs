@@ -45,9 +45,10 @@
 //! The pieces: `serving` (loading, rotating or generating the serving certificate),
 //! `client_ca` (the CAs client certificates are verified against, and their reload), `config`
 //! (the rustls configuration, replaced when the client CA changes), `acceptor` (the listener
-//! and its limits), `serve` (the connections' deadlines) and `identity` (the client's identity from its certificate).
+//! and its limits), `serve` (the connections' deadlines), `bind` (an address a previous process may still hold) and `identity` (the client's identity from its certificate).
 
 mod acceptor;
+mod bind;
 mod client_ca;
 mod config;
 mod identity;
@@ -60,6 +61,7 @@ mod testing;
 use std::path::PathBuf;
 
 pub use acceptor::{Limits, TlsConn, TlsListener};
+pub use bind::{BIND_PATIENCE, bind_when_free};
 pub use client_ca::{CLIENT_CA_RELOAD_INTERVAL, install_client_ca};
 pub use config::{TlsConfigs, server_config};
 pub use identity::{Peer, Subject, subject, validity};

@@ -108,12 +108,61 @@ pub async fn wait_node_ready(c: &Client, node: &str) {
     .await;
 }
 
+/// A port to give a VK or a test server to listen on.
+///
+/// Chosen outside the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), from which a
+/// port the OS handed out (`bind(":0")`) comes: between this choice and the VK's bind, any
+/// outgoing connection of the host may take such a port as its source port, and the VK's bind
+/// then fails with "Address already in use" (seen: an admission webhook that never listened).
+/// Ports outside that range are only ever taken by an explicit bind; each call of this process
+/// tries the next one, from a start spread by the process id so parallel test runs differ.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u32>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let (first, span) = outside_ephemeral(low, high);
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(first + (start + n) % span).expect("a port number");
+        let free = |host: &str| std::net::TcpListener::bind((host, port)).is_ok();
+        if free("127.0.0.1") && free("0.0.0.0") {
+            return port;
+        }
+    }
+    panic!("no free port between {first} and {}", first + span - 1)
+}
+
+/// The first port and the number of ports of the larger stretch outside `low..=high` (the
+/// ephemeral range), above the well-known and registered ports most services use.
+fn outside_ephemeral(low: u32, high: u32) -> (u32, u32) {
+    const FLOOR: u32 = 10_000;
+    let below = low.saturating_sub(FLOOR);
+    let above = 65_535u32.saturating_sub(high.max(FLOOR - 1));
+    if below >= above {
+        (FLOOR, below)
+    } else {
+        (high.max(FLOOR - 1) + 1, above)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outside_ephemeral;
+
+    #[test]
+    fn ports_are_chosen_outside_the_ephemeral_range() {
+        // Linux's default range: the stretch below it.
+        assert_eq!(outside_ephemeral(32768, 60999), (10_000, 22_768));
+        // A range that starts low: the stretch above it.
+        assert_eq!(outside_ephemeral(1024, 40000), (40001, 25_535));
+    }
 }
 
 /// A pod asking for GPUs that tolerates the virtual node's taint and selects it.
