@@ -340,10 +340,11 @@ async fn secret_values_and_provider_keys_never_reach_the_logs() {
 }
 
 /// An image that never pulls leaves the provider's workload starting forever (here: a start
-/// phase of ten minutes); the provider's start deadline fails the pod with a reason and an
-/// Event, and the workload is deleted, so nothing keeps billing.
+/// phase of ten minutes). At the provider's start deadline the workload is deleted and created
+/// again once (`startAttempts` 2 by default, an Event `StartRetried`); the second stuck start
+/// fails the pod with a reason and an Event, and is deleted too, so nothing keeps billing.
 #[tokio::test]
-async fn a_workload_stuck_starting_fails_the_pod_at_its_deadline_and_is_deleted() {
+async fn a_workload_stuck_starting_is_retried_once_then_fails_the_pod_and_is_deleted() {
     let c = client().await;
     let ns = namespace(&c, "life-stuck").await;
     let stuck = ExecutionMode::simulated(100, 600_000, None);
@@ -352,25 +353,22 @@ async fn a_workload_stuck_starting_fails_the_pod_at_its_deadline_and_is_deleted(
     let mut vk = Vk::start_with(providers, VkOptions::default()).await;
     ready_node(&c, &vk).await;
     create(&c, &ns, gpu_pod("stuck", &vk.node, 1, &[])).await;
-    let p = wait_for(Duration::from_secs(30), "stuck Failed", || async {
+    let p = wait_for(Duration::from_secs(40), "stuck Failed", || async {
         let p = get(&c, &ns, "stuck").await;
         (phase(&p) == "Failed").then_some(p)
     })
     .await;
     let status = p.status.clone().unwrap();
     assert_eq!(status.reason.as_deref(), Some("StartDeadlineExceeded"));
+    let message = status.message.clone().unwrap_or_default();
     assert!(
-        status
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("still starting"),
+        message.contains("still starting") && message.contains("the last of 2 attempts"),
         "{status:?}"
     );
     let id = uid(&p);
     wait_for(
         Duration::from_secs(20),
-        "the stuck workload deleted",
+        "the stuck workloads deleted",
         || async {
             rp.workloads_of(&id)
                 .await
@@ -380,19 +378,30 @@ async fn a_workload_stuck_starting_fails_the_pod_at_its_deadline_and_is_deleted(
         },
     )
     .await;
+    // One workload per attempt, each deleted (this test's emulator served this pod alone).
+    assert_eq!(rp.counter("create").await, 2, "one create per attempt");
+    assert_eq!(rp.counter("delete").await, 2, "each stuck workload deleted");
     let events = events_when(&c, &ns, "stuck", |e| {
         e.iter().any(|(r, _)| r == "StartDeadlineExceeded")
     })
     .await;
-    assert!(!events.is_empty());
+    let retried: Vec<&String> = events
+        .iter()
+        .filter(|(r, _)| r == "StartRetried")
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        retried.len() == 1 && retried[0].contains("attempt 2 of 2"),
+        "{events:?}"
+    );
     delete_namespace(&c, &ns).await;
     vk.cleanup(&c).await;
 }
 
 /// The realistic profile's failure mode at the scale of a Deployment: one create in three never
-/// starts. The start deadline fails each stuck pod (StartDeadlineExceeded, its workload
-/// deleted), the ReplicaSet replaces it, and the Deployment reaches its replicas with nothing
-/// left starting at the provider: no storm, no workload billing forever.
+/// starts. At the start deadline each stuck workload is deleted and the pod's workload created
+/// again (`StartRetried`), so the Deployment reaches its replicas with the pods it has: no pod
+/// fails, none is replaced, nothing is left starting at the provider.
 #[tokio::test]
 async fn a_deployment_reaches_its_replicas_when_some_starts_never_run() {
     use k8s_openapi::api::apps::v1::Deployment;
@@ -425,17 +434,25 @@ async fn a_deployment_reaches_its_replicas_when_some_starts_never_run() {
         (pods.iter().filter(|p| phase(p) == "Running").count() == 4).then_some(pods)
     })
     .await;
-    let deadline: Vec<&Pod> = pods
+    assert_eq!(pods.len(), 4, "a stuck start is retried on its own pod");
+    // The third create never starts: its pod's workload was created again.
+    let names: Vec<String> = pods
         .iter()
-        .filter(|p| {
-            p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("StartDeadlineExceeded")
-        })
+        .filter_map(|p| p.metadata.name.clone())
         .collect();
-    assert!(
-        !deadline.is_empty(),
-        "the third create never starts, so a pod must have failed at its deadline"
-    );
-    assert!(pods.len() <= 8, "{} pods for 4 replicas", pods.len());
+    wait_for(Duration::from_secs(20), "a StartRetried event", || async {
+        for name in &names {
+            if events_for(&c, &ns, name)
+                .await
+                .iter()
+                .any(|(r, _)| r == "StartRetried")
+            {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
     wait_for(
         Duration::from_secs(20),
         "no workload left starting",

@@ -41,6 +41,14 @@ pub struct ProviderConfig {
     /// provider's deadline; a pod may always ask for less).
     #[serde(default)]
     pub max_start_deadline_seconds: Option<u64>,
+    /// How many workloads a pod gets whose start never completes: past the start deadline the
+    /// stuck one is deleted and the pod's workload created again (Event `StartRetried`), until
+    /// this many were tried; then the pod fails `StartDeadlineExceeded`. A start that never
+    /// completes is most often the host's (Vast: an `offline` or `loading` instance "will
+    /// never reach running: destroy the instance and retry"), and the pod never ran. Default 2;
+    /// 1: no retry.
+    #[serde(default)]
+    pub start_attempts: Option<u32>,
     /// The pod IP of a workload this provider lists no usable address for (see
     /// `pods::address`); the pod's `gpu-vk.io/PodIPRoutable` condition is then False. Unset:
     /// such a pod has no IP.
@@ -54,6 +62,8 @@ pub struct ProviderConfig {
 pub struct StartDeadline {
     pub default: Option<Duration>,
     pub max: Option<Duration>,
+    /// Workloads a pod gets whose start never completes (0 and 1: one, no retry).
+    pub attempts: u32,
 }
 
 /// May a provider receive Secret-sourced environment values?
@@ -146,6 +156,7 @@ impl ProviderConfig {
         StartDeadline {
             default: secs.map(Duration::from_secs),
             max: max.map(Duration::from_secs),
+            attempts: self.start_attempts.unwrap_or(2),
         }
     }
 

@@ -148,7 +148,7 @@ fn start_deadlines_default_by_kind_and_are_overridden() {
     let cfg = parse(
         "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
          - {name: hpc, kind: slurm}\n- {name: v, kind: vast, startDeadlineSeconds: 0}\n\
-         - {name: hpc2, kind: slurm, startDeadlineSeconds: 600, maxStartDeadlineSeconds: 3600}\n",
+         - {name: hpc2, kind: slurm, startDeadlineSeconds: 600, maxStartDeadlineSeconds: 3600, startAttempts: 1}\n",
     )
     .unwrap();
     let d: Vec<StartDeadline> = cfg.providers.iter().map(|p| p.start_deadline()).collect();
@@ -157,20 +157,22 @@ fn start_deadlines_default_by_kind_and_are_overridden() {
         d[0],
         StartDeadline {
             default: s(1800),
-            max: s(1800)
+            max: s(1800),
+            attempts: 2,
         }
     );
-    assert_eq!(
-        d[1],
-        StartDeadline::default(),
-        "a Slurm queue wait is normal"
-    );
-    assert_eq!(d[2], StartDeadline::default(), "0 turns it off");
+    let none = StartDeadline {
+        attempts: 2,
+        ..StartDeadline::default()
+    };
+    assert_eq!(d[1], none, "a Slurm queue wait is normal");
+    assert_eq!(d[2], none, "0 turns it off");
     assert_eq!(
         d[3],
         StartDeadline {
             default: s(600),
-            max: s(3600)
+            max: s(3600),
+            attempts: 1,
         }
     );
 }

@@ -26,8 +26,8 @@ mod stopping;
 
 pub use admission::Admission;
 pub use backoff::delay as backoff_delay;
-use deadline::start_deadline;
 pub use deadline::start_deadline_due_in;
+use deadline::{past_deadline, start_deadline};
 pub use facts::{
     AfterCreateError, after_create_error, assigned, controller_of, current_container, restart_count,
 };
@@ -80,6 +80,14 @@ pub enum Step {
         restarts: i32,
         delay: Duration,
         last: Box<ContainerStateTerminated>,
+    },
+    /// The workload is still starting past its start deadline and the pod has attempts left:
+    /// record the attempt (`gpu-vk.io/start-attempts`), delete the workload; the pod's
+    /// workload is then created again.
+    RetryStart {
+        provider: usize,
+        attempt: u32,
+        message: String,
     },
     /// The pod had a workload and its provider's list, trusted, no longer shows it.
     Lost { provider: String },
@@ -362,29 +370,7 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
                 .created_at
                 .is_some_and(|c| now.duration_since(c) >= deadline) =>
         {
-            let provider = rules
-                .offers
-                .get(f.provider)
-                .map(|o| o.name.as_str())
-                .unwrap_or_default();
-            let state = match &obs.state {
-                WorkloadState::Queued { .. } => "queued",
-                _ => "starting",
-            };
-            let detail = obs
-                .message
-                .as_deref()
-                .map(|m| format!(" ({m})"))
-                .unwrap_or_default();
-            return fail(
-                reason::START_DEADLINE_EXCEEDED,
-                format!(
-                    "the workload was still {state} at provider {provider}{detail} {}s after it \
-                     was created (start deadline; an image that never pulls looks like this); \
-                     it is deleted",
-                    deadline.as_secs()
-                ),
-            );
+            return past_deadline(rules, pod, f, deadline);
         }
         Ok(_) => {}
     }

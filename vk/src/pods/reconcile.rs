@@ -197,6 +197,18 @@ impl PodController {
                 self.observe_status_latency(now);
                 Ok(Action::requeue(delay))
             }
+            Step::RetryStart {
+                provider,
+                attempt,
+                message,
+            } => {
+                let Some(obs) = now.found else {
+                    return Ok(Action::await_change());
+                };
+                self.retry_start(pod, provider, &obs.provider_id, attempt, &message)
+                    .await?;
+                Ok(Action::requeue(self.cfg.timings.poll_interval()))
+            }
             Step::Lost { provider } => self.lost(pod, &provider).await,
             Step::Wait(d) => Ok(Action::requeue(d)),
             Step::Hold {

@@ -1,6 +1,6 @@
-//! Container restarts: the restart step itself (record how the container ended, delete the
-//! workload, create it again once the back-off expired) and the kill of a container whose
-//! liveness probe failed. The back-off's arithmetic is decide's (`pods/decide/backoff.rs`).
+//! Container restarts and start retries: the restart step itself (record how the container
+//! ended, delete the workload, create it again once the back-off expired), the retry of a start
+//! past its deadline, and the kill of a container whose liveness probe failed. The back-off's arithmetic is decide's (`pods/decide/backoff.rs`).
 
 use std::time::Duration;
 
@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 
 use super::decide::{backoff_delay, current_container, restart_count};
 use super::events::EventType;
+use super::spec::ANN_START_ATTEMPTS;
 use super::translate::Situation;
+use super::translate::reason::START_RETRIED;
 use super::{Error, PodController};
 use crate::config::Timings;
 use crate::provider::{FailureReason, Observed, WorkloadState};
@@ -43,6 +45,37 @@ impl PodController {
         let s = Situation::BackOff { last, message: msg };
         self.write_status_with_restarts(pod, &s, &name, restarts)
             .await?;
+        self.delete_one(i, &uid, provider_id, Some(pod)).await
+    }
+
+    /// The workload is still starting past its start deadline and the pod has attempts left:
+    /// say so (`StartRetried`), record the attempt on the pod, keep it Pending, and delete the
+    /// workload; the pod's workload is then created again, as for a pod that had none.
+    pub(super) async fn retry_start(
+        &self,
+        pod: &Pod,
+        i: usize,
+        provider_id: &str,
+        attempt: u32,
+        message: &str,
+    ) -> Result<(), Error> {
+        let name = self.provider_name(i).to_owned();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.event(
+            pod,
+            EventType::Warning,
+            START_RETRIED,
+            "RetryStart",
+            message,
+        );
+        // Recorded before the delete: a VK that stops in between retries once more at most.
+        self.annotate(pod, ANN_START_ATTEMPTS, &attempt.to_string())
+            .await?;
+        let s = Situation::Waiting {
+            reason: START_RETRIED,
+            message: message.to_owned(),
+        };
+        self.write_status(pod, &s, &name).await?;
         self.delete_one(i, &uid, provider_id, Some(pod)).await
     }
 

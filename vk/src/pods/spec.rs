@@ -28,6 +28,9 @@ pub const ANN_GPU_TYPE: &str = "gpu-vk.io/gpu-type";
 pub const ANN_DISPATCH_POLICY: &str = "gpu-vk.io/dispatch-policy";
 /// The pod's own start deadline in seconds (see `providers[].startDeadlineSeconds`).
 pub const ANN_START_DEADLINE: &str = "gpu-vk.io/start-deadline-seconds";
+/// Written by the VK: how many of the pod's workloads were given up at the start deadline
+/// (see `providers[].startAttempts`), so the count survives restarts.
+pub const ANN_START_ATTEMPTS: &str = "gpu-vk.io/start-attempts";
 /// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
 pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
 /// Written by the VK (with the status): where the provider publishes the pod's container ports
@@ -199,7 +202,8 @@ fn annotations(pod: &Pod) -> Result<Annotated, SpecError> {
                 }
                 out.pinned_provider = Some(v.clone());
             }
-            ANN_ASSIGNED | ANN_DISPATCH | ANN_PUBLISHED | ANN_OMIT_CONTAINERS => {}
+            ANN_ASSIGNED | ANN_DISPATCH | ANN_PUBLISHED | ANN_OMIT_CONTAINERS
+            | ANN_START_ATTEMPTS => {}
             ANN_GPU_TYPE => {
                 let set = gpu_type_set(v)?;
                 out.gpu_type = set.first().map(|t| (*t).to_owned());

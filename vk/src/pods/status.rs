@@ -87,6 +87,15 @@ impl PodController {
         .await
     }
 
+    /// Sets the VK's annotation `key` on the pod (through the status subresource, as the other
+    /// annotations the VK writes) and keeps the store current.
+    pub(super) async fn annotate(&self, pod: &Pod, key: &str, value: &str) -> Result<(), Error> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let patch = serde_json::json!({"metadata": {"uid": uid, "annotations": {key: value}}});
+        let status = pod.status.clone().unwrap_or_default();
+        self.patch_status(pod, &patch, &uid, false, &status).await
+    }
+
     pub(super) async fn write_status(
         &self,
         pod: &Pod,

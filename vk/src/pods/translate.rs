@@ -29,6 +29,8 @@ pub mod reason {
     /// The workload was still queued or starting at its start deadline (an image that never
     /// pulls): the pod fails and the workload is deleted.
     pub const START_DEADLINE_EXCEEDED: &str = "StartDeadlineExceeded";
+    /// A workload still starting at its deadline was deleted and is created again.
+    pub const START_RETRIED: &str = "StartRetried";
     pub const PROVIDER_LOST: &str = "ProviderLost";
     /// The workload vanished because the provider account ran out of money.
     pub const PROVIDER_BALANCE_EXHAUSTED: &str = "ProviderBalanceExhausted";

@@ -62,3 +62,68 @@ pub(super) fn start_deadline(
     };
     Ok(chosen.and_then(|c| jiff::SignedDuration::try_from(c).ok()))
 }
+
+/// The workload is still queued or starting `deadline` after it was created: delete it and
+/// create the pod's workload again while the provider's `startAttempts` allow (the pod never
+/// ran, and a start that never completes is most often its host's), else fail the pod.
+pub(super) fn past_deadline(
+    rules: &Rules<'_>,
+    pod: &Pod,
+    f: Found<'_>,
+    deadline: jiff::SignedDuration,
+) -> Step {
+    let obs = f.observed;
+    let provider = rules
+        .offers
+        .get(f.provider)
+        .map(|o| o.name.as_str())
+        .unwrap_or_default();
+    let state = match &obs.state {
+        WorkloadState::Queued { .. } => "queued",
+        _ => "starting",
+    };
+    let detail = obs
+        .message
+        .as_deref()
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    let stuck = format!(
+        "the workload was still {state} at provider {provider}{detail} {}s after it was created \
+         (start deadline; an image that never pulls looks like this)",
+        deadline.as_secs()
+    );
+    let allowed = rules
+        .start_deadlines
+        .get(f.provider)
+        .map_or(1, |d| d.attempts.max(1));
+    let attempt = start_attempts(pod) + 1;
+    if attempt < allowed {
+        return Step::RetryStart {
+            provider: f.provider,
+            attempt,
+            message: format!(
+                "{stuck}; it is deleted and the pod's workload created again (attempt {} of {allowed})",
+                attempt + 1
+            ),
+        };
+    }
+    let tried = if allowed > 1 {
+        format!(", the last of {allowed} attempts")
+    } else {
+        String::new()
+    };
+    fail(
+        reason::START_DEADLINE_EXCEEDED,
+        format!("{stuck}{tried}; it is deleted"),
+    )
+}
+
+/// How many of the pod's workloads were given up at the start deadline so far.
+pub fn start_attempts(pod: &Pod) -> u32 {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(spec::ANN_START_ATTEMPTS))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

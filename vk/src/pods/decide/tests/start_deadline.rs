@@ -2,13 +2,19 @@
 
 use super::*;
 
-/// Runs `f` with rules where RunPod's start deadline is 1800 s (ceiling 3600 s) and the
-/// other providers have none.
+/// Runs `f` with rules where RunPod's start deadline is 1800 s (ceiling 3600 s, one attempt)
+/// and the other providers have none.
 fn with_deadline_rules<T>(f: impl FnOnce(&Rules<'_>) -> T) -> T {
+    with_attempts_rules(1, f)
+}
+
+/// [`with_deadline_rules`] with `attempts` workloads per pod at RunPod.
+fn with_attempts_rules<T>(attempts: u32, f: impl FnOnce(&Rules<'_>) -> T) -> T {
     let s = |n| Some(Duration::from_secs(n));
     let deadlines = [crate::config::StartDeadline {
         default: s(1800),
         max: s(3600),
+        attempts,
     }];
     with_rules(&deadlines, f)
 }
@@ -216,4 +222,59 @@ fn an_ended_workload_is_stopped_after_the_report_only_where_it_keeps_billing() {
         }
     );
     assert_eq!(decided(&super::offers()), report(1));
+}
+
+#[test]
+fn a_start_past_its_deadline_is_retried_while_attempts_remain_then_fails_the_pod() {
+    let obs = created_at(WorkloadState::Starting, "2026-11-29T09:00:00Z");
+    let step = |pod: &Pod, attempts: u32| {
+        with_attempts_rules(attempts, |rules| {
+            let found = Some(Found {
+                provider: 0,
+                observed: &obs,
+            });
+            decide(rules, Some(pod), found, &Memory::fresh(), ts(NOW))
+        })
+    };
+    let first = PodBuilder::new().gpus("1").assigned("runpod").build();
+    // Three attempts, none given up yet: the first is retried, as attempt 2 of 3.
+    let retried = step(&first, 3);
+    assert!(
+        matches!(&retried, Step::RetryStart { provider: 0, attempt: 1, message }
+            if message.contains("still starting at provider runpod (pulling image) 1800s")
+                && message.contains("attempt 2 of 3")),
+        "{retried:?}"
+    );
+    // Two given up already (the annotation the VK wrote): the third fails the pod.
+    let third = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_ATTEMPTS, "2")
+        .build();
+    let failed = step(&third, 3);
+    assert!(
+        matches!(&failed, Step::Fail { reason: "StartDeadlineExceeded", stop: Some(0), message }
+            if message.contains("the last of 3 attempts")),
+        "{failed:?}"
+    );
+    // The second of three is retried once more.
+    let second = PodBuilder::new()
+        .gpus("1")
+        .assigned("runpod")
+        .annotation(crate::pods::spec::ANN_START_ATTEMPTS, "1")
+        .build();
+    assert!(matches!(
+        step(&second, 3),
+        Step::RetryStart { attempt: 2, .. }
+    ));
+    // One attempt (and 0, read as one): no retry.
+    for one in [0, 1] {
+        assert!(matches!(
+            step(&first, one),
+            Step::Fail {
+                reason: "StartDeadlineExceeded",
+                ..
+            }
+        ));
+    }
 }
