@@ -29,6 +29,7 @@ mod cluster;
 mod emulator;
 pub mod ha;
 pub mod kubernetes;
+pub mod lab;
 mod observer;
 pub mod pod;
 mod real_slurm;

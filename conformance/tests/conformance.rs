@@ -63,7 +63,11 @@ use kube::{Api, Client};
 use mock_providers::config::{ExecutionMode, GpuStock};
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(60);
+/// How long a step waits for what takes a fast run up to a minute (longer on the realistic
+/// profile: [`conformance::harness::lab::patience`]).
+fn wait() -> Duration {
+    conformance::harness::lab::patience(Duration::from_secs(60))
+}
 
 /// The provider kind of the current run (runs are sequential).
 static TARGET: Mutex<String> = Mutex::new(String::new());
@@ -268,7 +272,7 @@ impl Vkw {
     }
 
     async fn wait_phase(&self, name: &str, want: &str) -> Pod {
-        wait_for(WAIT, &format!("pod {name} {want}"), || async {
+        wait_for(wait(), &format!("pod {name} {want}"), || async {
             self.get(name).await.filter(|p| phase(p) == want)
         })
         .await
@@ -531,6 +535,13 @@ fn main() {
     let local_testbed = regex::Regex::new("^the virtual kubelet runs as a process$").unwrap();
     // Scenarios about what the Helm chart grants (RBAC, admission policies): VKs as pods only.
     let from_chart = regex::Regex::new("^the virtual kubelet runs from the Helm chart$").unwrap();
+    if conformance::harness::lab::realistic() {
+        println!(
+            "=== conformance: emulators on the realistic profile, ten times faster; \
+             CONFORMANCE_SEED={} replays this run's stuck starts ===",
+            conformance::harness::lab::seed()
+        );
+    }
     let mut times: Vec<String> = Vec::new();
     let mut pending_took: Option<String> = None;
     for p in providers
@@ -573,9 +584,15 @@ fn main() {
             .filter(|v| !v.is_empty())
             .map(|v| format!("-k8s-{v}"))
             .unwrap_or_default();
-        let junit =
-            std::fs::File::create(report_dir.join(format!("junit-{mode}{p}{release}{k8s}.xml")))
-                .unwrap();
+        let profile = if conformance::harness::lab::realistic() {
+            "-realistic"
+        } else {
+            ""
+        };
+        let junit = std::fs::File::create(
+            report_dir.join(format!("junit-{mode}{p}{release}{k8s}{profile}.xml")),
+        )
+        .unwrap();
         let target = format!("{p}{release}{}", if pods { " (kind)" } else { "" });
         let mut cucumber = Vkw::cucumber()
             // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every

@@ -214,6 +214,10 @@ pub struct EmulatorConfig {
     /// Simulated mode: every how many creates one never leaves its start phase (RunPod
     /// STARTING, Vast `loading`, Slurm CONFIGURING); `None`: every start succeeds.
     pub stuck_every: Option<u32>,
+    /// Which create is the first of those that never start (1 to `stuck_every`; 0 and
+    /// `stuck_every`: the `stuck_every`th), so a run of several emulators meets them at
+    /// different places.
+    pub first_stuck: u32,
     /// Simulated mode, Vast: hosts that go offline under running instances; `None`: never.
     pub host_outage: Option<HostOutage>,
 }
@@ -229,6 +233,7 @@ impl EmulatorConfig {
             rate_windows: RateWindows::default(),
             endpoint_limit_scale: None,
             stuck_every: None,
+            first_stuck: 0,
             host_outage: None,
         }
     }
@@ -242,6 +247,12 @@ impl EmulatorConfig {
     /// Every `n`th create stays starting forever (`None` or 0: never).
     pub fn with_stuck_every(mut self, n: Option<u32>) -> Self {
         self.stuck_every = n.filter(|n| *n > 0);
+        self
+    }
+
+    /// The `first`th create is the first that stays starting (then every `stuck_every`th).
+    pub fn with_first_stuck(mut self, first: u32) -> Self {
+        self.first_stuck = first;
         self
     }
 

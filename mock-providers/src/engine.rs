@@ -74,8 +74,9 @@ pub struct Engine {
     flavor: Flavor,
     api_key: String,
     mode: ExecutionMode,
-    /// Simulated mode: every how many creates one never leaves its start phase.
+    /// Simulated mode: every how many creates one never leaves its start phase, and the first.
     stuck_every: Option<u32>,
+    first_stuck: u32,
     /// Simulated mode, Vast: hosts that go offline under running instances.
     host_outage: Option<crate::config::HostOutage>,
     rate_windows: RateWindows,
@@ -110,6 +111,7 @@ impl Engine {
             flavor,
             api_key: config.api_key,
             stuck_every: config.stuck_every.filter(|_| !config.mode.is_process()),
+            first_stuck: config.first_stuck,
             host_outage: config
                 .host_outage
                 .filter(|_| flavor == Flavor::Vast && !config.mode.is_process()),
@@ -275,8 +277,12 @@ impl Engine {
     /// Whether `w` is one of the creates that never start (`EmulatorConfig::stuck_every`; a
     /// restart in place keeps its fate).
     pub fn stuck(&self, w: &Workload) -> bool {
-        self.stuck_every
-            .is_some_and(|n| w.seq.is_multiple_of(u64::from(n)))
+        self.stuck_every.is_some_and(|n| {
+            let n = u64::from(n);
+            // Shifted so that create number `first_stuck` is a multiple of `n`.
+            let shift = n - u64::from(self.first_stuck) % n;
+            (w.seq + shift).is_multiple_of(n)
+        })
     }
 
     /// Whether the host of `w`, running for `running`, has gone offline

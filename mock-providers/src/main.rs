@@ -219,6 +219,7 @@ async fn main() -> anyhow::Result<()> {
             .stuck_every
             .or(profile.stuck_every())
             .filter(|n| *n > 0),
+        first_stuck: 0,
         host_outage: host_outage(&args, profile),
     };
     tracing::info!(?profile, mode = ?config.mode, stuck_every = ?config.stuck_every, host_outage = ?config.host_outage, "emulator profile");

@@ -352,6 +352,13 @@ async fn a_workload_stuck_starting_is_retried_once_then_fails_the_pod_and_is_del
     let providers = format!("{}  startDeadlineSeconds: 3\n", rp.provider_yaml("runpod"));
     let mut vk = Vk::start_with(providers, VkOptions::default()).await;
     ready_node(&c, &vk).await;
+    // The first two deletes fail (a rate limit, say): the stuck start is deleted at the third
+    // try and counted once, not once per try.
+    rp.admin_post(
+        "/faults",
+        json!({"route": "delete", "status": 429, "fail_next": 2}),
+    )
+    .await;
     create(&c, &ns, gpu_pod("stuck", &vk.node, 1, &[])).await;
     let p = wait_for(Duration::from_secs(40), "stuck Failed", || async {
         let p = get(&c, &ns, "stuck").await;
@@ -380,7 +387,11 @@ async fn a_workload_stuck_starting_is_retried_once_then_fails_the_pod_and_is_del
     .await;
     // One workload per attempt, each deleted (this test's emulator served this pod alone).
     assert_eq!(rp.counter("create").await, 2, "one create per attempt");
-    assert_eq!(rp.counter("delete").await, 2, "each stuck workload deleted");
+    assert_eq!(
+        rp.counter("delete").await,
+        4,
+        "each stuck workload deleted, the first after two refusals"
+    );
     let events = events_when(&c, &ns, "stuck", |e| {
         e.iter().any(|(r, _)| r == "StartDeadlineExceeded")
     })

@@ -61,7 +61,11 @@ impl Drop for Emulator {
 
 impl Emulator {
     pub async fn runpod(mode: ExecutionMode, gpus: Vec<GpuStock>) -> Self {
-        Self::runpod_from(EmulatorConfig::new(API_KEY, gpus).with_mode(mode)).await
+        Self::runpod_from(lab::apply(
+            EmulatorConfig::new(API_KEY, gpus).with_mode(mode),
+            true,
+        ))
+        .await
     }
 
     /// A RunPod emulator from a full configuration (a share of stuck starts, quotas...); its
@@ -87,9 +91,12 @@ impl Emulator {
                 ..g.clone()
             })
             .collect();
-        let cfg = EmulatorConfig::new(API_KEY, stock)
-            .with_mode(mode)
-            .with_endpoint_limits(VAST_TIME_SCALE);
+        let cfg = lab::apply(
+            EmulatorConfig::new(API_KEY, stock)
+                .with_mode(mode)
+                .with_endpoint_limits(VAST_TIME_SCALE),
+            false,
+        );
         let default_gpu = gpus.first().map(|g| g.gpu_type.clone()).unwrap_or_default();
         let router = mock_providers::vast::router(mock_providers::vast::State::new(cfg));
         let mut e = Self::serve(router, "vast", default_gpu).await;
@@ -172,7 +179,8 @@ impl Emulator {
             // The clouds deny Secret env by default; the suites pass Secrets to them on
             // purpose (env resolution, log redaction), so the test operator allows it.
             None => format!(
-                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{names}{paced}{resources}{insecure}",
+                "- name: {name}\n  kind: {kind}\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n{lab}  settings:\n    baseUrl: {url}\n    defaultGpuType: {gpu}\n{names}{paced}{resources}{insecure}",
+                lab = lab::provider_settings(),
                 insecure = self.insecure_http(),
                 // The emulator runs on simulated (shortened) timings: the Vast adapter paces
                 // its calls at a tenth of the service's documented intervals to match, the

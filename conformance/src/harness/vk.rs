@@ -88,10 +88,10 @@ pub struct VkOptions {
 impl Default for VkOptions {
     fn default() -> Self {
         Self {
-            poll_ms: 500,
+            poll_ms: lab::poll_ms(),
             gc_grace_ms: 2000,
             restart_backoff_ms: 500,
-            loss_window_ms: 2000,
+            loss_window_ms: lab::loss_window_ms(),
             node_name: None,
             rust_log: "info,vk=debug".into(),
             replicas: 1,

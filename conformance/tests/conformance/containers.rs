@@ -12,7 +12,7 @@ use serde_json::json;
 
 use mock_providers::config::ExecutionMode;
 
-use crate::{Vkw, WAIT, target};
+use crate::{Vkw, target, wait};
 
 /// A GPU pod whose spec also has a `container` container (a metrics exporter) and a `sidecar`
 /// native sidecar (a log shipper), as inference charts add them.
@@ -87,7 +87,7 @@ async fn create_with_other_init(w: &mut Vkw, name: String, image: String) {
 
 #[then(expr = "pod {string} becomes Ready")]
 async fn becomes_ready(w: &mut Vkw, name: String) {
-    wait_for(WAIT, &format!("pod {name} Ready"), || async {
+    wait_for(wait(), &format!("pod {name} Ready"), || async {
         let p = w.get(&name).await?;
         let ready = p
             .status?

@@ -16,7 +16,11 @@ use serde_json::json;
 use super::{Vkw, wait_node_ready};
 
 const GPU: &str = "A100-80GB";
-const WAIT: Duration = Duration::from_secs(60);
+/// How long a step waits for what takes a fast run up to a minute (longer on the realistic
+/// profile: [`conformance::harness::lab::patience`]).
+fn wait() -> Duration {
+    conformance::harness::lab::patience(Duration::from_secs(60))
+}
 
 /// Per pod: its provider and its decision annotation.
 type Decisions = BTreeMap<String, (String, String)>;
@@ -70,8 +74,9 @@ async fn dispatching_vk(w: &mut Vkw, rp: String, rp_price: f64, vast: String, va
     // Fast inventory and a short open period, so the scenario's minute holds every phase.
     let opts = VkOptions {
         extra_config: format!(
-            "dispatch:\n  policy: cheapest\n  inventoryIntervalMs: 1000\n  capacityMemoryMs: 2000\n  \
-             breaker: {{failures: 3, openMs: 10000}}\n{limits}"
+            "dispatch:\n  policy: cheapest\n  inventoryIntervalMs: {}\n  capacityMemoryMs: 2000\n  \
+             breaker: {{failures: 3, openMs: 10000}}\n{limits}",
+            lab::inventory_interval_ms()
         ),
         ..VkOptions::default()
     };
@@ -83,7 +88,7 @@ async fn dispatching_vk(w: &mut Vkw, rp: String, rp_price: f64, vast: String, va
         let m = format!(
             "gpu_vk_provider_calls_total{{provider=\"{name}\",op=\"inventory\",result=\"ok\"}}"
         );
-        wait_for(WAIT, &format!("{name}'s inventory"), || async {
+        wait_for(wait(), &format!("{name}'s inventory"), || async {
             (vk.metric(&m).await >= 1.0).then_some(())
         })
         .await;
@@ -182,7 +187,7 @@ async fn node_condition(w: &Vkw, provider: &str) -> Option<(String, String)> {
 
 #[then(expr = "the node reports provider {string} unhealthy")]
 async fn reported_unhealthy(w: &mut Vkw, provider: String) {
-    let got = wait_for(WAIT, "the provider's condition False", || async {
+    let got = wait_for(wait(), "the provider's condition False", || async {
         node_condition(w, &provider)
             .await
             .filter(|(s, _)| s == "False")
@@ -191,7 +196,7 @@ async fn reported_unhealthy(w: &mut Vkw, provider: String) {
     assert_eq!(got.1, "CircuitOpen");
     let m = format!("gpu_vk_provider_healthy{{provider=\"{provider}\"}}");
     let vk = w.vk.as_ref().unwrap();
-    wait_for(WAIT, "the health metric 0", || async {
+    wait_for(wait(), "the health metric 0", || async {
         (vk.metric(&m).await == 0.0).then_some(())
     })
     .await;
@@ -199,7 +204,7 @@ async fn reported_unhealthy(w: &mut Vkw, provider: String) {
 
 #[then(expr = "the node reports provider {string} healthy")]
 async fn reported_healthy(w: &mut Vkw, provider: String) {
-    wait_for(WAIT, "the provider's condition True", || async {
+    wait_for(wait(), "the provider's condition True", || async {
         node_condition(w, &provider)
             .await
             .filter(|(s, _)| s == "True")
@@ -216,7 +221,7 @@ async fn no_create_while_failing(w: &mut Vkw, provider: String) {
 #[then(expr = "pod {string} waits Pending with reason {string} naming {string}")]
 async fn waits_pending(w: &mut Vkw, name: String, reason: String, limit: String) {
     let pod = wait_for(
-        WAIT,
+        wait(),
         &format!("pod {name} waiting for {reason}"),
         || async {
             let p = w.get(&name).await?;
@@ -269,7 +274,7 @@ async fn pod_deleted(w: &mut Vkw, name: String) {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_for(WAIT, &format!("pod {name} gone"), || async {
+    wait_for(wait(), &format!("pod {name} gone"), || async {
         w.get(&name).await.is_none().then_some(())
     })
     .await;
@@ -315,11 +320,15 @@ async fn try_metric(vk: &Vk, name: &str) -> Option<f64> {
 #[then("after it has reconciled, it made no create and no pod status write")]
 async fn no_writes_after_restart(w: &mut Vkw) {
     let vk = w.vk.as_ref().unwrap();
-    wait_for(WAIT, "the restarted VK to reconcile everything", || async {
-        try_metric(vk, "gpu_vk_startup_reconcile_seconds")
-            .await
-            .filter(|s| *s > 0.0)
-    })
+    wait_for(
+        wait(),
+        "the restarted VK to reconcile everything",
+        || async {
+            try_metric(vk, "gpu_vk_startup_reconcile_seconds")
+                .await
+                .filter(|s| *s > 0.0)
+        },
+    )
     .await;
     // A few polls more, for anything late.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -40,7 +40,7 @@ pub(super) async fn delete_replica(w: &mut Vkw, app: String) {
 
 pub(super) async fn gone_with_workload(w: &Vkw, name: &str, pod_uid: &str) {
     wait_for(
-        WAIT,
+        wait(),
         &format!("pod {name} and its workload gone"),
         || async {
             let pod_gone = w.get(name).await.is_none_or(|p| uid(&p) != pod_uid);
@@ -73,7 +73,7 @@ pub(super) async fn others_untouched(w: &mut Vkw) {
 pub(super) async fn deployment_back(w: &mut Vkw, app: String, n: usize) {
     let pods = w.wait_replicas(&app, n).await;
     for p in &pods {
-        let live = wait_for(WAIT, "one workload per replica", || async {
+        let live = wait_for(wait(), "one workload per replica", || async {
             let l = w.live_of(&uid(p)).await;
             (l.len() == 1).then_some(l)
         })
@@ -97,7 +97,7 @@ pub(super) async fn scale(w: &mut Vkw, app: String, n: i32) {
 #[then(expr = "the provider runs exactly {int} workload(s) of this node")]
 pub(super) async fn exactly_ours(w: &mut Vkw, n: usize) {
     wait_for(
-        WAIT,
+        wait(),
         &format!("{n} live workloads of this node"),
         || async { (w.ours().await.len() == n).then_some(()) },
     )
@@ -165,7 +165,7 @@ pub(super) async fn one_each(w: &mut Vkw) {
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
     {
-        let live = wait_for(WAIT, "one workload per pod", || async {
+        let live = wait_for(wait(), "one workload per pod", || async {
             let l = w.live_of(&uid(p)).await;
             (l.len() == 1).then_some(l)
         })
@@ -206,7 +206,7 @@ pub(super) async fn no_leaks(w: &mut Vkw) {
         .iter()
         .map(uid)
         .collect();
-    wait_for(WAIT, "no leaked workloads", || async {
+    wait_for(wait(), "no leaked workloads", || async {
         let ours = w.ours().await;
         ours.iter()
             .all(|x| {

@@ -16,7 +16,11 @@ use serde_json::json;
 
 use super::{Vkw, target};
 
-const WAIT: Duration = Duration::from_secs(60);
+/// How long a step waits for what takes a fast run up to a minute (longer on the realistic
+/// profile: [`conformance::harness::lab::patience`]).
+fn wait() -> Duration {
+    conformance::harness::lab::patience(Duration::from_secs(60))
+}
 const ROUTABLE: &str = "gpu-vk.io/PodIPRoutable";
 /// Where the VK says a pod's ports are published (docs/providers.md, "Pod IPs"):
 /// `8080=198.18.0.7:43210,...`.
@@ -107,7 +111,7 @@ async fn provider_ips(w: &mut Vkw, a: String, b: String) {
     for name in [&a, &b] {
         // Running, reached where the provider says the pod's workload is.
         let what = format!("pod {name} Running where its workload is published");
-        let (p, at) = wait_seeing(WAIT, &what, || async {
+        let (p, at) = wait_seeing(wait(), &what, || async {
             let p = w.get(name).await.ok_or("no pod")?;
             let live = w.live_of(&uid(&p)).await;
             let listed = live
@@ -241,7 +245,7 @@ async fn endpoint_slice(w: &mut Vkw, svc: String, a: String, b: String) {
     let api = Api::<EndpointSlice>::namespaced(w.c(), &w.ns);
     let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
     wait_seeing(
-        WAIT,
+        wait(),
         &format!("EndpointSlices of {svc} listing {want:?}"),
         || async {
             let slices = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
@@ -395,7 +399,7 @@ async fn listed(w: &mut Vkw, value: String) {
 #[then(expr = "pod {string} is Running with pod IP {string}, not routable: {string}")]
 async fn fallback_ip(w: &mut Vkw, name: String, ip: String, reason: String) {
     let what = format!("pod {name} Running with pod IP {ip}, {ROUTABLE} False");
-    wait_seeing(WAIT, &what, || async {
+    wait_seeing(wait(), &what, || async {
         let p = w.get(&name).await.ok_or("no pod")?;
         let cond = p
             .status

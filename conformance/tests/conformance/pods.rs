@@ -191,7 +191,7 @@ pub(super) async fn failed_with(w: &mut Vkw, name: String, reason: String) {
 
 #[then(expr = "pod {string} is Pending with container reason {string}")]
 pub(super) async fn pending_with(w: &mut Vkw, name: String, reason: String) {
-    wait_for(WAIT, &format!("{name} waiting with {reason}"), || async {
+    wait_for(wait(), &format!("{name} waiting with {reason}"), || async {
         let p = w.get(&name).await?;
         let cs = p
             .status

@@ -234,6 +234,25 @@ async fn every_nth_create_stays_starting_when_configured() {
         .unwrap();
     assert!(r.status().is_success(), "{}", r.status());
     assert_eq!(listed_names(&emu).await, ["a", "c", "d"]);
+    // Every third from the first: the 1st, 4th, 7th... stay starting.
+    let cfg = config(ExecutionMode::simulated(0, 0, None))
+        .with_stuck_every(Some(3))
+        .with_first_stuck(1);
+    let emu = start_runpod(cfg).await;
+    let mut statuses = Vec::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        let pod: Value = create(&emu, pod_body(name, "RTX4090", 1))
+            .await
+            .json()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        statuses.push(status_of(&emu, pod["id"].as_str().unwrap()).await);
+    }
+    assert_eq!(
+        statuses,
+        ["STARTING", "RUNNING", "RUNNING", "STARTING", "RUNNING"]
+    );
     // Without the setting every start succeeds.
     let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;
     for name in ["a", "b"] {

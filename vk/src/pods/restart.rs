@@ -61,6 +61,18 @@ impl PodController {
     ) -> Result<(), Error> {
         let name = self.provider_name(i).to_owned();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // The attempt is recorded once the workload is gone: a delete that fails (a provider's
+        // rate limit, an outage) is tried again with the count unchanged, where recording it
+        // first would count the same stuck workload twice. A write that fails after the delete
+        // costs one retry more at most.
+        self.delete_one(i, &uid, provider_id, Some(pod)).await?;
+        tracing::warn!(
+            namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod = pod.metadata.name.as_deref().unwrap_or_default(),
+            provider = %name,
+            attempt,
+            "start past its deadline: workload deleted, the pod's workload is created again"
+        );
         self.event(
             pod,
             EventType::Warning,
@@ -68,15 +80,13 @@ impl PodController {
             "RetryStart",
             message,
         );
-        // Recorded before the delete: a VK that stops in between retries once more at most.
         self.annotate(pod, ANN_START_ATTEMPTS, &attempt.to_string())
             .await?;
         let s = Situation::Waiting {
             reason: START_RETRIED,
             message: message.to_owned(),
         };
-        self.write_status(pod, &s, &name).await?;
-        self.delete_one(i, &uid, provider_id, Some(pod)).await
+        self.write_status(pod, &s, &name).await
     }
 
     /// The main container's liveness probe failed: say so (`Unhealthy`, `Killing`, as the
