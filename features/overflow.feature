@@ -3,7 +3,10 @@ Feature: Overflow to the virtual node, and back
   opt in (label gpu-vk.io/overflow=true) run on in-cluster GPUs while they fit; when a research
   job of higher priority that opts in to the hand-off (label gpu-vk.io/handoff=true) needs their
   GPUs, it waits while their stand-ins start on a provider through the virtual node (60 s, as a
-  large image on a GPU cloud), and takes the GPUs once those serve (make-before-break); when the
+  large image on a GPU cloud; one of them never starts, as one start in 20 does on the
+  emulators' realistic profile, and is made again at its start deadline unless the hand-off no
+  longer needs it), and takes the GPUs
+  once those serve (make-before-break); when the
   in-cluster GPUs are free again for the settle period, the reclaim
   controller moves them back one at a time (label gpu-vk.io/reclaim=true), and the provider is
   left with nothing. Throughout, a client in the cluster asks production's Service every 200 ms:
@@ -12,10 +15,11 @@ Feature: Overflow to the virtual node, and back
 
   Scenario: Production keeps serving while research takes its GPUs, and comes back when they free up
     Given the cluster has in-cluster GPU nodes
-    And a virtual kubelet with the overflow companion handing off within 240 seconds, settling for 10 seconds, its provider taking 60 seconds to start a workload
+    And a virtual kubelet with the overflow companion handing off within 240 seconds, settling for 10 seconds, its provider taking 60 seconds to start a workload and never starting its create number 2, given up after 75 seconds
     And a production deployment "serve" of 4 GPU replicas with an HPA and a PodDisruptionBudget of 3, Running in-cluster
     When a research job of higher priority takes every in-cluster GPU for 40 seconds
-    Then every replica of "serve" runs again within 200 seconds, the preempted ones on the virtual node
+    Then every replica of "serve" runs again within 240 seconds, the preempted ones on the virtual node
+    And no stand-in is left starting at the provider
     And Service "serve" answers from its replicas on the virtual node
     And "serve" never had fewer than 4 ready replicas
     When the research job has completed

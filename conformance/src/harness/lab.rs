@@ -6,7 +6,9 @@
 //! - one create in 20 that never starts, the first of them among each emulator's first
 //!   [`FIRST_STUCK_WITHIN`] creates (a scenario makes a few, so every scenario meets one where
 //!   the profile's share alone would spare most), at a place drawn from the run's seed
-//!   (`CONFORMANCE_SEED`, printed at the start of the run so a failure can be replayed);
+//!   (`CONFORMANCE_SEED`, printed at the start of the run; emulators take their places in the
+//!   order they are made, which scenarios running side by side vary, so a run with the same
+//!   seed meets the same places, not always in the same scenarios);
 //! - RunPod's quota windows (60 a minute, 3,000 an hour, 50,000 a day) at their real figures;
 //! - one Vast rental in 50 whose host goes offline for good 60 s after it runs (the profile's
 //!   10 minutes);

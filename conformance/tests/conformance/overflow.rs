@@ -77,26 +77,17 @@ fn ready(p: &Pod) -> bool {
 )]
 async fn vk_with_overflow(w: &mut Vkw, settle: u64) {
     crate::setup_provider(w).await;
-    overflow_vk(w, settle, 0).await;
+    overflow_vk(w, settle, 0, None).await;
 }
 
-#[given(
-    expr = "a virtual kubelet with the overflow companion handing off within {int} seconds, settling for {int} seconds, its provider taking {int} seconds to start a workload"
-)]
-async fn vk_with_handoff(w: &mut Vkw, max_delay: u64, settle: u64, start: u64) {
-    // Realistic: minutes to pull and start a multi-GB inference image on a GPU cloud.
-    let half = start * 500;
-    crate::setup_provider_with(
-        w,
-        mock_providers::ExecutionMode::simulated(half, half, None),
-    )
-    .await;
-    overflow_vk(w, settle, max_delay).await;
-}
-
-async fn overflow_vk(w: &mut Vkw, settle: u64, max_delay: u64) {
+/// The scenario's VK with the overflow companion; `start_deadline`: its provider's
+/// `startDeadlineSeconds`.
+pub async fn overflow_vk(w: &mut Vkw, settle: u64, max_delay: u64, start_deadline: Option<u64>) {
     let ns = w.ns.clone();
-    let providers = w.obs().provider_yaml(&crate::target());
+    let mut providers = w.obs().provider_yaml(&crate::target());
+    if let Some(d) = start_deadline {
+        providers.push_str(&format!("  startDeadlineSeconds: {d}\n"));
+    }
     let vk = Vk::start_with(
         providers,
         VkOptions {

@@ -37,7 +37,7 @@ pub async fn mark_incident(w: &mut Vkw, app: &str) {
 /// Starts the VK gave up at their deadline and made again so far in the scenario's namespace
 /// (its `StartRetried` Events, repeats included): each is one create and one delete of its
 /// own, which the realistic profile's starts that never run cause (`lab`).
-async fn starts_retried(w: &Vkw) -> u64 {
+pub async fn starts_retried(w: &Vkw) -> u64 {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.c(), &w.ns);
     events
         .list(&Default::default())

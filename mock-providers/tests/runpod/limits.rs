@@ -236,8 +236,8 @@ async fn every_nth_create_stays_starting_when_configured() {
     assert_eq!(listed_names(&emu).await, ["a", "c", "d"]);
     // Every third from the first: the 1st, 4th, 7th... stay starting.
     let cfg = config(ExecutionMode::simulated(0, 0, None))
-        .with_stuck_every(Some(3))
-        .with_first_stuck(1);
+        .with_stuck_every(Some(20))
+        .with_first_stuck(2);
     let emu = start_runpod(cfg).await;
     let mut statuses = Vec::new();
     for name in ["a", "b", "c", "d", "e"] {
@@ -251,7 +251,7 @@ async fn every_nth_create_stays_starting_when_configured() {
     }
     assert_eq!(
         statuses,
-        ["STARTING", "RUNNING", "RUNNING", "STARTING", "RUNNING"]
+        ["RUNNING", "STARTING", "RUNNING", "RUNNING", "RUNNING"]
     );
     // Without the setting every start succeeds.
     let emu = start_runpod(config(ExecutionMode::simulated(0, 0, None))).await;

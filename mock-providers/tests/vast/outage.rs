@@ -79,3 +79,24 @@ fn the_realistic_profile_loses_hosts_and_the_fast_one_does_not() {
     assert!(realistic.after >= Duration::from_secs(60), "{realistic:?}");
     assert_eq!(Profile::Fast.host_outage(), None);
 }
+
+/// The realistic profile's starts that never run, on Vast: with the first of them placed at
+/// the first rental, that one stays `loading` and the next rentals run.
+#[tokio::test]
+async fn the_first_stuck_rental_stays_loading_and_the_next_ones_run() {
+    let emu = start_vast(
+        vast_config(ExecutionMode::simulated(0, 0, None))
+            .with_stuck_every(Some(20))
+            .with_first_stuck(1),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for label in ["a", "b", "c"] {
+        ids.push(rent_one(&emu, label).await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        statuses(&emu, &ids).await,
+        ["loading", "running", "running"]
+    );
+}

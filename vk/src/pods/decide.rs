@@ -27,7 +27,7 @@ mod stopping;
 pub use admission::Admission;
 pub use backoff::delay as backoff_delay;
 pub use deadline::start_deadline_due_in;
-use deadline::{past_deadline, start_deadline};
+use deadline::{past_deadline, seen_past, start_deadline};
 pub use facts::{
     AfterCreateError, after_create_error, assigned, controller_of, current_container, restart_count,
 };
@@ -211,7 +211,7 @@ fn choose(
         Err(e) => return refuse(rules, pod, reason::INVALID_SPEC, e.0),
     };
     if let Some(f) = found {
-        return observed(rules, pod, f, now);
+        return observed(rules, pod, f, memory, now);
     }
     // No workload anywhere. Was one created before (a container id on the pod)?
     let had_workload = memory.created_on.is_some()
@@ -358,7 +358,7 @@ pub fn refusal(rules: &Rules<'_>, pod: &Pod) -> Option<Refusal> {
 }
 
 /// The pod has a workload: report it, or restart it when it ended and the policy says so.
-fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step {
+fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, memory: &Memory, now: Timestamp) -> Step {
     let obs = f.observed;
     match start_deadline(rules, pod, f) {
         Err(message) => return fail(reason::INVALID_SPEC, message),
@@ -370,7 +370,16 @@ fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, now: Timestamp) -> Step 
                 .created_at
                 .is_some_and(|c| now.duration_since(c) >= deadline) =>
         {
-            return past_deadline(rules, pod, f, deadline);
+            if seen_past(obs, deadline, memory.last_list_age, now) {
+                return past_deadline(rules, pod, f, deadline);
+            }
+            // Still starting as of a list from before the deadline (lists failing in an
+            // outage back off for up to a minute): judged on the next one.
+            return Step::Report {
+                provider: f.provider,
+                stop_finished: false,
+                recheck: Some(rules.timings.poll_interval()),
+            };
         }
         Ok(_) => {}
     }

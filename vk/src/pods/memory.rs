@@ -61,6 +61,9 @@ pub struct Memory {
     /// The liveness probe of the workload the provider lists for the pod failed, with this
     /// detail (the prober's last result for that very workload).
     pub liveness_failed: Option<String>,
+    /// How long ago the provider of the workload found for the pod answered a list (`None`:
+    /// not yet): what is known of the workload is at least that old.
+    pub last_list_age: Option<std::time::Duration>,
 }
 
 impl Memory {

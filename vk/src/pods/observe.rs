@@ -11,6 +11,15 @@ use super::slots::ListContext;
 use super::{PodController, queue};
 use crate::provider::{Observed, ProviderError};
 
+/// How long a failed list waits before the next: the queue's back-off, from the poll interval
+/// up to ten of them. A list is one call per provider, so an outage costs little at that
+/// pace, while a back-off grown to a minute would leave the VK blind that long after the
+/// provider recovered (seen: a start judged past its deadline on what a list showed a
+/// minute before).
+fn list_retry(failures: u32, interval: std::time::Duration) -> std::time::Duration {
+    queue::backoff(failures).min(interval * 10).max(interval)
+}
+
 impl PodController {
     fn loss_rule(&self) -> LossRule {
         LossRule {
@@ -38,7 +47,7 @@ impl PodController {
                             retry_after: Some(d),
                             ..
                         } => *d,
-                        _ => queue::backoff(failures).max(interval),
+                        _ => list_retry(failures, interval),
                     };
                     failures = failures.saturating_add(1);
                     warn!(provider = slot.name(), error = %e, retry_in_ms = wait.as_millis() as u64, "provider list failed");
@@ -86,5 +95,21 @@ impl PodController {
         if let Some(uid) = self.guard.head() {
             self.queue.add(&uid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_failing_list_backs_off_from_one_poll_to_ten() {
+        let poll = Duration::from_secs(2);
+        assert_eq!(super::list_retry(0, poll), poll);
+        // The queue's back-off would be a minute after 9 failures; the list waits 20 s.
+        assert_eq!(super::list_retry(9, poll), poll * 10);
+        assert_eq!(super::list_retry(30, poll), poll * 10);
+        let mid = super::list_retry(5, poll);
+        assert!(mid > poll && mid < poll * 10, "{mid:?}");
     }
 }

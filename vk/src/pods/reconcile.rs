@@ -113,7 +113,7 @@ impl PodController {
                 provider: *i,
                 observed: o,
             }),
-            &self.memory(uid, pod.as_ref(), found.as_ref().map(|(_, o)| o)),
+            &self.memory(uid, pod.as_ref(), found.as_ref().map(|(i, o)| (*i, o))),
             Timestamp::now(),
         );
         self.leave_behind(uid, &step);
@@ -227,7 +227,7 @@ impl PodController {
     }
 
     /// What the pipeline remembers of `uid` that [`decide`] needs.
-    fn memory(&self, uid: &str, pod: Option<&Pod>, found: Option<&Observed>) -> Memory {
+    fn memory(&self, uid: &str, pod: Option<&Pod>, found: Option<(usize, &Observed)>) -> Memory {
         let created_on = self.recent.decision(uid).map(|(i, _)| i);
         Memory {
             gone: self.pods.is_gone(uid),
@@ -237,7 +237,10 @@ impl PodController {
                 .or(created_on)
                 .map(|i| self.recent.listed(i, uid, self.slots[i].listed_at())),
             created_on,
-            liveness_failed: found.and_then(|o| self.prober.liveness_failure(uid, o)),
+            liveness_failed: found.and_then(|(_, o)| self.prober.liveness_failure(uid, o)),
+            last_list_age: found
+                .and_then(|(i, _)| self.slots[i].listed_at())
+                .map(|at| at.elapsed()),
         }
     }
 

@@ -127,3 +127,21 @@ pub fn start_attempts(pod: &Pod) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// Whether the workload was seen still starting after its deadline: the provider's last list
+/// answered after `created_at + deadline` (`list_age` ago; `None`: no list to go by, the
+/// observation is taken as it is).
+pub(super) fn seen_past(
+    obs: &Observed,
+    deadline: jiff::SignedDuration,
+    list_age: Option<Duration>,
+    now: Timestamp,
+) -> bool {
+    let (Some(created), Some(age)) = (obs.created_at, list_age) else {
+        return true;
+    };
+    let Ok(age) = jiff::SignedDuration::try_from(age) else {
+        return false;
+    };
+    now.duration_since(created) - age >= deadline
+}

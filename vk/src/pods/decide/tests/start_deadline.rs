@@ -278,3 +278,45 @@ fn a_start_past_its_deadline_is_retried_while_attempts_remain_then_fails_the_pod
         ));
     }
 }
+
+#[test]
+fn a_start_past_its_deadline_is_judged_on_a_list_from_after_the_deadline() {
+    let pod = PodBuilder::new().gpus("1").assigned("runpod").build();
+    // Created 1810 s ago: 10 s past the deadline of 1800 s.
+    let obs = created_at(WorkloadState::Starting, "2026-11-29T09:29:50Z");
+    let step = |age: Option<u64>| {
+        let memory = Memory {
+            last_list_age: age.map(Duration::from_secs),
+            ..Memory::fresh()
+        };
+        with_deadline_rules(|rules| {
+            let found = Some(Found {
+                provider: 0,
+                observed: &obs,
+            });
+            decide(rules, Some(&pod), found, &memory, ts(NOW))
+        })
+    };
+    // The last list answered 60 s ago, before the deadline (lists backing off after an
+    // outage): the workload may have started since; looked at again after a poll.
+    assert!(
+        matches!(
+            step(Some(60)),
+            Step::Report {
+                provider: 0,
+                recheck: Some(_),
+                ..
+            }
+        ),
+        "{:?}",
+        step(Some(60))
+    );
+    // A list from after the deadline still shows it starting: given up.
+    assert!(matches!(
+        step(Some(5)),
+        Step::Fail {
+            reason: "StartDeadlineExceeded",
+            ..
+        }
+    ));
+}
