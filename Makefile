@@ -79,7 +79,7 @@ e2e: deps slurm-up ## the conformance suite against a fresh testbed (KIND=1: VKs
 ifeq ($(KIND),1)
 	@scripts/kind/e2e
 else
-	@TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance
+	@CONFORMANCE_RUN=$${CONFORMANCE_RUN-local} TESTBED_NAME=e2e scripts/testbed/with $(CARGO) test -p conformance --test conformance
 endif
 
 demo: deps ## testbed, provider emulators, virtual kubelet and a sample GPU workload (KIND=1: the VK as a pod of kind)

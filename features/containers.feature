@@ -40,7 +40,7 @@ Feature: Pods with sidecars and init containers
 
   Scenario: A pod with an init container and a sidecar on Slurm runs both in order with logs per container
     Given the provider supports containers as job steps
-    And the provider runs the batch scripts
+    And the provider executes the batch scripts
     When I create a GPU pod "steps" with an init container "fetch", a native sidecar "shipper" and a second container "metrics"
     Then pod "steps" becomes Succeeded
     And init container "fetch" of pod "steps" is terminated with reason "Completed"
@@ -52,7 +52,7 @@ Feature: Pods with sidecars and init containers
 
   Scenario: Each container of a pod on Slurm shows its own exit code
     Given the provider supports containers as job steps
-    And the provider runs the batch scripts
+    And the provider executes the batch scripts
     When I create a GPU pod "codes" with an init container "fetch" and a second container "worker" that exits 3
     Then pod "codes" becomes Failed
     And container "worker" of pod "codes" ended with exit code 3

@@ -12,12 +12,24 @@ Feature: Pod IPs
   Background:
     Given a virtual kubelet with the provider under test
 
-  Scenario: Running pods are in their Service's EndpointSlices where they are reached, and answer there
+  Scenario: Running pods are in their Service's EndpointSlices where they are reached
     When I create GPU pods "ip-a" and "ip-b" publishing port 8080, selected by a Service "ips"
     Then pods "ip-a" and "ip-b" are Running with the addresses their provider gives their workloads
-    And pods "ip-a" and "ip-b" have different addresses where the provider gives each workload its own
+    And the EndpointSlices of Service "ips" list "ip-a" and "ip-b" where they are reached
+
+  Scenario: A Service answers from each of its pods where their workloads serve
+    Given the provider supports serving its workloads' ports
+    When I create GPU pods "ip-a" and "ip-b" publishing port 8080, selected by a Service "ips"
+    Then pods "ip-a" and "ip-b" are Running with the addresses their provider gives their workloads
     And the EndpointSlices of Service "ips" list "ip-a" and "ip-b" where they are reached
     And Service "ips" answers from "ip-a" and "ip-b"
+
+  Scenario: Each workload that has an address of its own gives its pod that address
+    Given the provider supports serving its workloads' ports
+    And the test address range is routed to this machine
+    When I create GPU pods "ip-a" and "ip-b" publishing port 8080, selected by a Service "ips"
+    Then pods "ip-a" and "ip-b" are Running with the addresses their provider gives their workloads
+    And pods "ip-a" and "ip-b" have different addresses
 
   Scenario Outline: A provider that lists <what> for its workloads gives the fallback address, with the reason
     Given the provider supports setting the addresses it lists

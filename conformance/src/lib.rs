@@ -2,3 +2,4 @@
 //! own cluster tests.
 
 pub mod harness;
+pub mod plan;

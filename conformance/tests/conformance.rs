@@ -41,6 +41,8 @@ mod privilege;
 mod replacement;
 #[path = "conformance/resilience.rs"]
 mod resilience;
+#[path = "conformance/runner.rs"]
+mod runner;
 #[path = "conformance/storms.rs"]
 mod storms;
 #[path = "conformance/traffic.rs"]
@@ -76,93 +78,6 @@ static TARGET: Mutex<String> = Mutex::new(String::new());
 
 fn target() -> String {
     TARGET.lock().unwrap().clone()
-}
-
-/// What a provider under test can do; selects the capability steps.
-fn capabilities(target: &str) -> &'static [&'static str] {
-    match target {
-        // RunPod v2 has no preemption of its own; it streams container logs
-        // (`GET /v2/pods/{id}/logs`, Server-Sent Events) and reports CPU and memory use.
-        "runpod" => &[
-            "fault injection",
-            "metrics",
-            "logs",
-            "followed logs",
-            "does not support exec",
-            "many concurrent workloads",
-            "workloads created outside the virtual kubelet",
-            // v2 `CreatePodRequest.cpu`: CPU pods.
-            "CPU-only pods",
-            "runs one container per workload",
-            // The emulator's admin API sets what `runtime.ports[].ip` lists.
-            "setting the addresses it lists",
-        ],
-        // Vast bids can be outbid: real preemptions; Vast serves container logs.
-        // Vast enforces a minimum interval per endpoint (the emulator at the tenth the VK is
-        // paced at) and limits env entries to 256 characters (`create_instance.yaml`).
-        "vast" => &[
-            "fault injection",
-            "preemption",
-            "logs",
-            "does not support exec",
-            "many concurrent workloads",
-            "workloads created outside the virtual kubelet",
-            "per-endpoint rate limits",
-            "a 256-character limit per env entry",
-            // An instance `unknown` (the emulator's `fail`) past `unreachableDeadlineSeconds`
-            // (3 s in the suite's settings) is replaced.
-            "hosts that go silent",
-            "runs one container per workload",
-            "setting the addresses it lists",
-        ],
-        // The slurmrestd emulator (v0.0.38, or v0.0.41 as in Slurm 24.05+): PREEMPTED jobs
-        // become Preempted pods; job output files are served as logs; no usage figures; exec
-        // (srun) needs a real Slurm and is off in the adapter's settings.
-        "slurm" | "slurm-v0.0.41" => &[
-            "fault injection",
-            "preemption",
-            "logs",
-            // The adapter follows the job's output file while the job lives.
-            "followed logs",
-            "does not support exec",
-            "many concurrent workloads",
-            "workloads created outside the virtual kubelet",
-            // Each container of a pod a step of its job, with its own log.
-            "containers as job steps",
-            // The node records' `address`.
-            "setting the addresses it lists",
-        ],
-        // The real single-node Slurm of `make slurm-up`: no admin API (no fault, exit or
-        // preemption on demand), but anyone can submit jobs through slurmrestd; job output
-        // files are served as logs; 2 CPUs and 2 GPUs, so at most 2 jobs run at a time. Exec
-        // (srun) is off in the provider settings the suite uses (vk/tests/exec.rs covers it).
-        "slurm-real" => &[
-            "logs",
-            "followed logs",
-            "does not support exec",
-            "workloads created outside the virtual kubelet",
-            "containers as job steps",
-        ],
-        // Another cluster (a second testbed; its node is our VK over a RunPod emulator):
-        // faults through the remote API (a deleted remote pod is lost, an evicted one
-        // preempted, a ResourceQuota of 0 GPUs is no capacity), lists answered by a proxy
-        // in front of the remote API server, exits, log lines and CPU figures set at the
-        // remote node's emulator. Logs (followed) and usage through the remote API server;
-        // exec too, but the remote node (RunPod) has none, so the refusal is what is tested.
-        "kubernetes" => &[
-            "fault injection",
-            "preemption",
-            "metrics",
-            "logs",
-            "followed logs",
-            "does not support exec",
-            "many concurrent workloads",
-            "workloads created outside the virtual kubelet",
-            "CPU-only pods",
-            "runs one container per workload",
-        ],
-        _ => &[],
-    }
 }
 
 /// The remote cluster of the `kubernetes` target, up while that target runs.
@@ -458,7 +373,6 @@ async fn no_gpus(w: &mut Vkw) {
 
 // ----------------------------------------------------------------------------------------------
 // Runner
-
 /// The checkout the suite runs from: cargo sets `CARGO_MANIFEST_DIR` when it runs a test, and
 /// the compile-time value may name another checkout that shares the cargo target directory.
 fn repo_root() -> PathBuf {
@@ -469,15 +383,11 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn capability_step(cap: &'static str) -> (regex::Regex, cucumber::Step<Vkw>) {
-    // "does not support X" and "runs X" read as sentences of their own; everything else is
-    // "supports X".
-    let sentence = match cap.strip_prefix("does not support ") {
-        Some(what) => format!("^the provider does not support {}$", regex::escape(what)),
-        None if cap.starts_with("runs ") => format!("^the provider {}$", regex::escape(cap)),
-        None => format!("^the provider supports {}$", regex::escape(cap)),
-    };
-    let re = regex::Regex::new(&sentence).unwrap();
+/// The step that a granted gate (a capability or a condition of the run) matches: it asserts
+/// nothing, it lets the scenario run. A gate not granted has no step, so its scenario is
+/// skipped, and [`runner`] judges the skip declared.
+fn gate_step(sentence: &str) -> (regex::Regex, cucumber::Step<Vkw>) {
+    let re = regex::Regex::new(&format!("^{}$", regex::escape(sentence))).unwrap();
     (re, |_w, _ctx| async {}.boxed_local())
 }
 
@@ -494,48 +404,42 @@ fn record_failure(target: &str, feature: &str, scenario: &str, error: &str) {
         .push(format!("{target}: {feature}: {scenario}: {error}"));
 }
 
-/// The feature files of `CONFORMANCE_FEATURES_<TARGET>` (the target upper-cased, `-` and `.` as
-/// `_`), which narrows that target alone (set but empty: the target runs whole): `make test` runs
-/// on each target what it proves there (docs/testbed.md, "Which feature runs where").
-fn features_of(target: &str) -> Option<Vec<String>> {
-    let var = format!(
-        "CONFORMANCE_FEATURES_{}",
-        target.to_uppercase().replace(['-', '.'], "_")
-    );
-    // Set but empty: the target runs whole.
-    std::env::var(var)
-        .ok()
-        .map(|l| feature_list(&l))
-        .filter(|l| !l.is_empty())
-}
-
-/// `CONFORMANCE_SKIP_FEATURES_<TARGET>`: features a target leaves out (e.g. those about the VK's
-/// own decisions on a slow real provider whose capabilities its emulator already shows).
-fn skipped_features_of(target: &str) -> Vec<String> {
-    let var = format!(
-        "CONFORMANCE_SKIP_FEATURES_{}",
-        target.to_uppercase().replace(['-', '.'], "_")
-    );
-    std::env::var(var)
-        .map(|l| feature_list(&l))
-        .unwrap_or_default()
-}
-
-fn feature_list(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(|f| f.trim().to_owned())
-        .filter(|f| !f.is_empty())
-        .collect()
+/// The conditions of [`runner`] that hold for this target of this run.
+fn conditions(first: bool, pods: bool) -> Vec<&'static str> {
+    let mut c = Vec::new();
+    if first {
+        c.push("the provider is the first of this run");
+    }
+    if !pods {
+        c.push("the virtual kubelet runs as a process");
+    }
+    if pods && first {
+        c.push("the virtual kubelet runs from the Helm chart");
+        // In-cluster GPUs exist only on kind (the workers' fake GPUs).
+        c.push(overflow::IN_CLUSTER_GPUS_SENTENCE);
+    }
+    if mock_providers::serve::range_is_local() {
+        c.push("the test address range is routed to this machine");
+    }
+    c
 }
 
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let providers = std::env::var("CONFORMANCE_PROVIDERS")
-        .unwrap_or_else(|_| "runpod,vast,slurm,slurm-real,kubernetes".into());
-    // CONFORMANCE_FEATURES=deletion,status runs only those feature files.
-    let only: Option<Vec<String>> = std::env::var("CONFORMANCE_FEATURES")
-        .ok()
-        .map(|l| feature_list(&l));
+    let setup = std::sync::Arc::new(runner::Setup::load(&repo_root()));
+    let providers = std::env::var("CONFORMANCE_PROVIDERS").unwrap_or_else(|_| match &setup.run {
+        Some(r) => setup.plan.runs[r].targets.join(","),
+        None => "runpod,vast,slurm,slurm-real,kubernetes".into(),
+    });
+    let targets: Vec<String> = conformance::plan::list(&providers);
+    for t in &targets {
+        // Each target's capabilities and features are read before anything runs.
+        setup
+            .plan
+            .capabilities(t)
+            .unwrap_or_else(|e| runner::stop(e));
+        setup.features(t);
+    }
     let report_dir = repo_root().join("target/conformance");
     std::fs::create_dir_all(&report_dir).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -546,27 +450,17 @@ fn main() {
     // CONFORMANCE_ONCE_PER_RUN=0: a run beside another one that runs them (scripts/test-local
     // runs two at once), so no target of this run is "the first".
     let mut first = std::env::var("CONFORMANCE_ONCE_PER_RUN").map_or(true, |v| v != "0");
-    let in_cluster_gpus = regex::Regex::new(overflow::IN_CLUSTER_GPUS).unwrap();
-    // Scenarios that test the virtual kubelet rather than the provider run once per run.
-    let first_provider = regex::Regex::new("^the provider is the first of this run$").unwrap();
-    // Scenarios whose VKs run as processes beside the suite (they stop and start them).
-    let local_testbed = regex::Regex::new("^the virtual kubelet runs as a process$").unwrap();
-    // Scenarios about what the Helm chart grants (RBAC, admission policies): VKs as pods only.
-    let from_chart = regex::Regex::new("^the virtual kubelet runs from the Helm chart$").unwrap();
     if conformance::harness::lab::realistic() {
-        println!(
-            "=== conformance: emulators on the realistic profile, ten times faster; \
-             CONFORMANCE_SEED={} (where each emulator's starts never run) ===",
-            conformance::harness::lab::seed()
-        );
+        println!("=== conformance: emulators on the realistic profile, ten times faster ===");
     }
+    // Where random moments and stuck starts fall; set it to replay a run.
+    println!(
+        "=== conformance: CONFORMANCE_SEED={} ===",
+        conformance::harness::lab::seed()
+    );
     let mut times: Vec<String> = Vec::new();
     let mut pending_took: Option<String> = None;
-    for p in providers
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-    {
+    for p in targets.iter().map(String::as_str) {
         if let Some(t) = pending_took.take() {
             println!("{t}");
         }
@@ -581,10 +475,11 @@ fn main() {
             .flatten()
             .map(|v| format!("-{v}"))
             .unwrap_or_default();
+        let granted = setup.granted(p, &conditions(first, pods));
         println!(
             "\n=== conformance: provider {p}{release}{} (capabilities: {}) ===",
             if pods { ", VKs as pods" } else { "" },
-            capabilities(p).join(", ")
+            setup.plan.capabilities(p).unwrap_or_default().join(", ")
         );
         // The remote cluster: a second local testbed, once for the whole target.
         if p == "kubernetes" {
@@ -612,6 +507,13 @@ fn main() {
         )
         .unwrap();
         let target = format!("{p}{release}{}", if pods { " (kind)" } else { "" });
+        let label = target.clone();
+        let (after_setup, after_granted, filter_setup, filter_granted) = (
+            setup.clone(),
+            granted.clone(),
+            setup.clone(),
+            granted.clone(),
+        );
         let mut cucumber = Vkw::cucumber()
             // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every
             // scenario's VK is a pod behind a Service on the same 2 cores: three at a time, so
@@ -622,10 +524,38 @@ fn main() {
                 _ => 4,
             })
             .after(move |f, _r, s, ev, w| {
-                // Kept for the recap at the very end: a CI log's tail then names what failed.
-                if let cucumber::event::ScenarioFinished::StepFailed(_, _, e) = ev {
-                    record_failure(&target, &f.name, &s.name, &e.to_string());
-                }
+                use cucumber::event::ScenarioFinished as F;
+                let outcome = match ev {
+                    F::StepPassed => runner::Outcome::Passed,
+                    F::StepSkipped => {
+                        let given = runner::given_steps(f, s);
+                        match after_setup
+                            .plan
+                            .skip_reason(given.iter().map(String::as_str), &after_granted)
+                        {
+                            Some(why) => runner::Outcome::Declared(why),
+                            None => {
+                                record_failure(
+                                    &target,
+                                    &f.name,
+                                    &s.name,
+                                    "skipped, and nothing declared lets it skip: a step matched no step definition",
+                                );
+                                runner::Outcome::Undeclared
+                            }
+                        }
+                    }
+                    // Kept for the recap at the very end: a CI log's tail then names what failed.
+                    F::StepFailed(_, _, e) => {
+                        record_failure(&target, &f.name, &s.name, &e.to_string());
+                        runner::Outcome::Failed
+                    }
+                    F::BeforeHookFailed(_) => {
+                        record_failure(&target, &f.name, &s.name, "its before hook failed");
+                        runner::Outcome::Failed
+                    }
+                };
+                runner::record(&target, &f.name, &s.name, outcome);
                 async move {
                     if let Some(w) = w {
                         w.cleanup().await;
@@ -639,44 +569,38 @@ fn main() {
                     .tee::<Vkw, _>(writer::JUnit::for_tee(junit, 0))
                     .normalized(),
             );
-        for cap in capabilities(p) {
-            let (re, step) = capability_step(cap);
+        for key in &granted {
+            let sentence = if setup.plan.conditions.contains_key(key) {
+                key.clone()
+            } else {
+                conformance::plan::sentence_of(key)
+            };
+            let (re, step) = gate_step(&sentence);
             cucumber = cucumber.given(re, step);
         }
-        // In-cluster GPUs exist only on kind (the workers' fake GPUs); the overflow scenario
-        // tests the cluster's scheduling around one virtual node, so it runs for the first
-        // provider of a kind run only, and is skipped (never passed) elsewhere.
-        if pods && first {
-            cucumber = cucumber.given(in_cluster_gpus.clone(), |_w, _ctx| async {}.boxed_local());
-        }
-        if first {
-            cucumber = cucumber.given(first_provider.clone(), |_w, _ctx| async {}.boxed_local());
-        }
-        if !pods {
-            cucumber = cucumber.given(local_testbed.clone(), |_w, _ctx| async {}.boxed_local());
-        } else if first {
-            cucumber = cucumber.given(from_chart.clone(), |_w, _ctx| async {}.boxed_local());
-        }
         first = false;
-        let cucumber =
-            cucumber.with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default());
-        // CONFORMANCE_FEATURES_<TARGET> (e.g. CONFORMANCE_FEATURES_VAST) narrows one target.
-        let only = features_of(p).or_else(|| only.clone());
-        let skipped = skipped_features_of(p);
-        if !skipped.is_empty() {
-            println!(
-                "=== conformance: {p} leaves out the features {} ===",
-                skipped.join(", ")
-            );
-        }
-        if let Some(o) = &only {
-            println!(
-                "=== conformance: {p} runs the features {} ===",
-                o.join(", ")
-            );
-        }
+        // A skip fails the run unless the plan declares why (a gate the target lacks).
+        let cucumber = cucumber
+            .fail_on_skipped_with(move |f, _r, s| {
+                let given = runner::given_steps(f, s);
+                filter_setup
+                    .plan
+                    .skip_reason(given.iter().map(String::as_str), &filter_granted)
+                    .is_none()
+            })
+            .with_cli(cucumber::cli::Opts::<_, _, _, cucumber::cli::Empty>::default());
+        let features = setup.features(p);
+        println!(
+            "=== conformance: {p} runs {}the features {} ===",
+            setup
+                .run
+                .as_ref()
+                .map(|r| format!("(CONFORMANCE_RUN={r}) "))
+                .unwrap_or_default(),
+            features.join(", ")
+        );
         let result = rt.block_on(cucumber.filter_run(
-            repo_root().join("features"),
+            setup.features_dir.clone(),
             move |feature, _rule, _scenario| {
                 let stem = feature
                     .path
@@ -685,12 +609,13 @@ fn main() {
                     .and_then(|s| s.to_str())
                     .unwrap_or_default()
                     .to_owned();
-                only.as_ref().is_none_or(|o| o.contains(&stem)) && !skipped.contains(&stem)
+                features.contains(&stem)
             },
         ));
         if let Some(remote) = REMOTE.lock().unwrap().take() {
             rt.block_on(remote.down());
         }
+        runner::report(&label);
         // Printed before the next target's run, so the output still ends with Cucumber's own
         // summary; every target's time is also in `target/conformance/times-<first target>.txt`.
         let took = format!(
@@ -699,7 +624,7 @@ fn main() {
         );
         times.push(took.clone());
         // Named after the run's first target: two runs at once keep a file each.
-        let first_target = providers.split(',').next().unwrap_or_default().trim();
+        let first_target = targets.first().map(String::as_str).unwrap_or_default();
         let _ = std::fs::write(
             report_dir.join(format!("times-{first_target}.txt")),
             times.join("\n") + "\n",

@@ -176,7 +176,7 @@ async fn runs_before(w: &mut Vkw, pod: String, first: String, then: String) {
 
 /// On the Slurm emulator targets: a new emulator in process mode (batch scripts run with bash,
 /// job steps through its `srun`) and a new VK on it. A real Slurm runs them already.
-#[given("the provider runs the batch scripts")]
+#[given("the provider executes the batch scripts")]
 async fn runs_batch_scripts(w: &mut Vkw) {
     let dialect = match target().as_str() {
         "slurm" => SlurmDialect::V0038,

@@ -21,7 +21,7 @@ use crate::Vkw;
 
 /// The step that gates the feature: registered only for runs with VKs as pods on kind (and once
 /// per run: the scenario exercises the cluster's scheduling, not the provider).
-pub const IN_CLUSTER_GPUS: &str = "^the cluster has in-cluster GPU nodes$";
+pub const IN_CLUSTER_GPUS_SENTENCE: &str = "the cluster has in-cluster GPU nodes";
 
 /// What the scenario measured, printed for the record.
 #[derive(Debug, Default)]

@@ -209,26 +209,21 @@ async fn provider_ips(w: &mut Vkw, a: String, b: String) {
     }
 }
 
-#[then(
-    expr = "pods {string} and {string} have different addresses where the provider gives each workload its own"
-)]
+#[then(expr = "pods {string} and {string} have different addresses")]
 async fn distinct(w: &mut Vkw, a: String, b: String) {
     // RunPod and Vast emulators (and the remote cluster, on RunPod) give each workload an
-    // address of its own where the test range is routed here; a Slurm job has its node's.
-    let own = publishes_elsewhere() && mock_providers::serve::range_is_local();
+    // address of its own where the test range is routed here (the scenario's gates).
     let (pa, pb) = (w.get(&a).await.unwrap(), w.get(&b).await.unwrap());
     let (at_a, at_b) = (reached_at(&pa, 8080), reached_at(&pb, 8080));
     assert!(
         at_a.is_some() && at_b.is_some(),
         "{a} at {at_a:?}, {b} at {at_b:?}"
     );
-    if own {
-        assert_ne!(
-            at_a.map(|x| x.0),
-            at_b.map(|x| x.0),
-            "pods {a} and {b} share an address"
-        );
-    }
+    assert_ne!(
+        at_a.map(|x| x.0),
+        at_b.map(|x| x.0),
+        "pods {a} and {b} share an address"
+    );
 }
 
 #[then(
@@ -281,10 +276,13 @@ async fn endpoint_slice(w: &mut Vkw, svc: String, a: String, b: String) {
 
 #[then(expr = "Service {string} answers from {string} and {string}")]
 async fn service_answers(w: &mut Vkw, svc: String, a: String, b: String) {
-    if !publishes_elsewhere() {
-        // Nothing of the Slurm emulator or the real Slurms listens on a job's port.
-        return;
-    }
+    // Only targets whose workloads serve their ports run this step (the scenario's gate): none
+    // of the Slurm emulator or the real Slurms listens on a job's port.
+    assert!(
+        publishes_elsewhere(),
+        "{} has \"serving its workloads' ports\" in conformance/plan.toml but publishes nothing",
+        target()
+    );
     let mut ids = Vec::new();
     for name in [&a, &b] {
         let p = w.get(name).await.unwrap();
