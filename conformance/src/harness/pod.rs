@@ -167,10 +167,12 @@ impl PodVk {
         all
     }
 
-    /// Deletes pod `name` of this release with no grace period (its logs are kept), leaving the
-    /// Deployment to start a replacement.
+    /// Kills the VK process of pod `name` with SIGKILL inside its container ([`sigkill`]), then
+    /// deletes the dead pod with no grace period (its logs are kept), so the Deployment starts a
+    /// replacement rather than the kubelet restarting the container after its crash back-off.
     pub fn kill(&mut self, name: &str) {
         self.past_logs.push_str(&Self::pod_logs(name));
+        sigkill(name);
         let mut c = kubectl();
         c.args([
             "delete",
@@ -183,10 +185,17 @@ impl PodVk {
         run(c, "kubectl delete pod");
     }
 
-    /// Scales to zero and deletes the pod (`grace` seconds; 0 is a kill), waiting until it is gone.
+    /// Scales to zero and deletes the pod (`grace` seconds), waiting until it is gone. With 0 it
+    /// is a crash: the VK process is killed by SIGKILL inside its container first ([`sigkill`]),
+    /// at whatever it was doing, and the dead pod is then removed so that it stays down.
     pub fn stop(&mut self, grace: u32) {
         let pod = self.pod();
         self.past_logs = self.logs();
+        if grace == 0
+            && let Some(pod) = &pod
+        {
+            sigkill(pod);
+        }
         self.scale(0);
         if let Some(pod) = pod {
             let mut c = kubectl();
@@ -221,6 +230,7 @@ impl PodVk {
     pub fn replace(&mut self) {
         let old = self.pod().expect("a VK pod to replace");
         self.past_logs = self.logs();
+        sigkill(&old);
         let mut c = kubectl();
         c.args([
             "delete",
@@ -419,6 +429,51 @@ impl Drop for PodVk {
             self.helm_uninstall(false);
         }
     }
+}
+
+/// Kills the `vk` process of pod `pod` (in [`NAMESPACE`]) with SIGKILL, through its node's
+/// container (a kind node is a Docker container named as its Node): the process is found by its
+/// pod's cgroup (the pod UID, with `-` or `_` as the kubelet's cgroup driver writes it) and its
+/// name, so other VK pods on the same node are untouched. From the node's PID namespace the VK
+/// is an ordinary process: a SIGKILL from inside its own container would be ignored, as the VK
+/// is PID 1 there. Panics unless exactly the pod's VK process was killed.
+pub fn sigkill(pod: &str) {
+    let mut c = kubectl();
+    c.args([
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.spec.nodeName} {.metadata.uid}",
+    ]);
+    let out = run(c, "reading the VK pod's node and UID");
+    let mut parts = out.split_whitespace();
+    let (Some(node), Some(uid)) = (parts.next(), parts.next()) else {
+        panic!("VK pod {pod} has no node or UID yet: {out:?}");
+    };
+    let script = format!(
+        r#"n=0
+for d in /proc/[0-9]*; do
+  [ "$(cat "$d/comm" 2>/dev/null)" = vk ] || continue
+  grep -qe 'pod{uid}' -e 'pod{under}' "$d/cgroup" 2>/dev/null || continue
+  kill -KILL "${{d#/proc/}}" && n=$((n + 1))
+done
+echo "$n""#,
+        under = uid.replace('-', "_")
+    );
+    let mut c = Command::new("docker");
+    c.args(["exec", node, "sh", "-c", &script]);
+    let killed = run(
+        c,
+        &format!("SIGKILL of the VK process of pod {pod} on node {node}"),
+    );
+    assert_eq!(
+        killed.trim(),
+        "1",
+        "SIGKILL of pod {pod}'s VK process on node {node}: killed {} processes, not 1",
+        killed.trim()
+    );
+    eprintln!("conformance: SIGKILL of the VK process of pod {pod} on node {node}");
 }
 
 /// Waits (until `deadline`) for kube-proxy on the kind cluster's control-plane node to route

@@ -61,7 +61,31 @@ pub struct Vk {
     pub(super) config: String,
     pub(super) rust_log: String,
     pub(super) kubeconfig: Option<PathBuf>,
+    /// The intervals the VK was configured with, which absence checks wait on.
+    pub timings: Timings,
 }
+
+/// The VK's own intervals (its config's `timings`), from which a step that checks that nothing
+/// happens derives how long to watch: what the VK does, it does on its next polls.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    pub poll_ms: u64,
+    pub gc_grace_ms: u64,
+    pub loss_window_ms: u64,
+}
+
+impl Timings {
+    fn of(opts: &VkOptions) -> Self {
+        Self {
+            poll_ms: opts.poll_ms,
+            gc_grace_ms: opts.gc_grace_ms,
+            loss_window_ms: opts.loss_window_ms,
+        }
+    }
+}
+
+/// The start-up reconcile's log line, once per VK process that finished it.
+const RECONCILED: &str = "start-up reconcile finished";
 
 pub struct VkOptions {
     pub poll_ms: u64,
@@ -154,6 +178,7 @@ impl Vk {
                 config,
                 rust_log: opts.rust_log.clone(),
                 kubeconfig: opts.kubeconfig.clone(),
+                timings: Timings::of(&opts),
             };
             wait_for(Duration::from_secs(120), "the VK pod to start", || async {
                 vk.log().contains("virtual kubelet started").then_some(())
@@ -182,6 +207,7 @@ impl Vk {
             config,
             rust_log: opts.rust_log.clone(),
             kubeconfig: opts.kubeconfig.clone(),
+            timings: Timings::of(&opts),
         };
         if opts.replicas > 1 {
             vk.ha = Some(ha::Replicas::default());
@@ -303,6 +329,36 @@ impl Vk {
             }
             let _ = tokio::time::timeout(Duration::from_secs(10), c.wait()).await;
         }
+    }
+
+    /// Watches for `polls` of the VK's provider polls plus `extra`, saying so, for a step that
+    /// checks that `what` does not happen: a window derived from the VK's own intervals, not a
+    /// fixed pause, so a slower profile watches as many polls as a fast one.
+    pub async fn hold_still(&self, what: &str, polls: u64, extra: Duration) {
+        let window = Duration::from_millis(self.timings.poll_ms * polls) + extra;
+        println!(
+            "    (watching {} ms, {polls} polls of {} ms + {} ms, for {what})",
+            window.as_millis(),
+            self.timings.poll_ms,
+            extra.as_millis()
+        );
+        tokio::time::sleep(window).await;
+    }
+
+    /// How many VK processes of this node have finished their start-up reconcile so far.
+    pub fn reconciles(&self) -> usize {
+        self.log().matches(RECONCILED).count()
+    }
+
+    /// Waits until more than `before` start-up reconciles are in the VK's log: a VK started
+    /// after that count has derived its state from the cluster and the providers.
+    pub async fn wait_reconciled(&self, before: usize) {
+        wait_for(
+            Duration::from_secs(120),
+            &format!("a start-up reconcile after the {before} seen (\"{RECONCILED}\" in the log)"),
+            || async { (self.reconciles() > before).then_some(()) },
+        )
+        .await;
     }
 
     pub fn restart(&mut self) {

@@ -140,14 +140,17 @@ pub(super) async fn vk_stop(w: &mut Vkw) {
     w.vk().kill9().await;
 }
 
+/// Starts the VK again and returns once it has finished its start-up reconcile (its log says
+/// so): what a step checks next is what the new VK derived, not what the old one left.
 #[when("the virtual kubelet is started again")]
 pub(super) async fn vk_start(w: &mut Vkw) {
+    let before = w.vk().reconciles();
     w.vk().restart();
+    w.vk().wait_reconciled(before).await;
 }
 
 #[then(expr = "pod {string} is Running with the same workload as before")]
 pub(super) async fn same_workload(w: &mut Vkw, name: String) {
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let p = w.wait_phase(&name, "Running").await;
     let live = w.live_of(&uid(&p)).await;
     assert_eq!(live.len(), 1);
@@ -237,7 +240,9 @@ pub(super) async fn churn(w: &mut Vkw, n: usize, deleted: usize, kills: usize) {
             let _ = w.pods().delete(&victim, &DeleteParams::default()).await;
         }
         if kills_left > 0 && pick(n / kills + 1) == 0 {
-            tokio::time::sleep(Duration::from_millis(pick(400) as u64)).await;
+            let after = pick(400) as u64;
+            println!("    (killing the VK {after} ms after creating pod churn-{i})");
+            tokio::time::sleep(Duration::from_millis(after)).await;
             w.vk().kill9().await;
             w.vk().restart();
             kills_left -= 1;
@@ -245,7 +250,9 @@ pub(super) async fn churn(w: &mut Vkw, n: usize, deleted: usize, kills: usize) {
         tokio::time::sleep(Duration::from_millis(pick(150) as u64)).await;
     }
     while kills_left > 0 {
-        tokio::time::sleep(Duration::from_millis(pick(600) as u64)).await;
+        let after = pick(600) as u64;
+        println!("    (killing the VK {after} ms after the last pod)");
+        tokio::time::sleep(Duration::from_millis(after)).await;
         w.vk().kill9().await;
         w.vk().restart();
         kills_left -= 1;
@@ -253,14 +260,36 @@ pub(super) async fn churn(w: &mut Vkw, n: usize, deleted: usize, kills: usize) {
     w.vk().kill9().await;
 }
 
-/// Tiny randomness without another dependency: the clock's nanoseconds.
+/// Random moments from the run's printed, settable seed (`CONFORMANCE_SEED`,
+/// [`conformance::harness::lab::seed`]): a splitmix64 sequence, so a run can be replayed (with
+/// scenarios side by side, each draws from the shared sequence in the order they reach it).
 mod rand_like {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static STATE: AtomicU64 = AtomicU64::new(0);
+
+    fn next() -> u64 {
+        let _ = STATE.compare_exchange(
+            0,
+            conformance::harness::lab::seed(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        let mut z = STATE
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
     pub fn pick(n: usize) -> usize {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        if n == 0 { 0 } else { (nanos as usize / 7) % n }
+        if n == 0 {
+            0
+        } else {
+            (next() % n as u64) as usize
+        }
     }
 }
 
@@ -333,7 +362,15 @@ pub(super) async fn orphan_deleted(w: &mut Vkw, secs: u64) {
 
 #[then(expr = "the other {int} workloads are still running")]
 pub(super) async fn foreign_kept(w: &mut Vkw, n: usize) {
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A collection pass more than the one that took the orphan: its grace, and a poll or two.
+    let grace = Duration::from_millis(w.vk().timings.gc_grace_ms);
+    w.vk()
+        .hold_still(
+            "the collector to leave other owners' workloads alone",
+            2,
+            grace,
+        )
+        .await;
     let live = w.obs().live().await;
     let kept = w
         .foreign

@@ -39,8 +39,9 @@ async fn new_vk_reconciled(w: &mut Vkw) {
         || async { (vk.log().matches("start-up reconcile finished").count() >= 2).then_some(()) },
     )
     .await;
-    // A few provider polls (500 ms each) for anything the new VK would still write.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A few provider polls for anything the new VK would still write.
+    vk.hold_still("the new VK to write nothing", 6, Duration::ZERO)
+        .await;
 }
 
 #[then("the provider saw no new create and no pod was written")]

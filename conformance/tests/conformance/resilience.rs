@@ -131,7 +131,13 @@ async fn calls_since(w: &mut Vkw, creates: u64) {
         None => (0, 0, 0),
     };
     // Let anything the incident might still trigger happen before counting.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    w.vk()
+        .hold_still(
+            "no create or delete the incident would trigger",
+            4,
+            Duration::ZERO,
+        )
+        .await;
     // A start retried at its deadline is one create and one delete besides those counted.
     let retried = (starts_retried(w).await - r0) as i64;
     let c = (w.obs().counter("create").await - c0) as i64 - retried;
@@ -182,7 +188,9 @@ async fn back_to_one(w: &mut Vkw, secs: u64) {
     // ...and exactly one workload was deleted to get there: the second one, once, even while
     // the provider goes on listing it as it ends (slurmctld lists a cancelled job until
     // `MinJobAge`). A few more lists first, so a delete repeated on them is counted.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    w.vk()
+        .hold_still("no repeated delete of the duplicate", 8, Duration::ZERO)
+        .await;
     let deletes_before = w.incident.as_ref().expect("an incident began").deletes;
     assert_eq!(
         w.obs().counter("delete").await - deletes_before,
