@@ -194,6 +194,9 @@ impl PodVk {
         if grace == 0
             && let Some(pod) = &pod
         {
+            // A pod started a moment ago (a churn's kill right after a restart) is killed once
+            // its container runs: a kill before that would be no crash at all.
+            wait_running(pod);
             sigkill(pod);
         }
         self.scale(0);
@@ -428,6 +431,24 @@ impl Drop for PodVk {
         if !self.uninstalled {
             self.helm_uninstall(false);
         }
+    }
+}
+
+/// Waits up to 60 s until the first container of pod `pod` runs.
+fn wait_running(pod: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = kubectl();
+        c.args(["get", "pod", pod, "-o"])
+            .arg("jsonpath={.status.containerStatuses[0].state.running.startedAt}");
+        if !run(c, "reading the VK pod's container state").trim().is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the VK container of pod {pod} did not run within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
