@@ -424,6 +424,25 @@ fn conditions(first: bool, pods: bool) -> Vec<&'static str> {
     c
 }
 
+/// Scenarios at a time: `CONFORMANCE_CONCURRENCY` (a run beside others on kind), else 1 on the
+/// real Slurm (2 jobs at a time: its scenarios take turns), 3 on kind (every scenario's VK is a
+/// pod behind a Service on the same 2 cores, so kube-proxy and metrics-server keep up with the
+/// fresh VKs), 4 elsewhere.
+fn concurrency(target: &str, pods: bool) -> usize {
+    if let Ok(n) = std::env::var("CONFORMANCE_CONCURRENCY") {
+        return n.parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
+            runner::stop(format!(
+                "CONFORMANCE_CONCURRENCY={n:?} is not a positive number"
+            ))
+        });
+    }
+    match (target, pods) {
+        ("slurm-real", _) => 1,
+        (_, true) => 3,
+        _ => 4,
+    }
+}
+
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let setup = std::sync::Arc::new(runner::Setup::load(&repo_root()));
@@ -515,14 +534,7 @@ fn main() {
             granted.clone(),
         );
         let mut cucumber = Vkw::cucumber()
-            // The real Slurm runs 2 jobs at a time: its scenarios take turns. On kind every
-            // scenario's VK is a pod behind a Service on the same 2 cores: three at a time, so
-            // kube-proxy and metrics-server keep up with the fresh VKs.
-            .max_concurrent_scenarios(match (p, pods) {
-                ("slurm-real", _) => 1,
-                (_, true) => 3,
-                _ => 4,
-            })
+            .max_concurrent_scenarios(concurrency(p, pods))
             .after(move |f, _r, s, ev, w| {
                 use cucumber::event::ScenarioFinished as F;
                 let outcome = match ev {

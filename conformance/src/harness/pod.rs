@@ -441,7 +441,10 @@ fn wait_running(pod: &str) {
         let mut c = kubectl();
         c.args(["get", "pod", pod, "-o"])
             .arg("jsonpath={.status.containerStatuses[0].state.running.startedAt}");
-        if !run(c, "reading the VK pod's container state").trim().is_empty() {
+        if !run(c, "reading the VK pod's container state")
+            .trim()
+            .is_empty()
+        {
             return;
         }
         assert!(
