@@ -287,3 +287,39 @@ async fn scaled_to(w: &mut Vkw, app: String, n: usize) {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
+
+/// The HPA is active (it reads the replicas' CPU through the metrics API: `ScalingActive`) and
+/// holds `n` replicas, as its scale target does: replacements did not move its count.
+#[then(
+    expr = "the HorizontalPodAutoscaler of deployment {string} holds {int} replicas on the CPU it reads"
+)]
+async fn hpa_holds(w: &mut Vkw, app: String, n: i32) {
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(w.c(), &w.ns);
+    let deploys: Api<Deployment> = Api::namespaced(w.c(), &w.ns);
+    wait_seeing(
+        Duration::from_secs(120),
+        &format!("HPA {app} active and holding {n} replicas"),
+        || async {
+            let h = hpas.get(&app).await.map_err(|e| e.to_string())?;
+            let d = deploys.get(&app).await.map_err(|e| e.to_string())?;
+            let st = h.status.unwrap_or_default();
+            let active = st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "ScalingActive" && c.status == "True");
+            let spec = d.spec.and_then(|s| s.replicas);
+            let seen = format!(
+                "desired {}, current {:?}, ScalingActive {active}, deployment {spec:?}",
+                st.desired_replicas, st.current_replicas
+            );
+            (active
+                && st.desired_replicas == n
+                && st.current_replicas == Some(n)
+                && spec == Some(n))
+            .then_some(())
+            .ok_or(seen)
+        },
+    )
+    .await;
+}
