@@ -253,7 +253,9 @@ async fn waits_pending(w: &mut Vkw, name: String, reason: String, limit: String)
         "{events:?}"
     );
     // Held, not retried in a loop: it stays so (and uncreated) for a few polls.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    w.vk()
+        .hold_still("the held pod to stay Pending", 6, Duration::ZERO)
+        .await;
     assert_eq!(phase(&w.get(&name).await.unwrap()), "Pending");
 }
 
@@ -331,7 +333,8 @@ async fn no_writes_after_restart(w: &mut Vkw) {
     )
     .await;
     // A few polls more, for anything late.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    vk.hold_still("no status write after the restart", 6, Duration::ZERO)
+        .await;
     assert_eq!(vk.metric("gpu_vk_pod_status_writes_total").await, 0.0);
     let mut creates = 0;
     for e in w.dispatch.as_ref().unwrap().emulators.values() {

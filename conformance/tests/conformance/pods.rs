@@ -225,7 +225,9 @@ pub(super) async fn has_event(w: &mut Vkw, name: String, reason: String) {
 
 #[then(expr = "no workload exists for pod {string}")]
 pub(super) async fn no_workload(w: &mut Vkw, name: String) {
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    w.vk()
+        .hold_still("no workload for the pod", 2, Duration::ZERO)
+        .await;
     let u = w.uids[&name].clone();
     let all: Vec<Value> = w
         .obs()
