@@ -191,13 +191,14 @@ impl PodVk {
     pub fn stop(&mut self, grace: u32) {
         let pod = self.pod();
         self.past_logs = self.logs();
+        let mut killed = None;
         if grace == 0
             && let Some(pod) = &pod
         {
             // A pod started a moment ago (a churn's kill right after a restart) is killed once
             // its container runs: a kill before that would be no crash at all.
             wait_running(pod);
-            sigkill(pod);
+            killed = Some(sigkill(pod));
         }
         self.scale(0);
         if let Some(pod) = pod {
@@ -218,11 +219,13 @@ impl PodVk {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        if grace == 0 {
+        if let Some((node, uid)) = killed {
             // A pod deleted with no grace is gone from the API at once, but the kubelet still
-            // gives its container at least 2 s after SIGTERM (`minimumGracePeriodInSeconds`,
-            // pkg/kubelet/kuberuntime/kuberuntime_container.go). A kill is over when the
-            // process is: a VK started before then would run beside the old one.
+            // gives a container it restarted meanwhile at least 2 s after SIGTERM
+            // (`minimumGracePeriodInSeconds`, pkg/kubelet/kuberuntime/kuberuntime_container.go).
+            // A kill is over when no process of the pod is left.
+            wait_no_vk(&node, &uid);
+        } else if grace == 0 {
             std::thread::sleep(KUBELET_MINIMUM_GRACE + Duration::from_secs(1));
         }
     }
@@ -455,13 +458,8 @@ fn wait_running(pod: &str) {
     }
 }
 
-/// Kills the `vk` process of pod `pod` (in [`NAMESPACE`]) with SIGKILL, through its node's
-/// container (a kind node is a Docker container named as its Node): the process is found by its
-/// pod's cgroup (the pod UID, with `-` or `_` as the kubelet's cgroup driver writes it) and its
-/// name, so other VK pods on the same node are untouched. From the node's PID namespace the VK
-/// is an ordinary process: a SIGKILL from inside its own container would be ignored, as the VK
-/// is PID 1 there. Panics unless exactly the pod's VK process was killed.
-pub fn sigkill(pod: &str) {
+/// The node and UID of pod `pod` (in [`NAMESPACE`]).
+fn node_and_uid(pod: &str) -> (String, String) {
     let mut c = kubectl();
     c.args([
         "get",
@@ -472,32 +470,77 @@ pub fn sigkill(pod: &str) {
     ]);
     let out = run(c, "reading the VK pod's node and UID");
     let mut parts = out.split_whitespace();
-    let (Some(node), Some(uid)) = (parts.next(), parts.next()) else {
-        panic!("VK pod {pod} has no node or UID yet: {out:?}");
+    match (parts.next(), parts.next()) {
+        (Some(node), Some(uid)) => (node.to_owned(), uid.to_owned()),
+        _ => panic!("VK pod {pod} has no node or UID yet: {out:?}"),
+    }
+}
+
+/// Runs on `node` (a kind node is a Docker container named as its Node) over every process
+/// named `vk` whose cgroup carries pod `uid` (with `-` or `_`, as the kubelet's cgroup driver
+/// writes it): with `kill`, sends it SIGKILL. Returns how many there were.
+fn vk_processes(node: &str, uid: &str, kill: bool) -> usize {
+    let act = if kill {
+        r#"kill -KILL "${d#/proc/}" && "#
+    } else {
+        ""
     };
     let script = format!(
         r#"n=0
 for d in /proc/[0-9]*; do
   [ "$(cat "$d/comm" 2>/dev/null)" = vk ] || continue
   grep -qe 'pod{uid}' -e 'pod{under}' "$d/cgroup" 2>/dev/null || continue
-  kill -KILL "${{d#/proc/}}" && n=$((n + 1))
+  {act}n=$((n + 1))
 done
 echo "$n""#,
         under = uid.replace('-', "_")
     );
     let mut c = Command::new("docker");
     c.args(["exec", node, "sh", "-c", &script]);
-    let killed = run(
+    let out = run(
         c,
-        &format!("SIGKILL of the VK process of pod {pod} on node {node}"),
+        &format!("looking for the VK process of pod {uid} on node {node}"),
     );
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("counting VK processes on {node}: {out:?}"))
+}
+
+/// Kills the `vk` process of pod `pod` with SIGKILL, through its node's container: other VK
+/// pods on the same node are untouched, and from the node's PID namespace the VK is an
+/// ordinary process (a SIGKILL from inside its own container would be ignored: it is PID 1
+/// there). Panics unless exactly the pod's VK process was killed. Returns the node and UID.
+pub fn sigkill(pod: &str) -> (String, String) {
+    let (node, uid) = node_and_uid(pod);
+    let killed = vk_processes(&node, &uid, true);
     assert_eq!(
-        killed.trim(),
-        "1",
-        "SIGKILL of pod {pod}'s VK process on node {node}: killed {} processes, not 1",
-        killed.trim()
+        killed, 1,
+        "SIGKILL of pod {pod}'s VK process on node {node}: killed {killed} processes, not 1"
     );
     eprintln!("conformance: SIGKILL of the VK process of pod {pod} on node {node}");
+    (node, uid)
+}
+
+/// Waits until no VK process of pod `uid` runs on `node`, seen twice 500 ms apart: after a
+/// SIGKILL the kubelet may restart the container before it learns that the pod is deleted, and
+/// that process lives until the kubelet stops it (at least its 2 s minimum grace, longer on a
+/// busy node). A VK started before then would run beside it (seen on kind: two VKs creating
+/// one pod's workload).
+fn wait_no_vk(node: &str, uid: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut clear = 0;
+    while clear < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "a VK process of pod {uid} still runs on node {node} 60 s after the pod was deleted"
+        );
+        clear = if vk_processes(node, uid, false) == 0 {
+            clear + 1
+        } else {
+            0
+        };
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Waits (until `deadline`) for kube-proxy on the kind cluster's control-plane node to route
