@@ -79,7 +79,8 @@ echo "$n""#,
 /// Kills the `vk` process of pod `pod` with SIGKILL, through its node's container: other VK
 /// pods on the same node are untouched, and from the node's PID namespace the VK is an
 /// ordinary process (a SIGKILL from inside its own container would be ignored: it is PID 1
-/// there). Panics unless exactly the pod's VK process was killed. Returns the node and UID.
+/// there, and pid_namespaces(7) says a namespace's init receives from within the namespace only
+/// the signals it handles, SIGKILL included). Panics unless exactly the pod's VK process was killed. Returns the node and UID.
 pub fn sigkill(pod: &str) -> (String, String) {
     let (node, uid) = node_and_uid(pod);
     let killed = vk_processes(&node, &uid, true);
