@@ -378,7 +378,18 @@ async fn overflowed(w: &mut Vkw, app: String, secs: u64) {
         .iter()
         .filter(|p| on_virtual(p, &vnode))
     {
-        assert_eq!(w.live_of(&uid(p)).await.len(), 1, "{:?}", p.metadata.name);
+        // A stand-in bound a moment ago has its workload created on the VK's next pass: wait
+        // for it, then there must be exactly one.
+        let n = wait_for(
+            crate::wait(),
+            "one workload for an offloaded replica",
+            || async {
+                let n = w.live_of(&uid(p)).await.len();
+                (n >= 1).then_some(n)
+            },
+        )
+        .await;
+        assert_eq!(n, 1, "{:?}", p.metadata.name);
     }
     w.overflow = Some(o);
 }
