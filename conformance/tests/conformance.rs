@@ -45,6 +45,8 @@ mod resilience;
 mod runner;
 #[path = "conformance/storms.rs"]
 mod storms;
+#[path = "conformance/tenancy.rs"]
+mod tenancy;
 #[path = "conformance/traffic.rs"]
 mod traffic;
 

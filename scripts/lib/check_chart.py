@@ -115,9 +115,43 @@ def check_rbac(docs, case, sa_name, namespace, allowed=()):
     check_pod_write_policy(docs, case, sa_name, namespace, node)
 
 
+def named(docs, kind, suffix, case):
+    """The one object of `kind` whose name ends with `suffix`."""
+    found = [d for d in docs if d.get("kind") == kind and d["metadata"]["name"].endswith(suffix)]
+    check(len(found) == 1, f"{case}: expected one {kind} named *{suffix}, found {len(found)}")
+    return found[0] if found else {}
+
+
+# The annotations only the VK writes (vk/src/pods/spec.rs; a vk test checks the same list).
+OWNED_ANNOTATIONS = ["gpu-vk.io/published-ports", "gpu-vk.io/assigned-provider", "gpu-vk.io/dispatch", "gpu-vk.io/start-attempts"]
+
+
+def check_annotation_policy(docs, case, sa_name, namespace, node):
+    """The ValidatingAdmissionPolicy that keeps the VK's own pod annotations its own."""
+    policy = named(docs, "ValidatingAdmissionPolicy", "-owned-annotations", case)
+    spec = policy.get("spec", {})
+    check(spec.get("failurePolicy") == "Fail", f"{case}: the annotation policy does not fail closed")
+    rule = (spec.get("matchConstraints", {}).get("resourceRules") or [{}])[0]
+    check(sorted(rule.get("operations", [])) == ["CREATE", "UPDATE"] and sorted(rule.get("resources", [])) == ["pods", "pods/status"],
+          f"{case}: the annotation policy does not match pod creates and updates: {rule}")
+    user = f"system:serviceaccount:{namespace}:{sa_name}"
+    conditions = [c.get("expression", "") for c in spec.get("matchConditions", [])]
+    check(len(conditions) == 2 and conditions[0] == f"request.userInfo.username != '{user}'" and f"object.spec.nodeName == '{node}'" in conditions[1],
+          f"{case}: the annotation policy does not exempt exactly {user} on node {node}: {conditions}")
+    variables = {v["name"]: v["expression"] for v in spec.get("variables", [])}
+    owned = yaml.safe_load(variables.get("owned", "[]"))
+    check(owned == OWNED_ANNOTATIONS, f"{case}: the annotation policy protects {owned}, not {OWNED_ANNOTATIONS}")
+    check([v.get("expression") for v in spec.get("validations", [])] == ["variables.changed.size() == 0"],
+          f"{case}: the annotation policy's validation changed: {spec.get('validations')}")
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "-owned-annotations", case).get("spec", {})
+    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
+          f"{case}: the annotation policy is not bound with Deny: {binding}")
+
+
 def check_pod_write_policy(docs, case, sa_name, namespace, node):
     """The ValidatingAdmissionPolicy that keeps the VK's pod writes to its own node's pods."""
-    policy = one(docs, "ValidatingAdmissionPolicy", case)
+    check_annotation_policy(docs, case, sa_name, namespace, node)
+    policy = named(docs, "ValidatingAdmissionPolicy", "-pod-writes", case)
     spec = policy.get("spec", {})
     check(spec.get("failurePolicy") == "Fail", f"{case}: the pod-write policy does not fail closed")
     rule = (spec.get("matchConstraints", {}).get("resourceRules") or [{}])[0]
@@ -130,7 +164,7 @@ def check_pod_write_policy(docs, case, sa_name, namespace, node):
     check(f"oldObject.spec.nodeName == '{node}'" in variables.get("bound", ""), f"{case}: the pod-write policy does not check the node {node}")
     check([v.get("expression") for v in spec.get("validations", [])] == ["variables.bound || variables.own"],
           f"{case}: the pod-write policy's validation changed: {spec.get('validations')}")
-    binding = one(docs, "ValidatingAdmissionPolicyBinding", case).get("spec", {})
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "-pod-writes", case).get("spec", {})
     check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
           f"{case}: the pod-write policy is not bound with Deny: {binding}")
 

@@ -246,20 +246,41 @@ impl PodController {
             .collect()
     }
 
-    /// The pods of this node whose container ports their provider publishes elsewhere (the
-    /// `gpu-vk.io/published-ports` annotation), decoded: the pods `crate::endpoints` writes
-    /// EndpointSlices for.
     /// Waits until a pod in [`Self::published_pods`] was added, changed or removed.
     pub async fn published_changed(&self) {
         self.pods.published_changed().await
     }
 
+    /// The pods of this node whose container ports their provider publishes elsewhere,
+    /// decoded: the pods `crate::endpoints` writes EndpointSlices for. Their
+    /// `gpu-vk.io/published-ports` annotation is set from what this VK observed of the
+    /// workload, whatever the pod carries: anyone who may patch pods in the namespace can write
+    /// the annotation, and a Service must not follow it to another namespace's pod or a node's
+    /// port (the pattern of CVE-2021-25740). A pod without an observed workload that publishes
+    /// ports is left out, whatever its annotation says.
     pub fn published_pods(&self) -> Vec<Pod> {
-        self.pods
-            .select(|p| p.published)
-            .iter()
-            .filter_map(|p| p.pod())
-            .collect()
+        let mut out = Vec::new();
+        for stored in self.pods.select(|_| true) {
+            let Some((i, o)) = self.find(&stored.uid) else {
+                continue;
+            };
+            if o.ports.is_empty() {
+                continue;
+            }
+            let choice = self.address_choice(&o, self.provider_name(i));
+            let Some(text) = address::published_text(&choice.published) else {
+                continue;
+            };
+            let Some(mut pod) = stored.pod() else {
+                continue;
+            };
+            pod.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(spec::ANN_PUBLISHED.to_owned(), text);
+            out.push(pod);
+        }
+        out
     }
 
     /// Decodes, one at a time, the pods whose UID passes `want` and hands each to `f`.

@@ -226,44 +226,58 @@ async fn distinct(w: &mut Vkw, a: String, b: String) {
     );
 }
 
+/// Where pods `names` are reached on port 8080, as (pod, address, port), sorted: what their
+/// Service's EndpointSlices should list.
+pub(crate) async fn reached(w: &Vkw, names: &[&str]) -> Vec<(String, String, u16)> {
+    let mut want = Vec::new();
+    for name in names {
+        let p = w.get(name).await.unwrap();
+        let (host, port) = reached_at(&p, 8080).expect("an address");
+        want.push((name.to_string(), host, port));
+    }
+    want.sort();
+    want
+}
+
+/// Every ready endpoint of Service `svc`'s EndpointSlices, as (pod, address, port of the
+/// Service's only port), sorted.
+pub(crate) async fn ready_endpoints(w: &Vkw, svc: &str) -> Vec<(String, String, u16)> {
+    let api = Api::<EndpointSlice>::namespaced(w.c(), &w.ns);
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
+    let slices = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
+    let mut ready: Vec<(String, String, u16)> = Vec::new();
+    for s in &slices {
+        let port = s.ports.iter().flatten().find_map(|p| p.port).unwrap_or(0) as u16;
+        for e in s.endpoints.iter().flatten() {
+            if e.conditions.as_ref().and_then(|c| c.ready) != Some(true) {
+                continue;
+            }
+            let pod = e
+                .target_ref
+                .as_ref()
+                .and_then(|t| t.name.clone())
+                .unwrap_or_default();
+            for addr in &e.addresses {
+                ready.push((pod.clone(), addr.clone(), port));
+            }
+        }
+    }
+    ready.sort();
+    ready
+}
+
 #[then(
     expr = "the EndpointSlices of Service {string} list {string} and {string} where they are reached"
 )]
 async fn endpoint_slice(w: &mut Vkw, svc: String, a: String, b: String) {
-    let mut want = Vec::new();
-    for name in [&a, &b] {
-        let p = w.get(name).await.unwrap();
-        let (host, port) = reached_at(&p, 8080).expect("an address");
-        want.push((name.clone(), host, port));
-    }
-    want.sort();
-    let api = Api::<EndpointSlice>::namespaced(w.c(), &w.ns);
-    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
+    let want = reached(w, &[&a, &b]).await;
     wait_seeing(
         wait(),
         &format!("EndpointSlices of {svc} listing {want:?}"),
         || async {
-            let slices = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
             // Every ready endpoint, with the port of the Service's only port: none where nothing
             // answers (a pod IP with the container port of a pod published elsewhere).
-            let mut ready: Vec<(String, String, u16)> = Vec::new();
-            for s in &slices {
-                let port = s.ports.iter().flatten().find_map(|p| p.port).unwrap_or(0) as u16;
-                for e in s.endpoints.iter().flatten() {
-                    if e.conditions.as_ref().and_then(|c| c.ready) != Some(true) {
-                        continue;
-                    }
-                    let pod = e
-                        .target_ref
-                        .as_ref()
-                        .and_then(|t| t.name.clone())
-                        .unwrap_or_default();
-                    for addr in &e.addresses {
-                        ready.push((pod.clone(), addr.clone(), port));
-                    }
-                }
-            }
-            ready.sort();
+            let ready = ready_endpoints(w, &svc).await;
             if ready == want {
                 Ok(())
             } else {

@@ -227,6 +227,11 @@ pub fn standin(replaced: &Pod, for_uid: &str, virtual_node: &str) -> Pod {
     labels.insert(STANDIN_LABEL.into(), "true".into());
     let mut annotations = m.annotations.clone().unwrap_or_default();
     annotations.remove(DELETION_COST);
+    // The virtual kubelet's own records are its to write (the chart's policy refuses a pod
+    // created with them); an in-cluster pod should carry none, a copied manifest might.
+    for owned in crate::pods::spec::VK_OWNED {
+        annotations.remove(owned);
+    }
     annotations.insert(FOR_ANNOTATION.into(), for_uid.into());
     annotations.insert(
         REPLACES_ANNOTATION.into(),

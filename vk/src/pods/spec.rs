@@ -38,6 +38,15 @@ pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
 /// Vast's public port mappings); the EndpointSlices of the pod's Services are written from it
 /// (`crate::endpoints`).
 pub const ANN_PUBLISHED: &str = crate::provider::PUBLISHED_ANNOTATION;
+/// The annotations only the VK writes on its pods: read back as its own records, never as a
+/// user's request. The chart's `*-owned-annotations` ValidatingAdmissionPolicy refuses them to
+/// everyone else (a test checks the two lists agree).
+pub const VK_OWNED: [&str; 4] = [
+    ANN_PUBLISHED,
+    ANN_ASSIGNED,
+    ANN_DISPATCH,
+    ANN_START_ATTEMPTS,
+];
 /// Containers and native sidecars the provider leaves out, comma-separated (`metrics,logs`):
 /// a provider runs one container, and a chart's exporter or log shipper need not come along.
 pub const ANN_OMIT_CONTAINERS: &str = "gpu-vk.io/omit-containers";

@@ -260,18 +260,7 @@ impl PodController {
         provider: &str,
         status: &mut PodStatus,
     ) -> Option<String> {
-        let fallback = self
-            .cfg
-            .providers
-            .iter()
-            .find(|p| p.name == provider)
-            .and_then(|p| p.pod_ip_fallback);
-        let choice = address::choose(
-            o.ip.as_deref(),
-            &o.ports,
-            fallback,
-            self.cfg.internal_ip.parse().ok(),
-        );
+        let choice = self.address_choice(o, provider);
         let message = choice.message(provider);
         let seen = pod
             .status
@@ -292,6 +281,23 @@ impl PodController {
         }
         choice.apply(status, provider, &Time(Timestamp::now()));
         address::published_text(&choice.published)
+    }
+
+    /// The pod IP (or published ports) of a workload `provider` lists as `o`: from what the
+    /// VK observed, never from anything written on the pod.
+    pub(super) fn address_choice(&self, o: &Observed, provider: &str) -> address::Choice {
+        let fallback = self
+            .cfg
+            .providers
+            .iter()
+            .find(|p| p.name == provider)
+            .and_then(|p| p.pod_ip_fallback);
+        address::choose(
+            o.ip.as_deref(),
+            &o.ports,
+            fallback,
+            self.cfg.internal_ip.parse().ok(),
+        )
     }
 
     /// Publishes an Event on the pod (in the background; see [`super::events`]).

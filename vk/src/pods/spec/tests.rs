@@ -314,3 +314,17 @@ fn quantities() {
     assert_eq!(parse_memory("1000").unwrap(), 1000);
     assert!(parse_memory("1Xi").is_err());
 }
+
+#[test]
+fn the_chart_refuses_exactly_the_annotations_the_vk_owns_to_others() {
+    let policy = include_str!("../../../../deploy/helm/gpu-vk/templates/annotation-policy.yaml");
+    let line = policy
+        .lines()
+        .find(|l| l.contains("expression: \"['gpu-vk.io/"))
+        .expect("the policy's list of owned annotations");
+    let listed: Vec<&str> = line
+        .split('\'')
+        .filter(|s| s.starts_with("gpu-vk.io/"))
+        .collect();
+    assert_eq!(listed, VK_OWNED, "{line}");
+}

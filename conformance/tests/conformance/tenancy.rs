@@ -1,0 +1,188 @@
+//! Steps of `tenancy.feature`: what a tenant who may edit its own namespace tries against the
+//! virtual node (annotations the VK owns, a Service pointed elsewhere) has no effect, and is
+//! refused where the chart's policies run. The tenant is a user impersonated by the suite's own
+//! credentials, bound to the cluster's `edit` role in the scenario's namespace only.
+
+use std::time::{Duration, Instant};
+
+use conformance::harness::pod::pod_mode;
+use conformance::harness::{gpu_pod, wait_for};
+use cucumber::then;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::Vkw;
+use super::pod_ip::{reached, ready_endpoints};
+
+/// The tenant's user name.
+const TENANT: &str = "tenant-a";
+/// What the chart's `*-owned-annotations` policy says when it refuses a write.
+const REFUSAL: &str = "is written only by the virtual kubelet";
+/// The annotations the VK owns (vk/src/pods/spec.rs `VK_OWNED`; the chart's policy lists them).
+const OWNED: [&str; 4] = [
+    "gpu-vk.io/published-ports",
+    "gpu-vk.io/assigned-provider",
+    "gpu-vk.io/dispatch",
+    "gpu-vk.io/start-attempts",
+];
+
+/// A client acting as [`TENANT`], once the `edit` role is bound to it in the scenario's
+/// namespace and the API server's authorizer has seen the binding.
+async fn tenant(w: &Vkw) -> Client {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
+    }))
+    .unwrap();
+    match Api::<RoleBinding>::namespaced(w.c(), &w.ns)
+        .create(&PostParams::default(), &binding)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("binding the tenant: {e}"),
+    }
+    let mut cfg = kube::Config::infer().await.expect("a kubeconfig");
+    cfg.auth_info.impersonate = Some(TENANT.into());
+    let client = Client::try_from(cfg).expect("an impersonating client");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &w.ns);
+    wait_for(
+        Duration::from_secs(20),
+        "the tenant may list pods",
+        || async { pods.list(&Default::default()).await.ok().map(|_| ()) },
+    )
+    .await;
+    client
+}
+
+/// The HTTP status and message of a write: 200 for success.
+fn status<T>(r: Result<T, kube::Error>) -> (u16, String) {
+    match r {
+        Ok(_) => (200, String::new()),
+        Err(kube::Error::Api(e)) => (e.code, e.message),
+        Err(e) => panic!("not an answer of the API server: {e}"),
+    }
+}
+
+/// Sets annotation `key` of pod `name` to `value`, as the tenant: the answer.
+async fn annotate(pods: &Api<Pod>, name: &str, key: &str, value: &str) -> (u16, String) {
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    status(
+        pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await,
+    )
+}
+
+/// A tenant's write of an annotation the VK owns must be refused by the chart's policy where
+/// the chart runs, and is stored elsewhere (a local testbed has no policy: the VK itself must
+/// not follow it).
+fn check_owned_write(got: &(u16, String), key: &str) {
+    if pod_mode() {
+        assert!(
+            got.0 == 403 && got.1.contains(REFUSAL) && got.1.contains(key),
+            "the chart's policy should refuse the tenant's write of {key}: {got:?}"
+        );
+    } else {
+        assert_eq!(got.0, 200, "the tenant's write of {key}: {got:?}");
+    }
+}
+
+#[then(
+    expr = "while a tenant points pod {string} at the API server's Service every 100 ms, for {int} of the virtual kubelet's polls the EndpointSlices of Service {string} list {string} and {string} where they are reached"
+)]
+async fn steered(w: &mut Vkw, victim: String, polls: u64, svc: String, a: String, b: String) {
+    let want = reached(w, &[&a, &b]).await;
+    assert_eq!(
+        ready_endpoints(w, &svc).await,
+        want,
+        "before the tenant writes"
+    );
+    let pods: Api<Pod> = Api::namespaced(tenant(w).await, &w.ns);
+    // The API server's own Service address: never where a tenant's pod is reached.
+    let target = Api::<Service>::namespaced(w.c(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("the kubernetes Service has a ClusterIP");
+    let poll = w.vk.as_ref().expect("a virtual kubelet").timings.poll_ms;
+    let window = Duration::from_millis(poll * polls) + Duration::from_secs(2);
+    println!(
+        "    (watching {} ms, {polls} polls of {poll} ms + 2000 ms, while the tenant writes)",
+        window.as_millis()
+    );
+    let start = Instant::now();
+    let mut writes = 0;
+    while start.elapsed() < window {
+        // Alternating values: each write is a change, whatever the VK restored in between.
+        let value = format!("8080={target}:{}", 443 + writes % 2);
+        let got = annotate(&pods, &victim, OWNED[0], &value).await;
+        check_owned_write(&got, OWNED[0]);
+        writes += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let ready = ready_endpoints(w, &svc).await;
+        assert_eq!(
+            ready, want,
+            "the Service followed the tenant's annotation after {writes} writes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(writes >= 10, "only {writes} writes in {window:?}");
+    // Whatever the tenant left, the VK's record of the pod is its own again.
+    let original = reached(w, &[&victim]).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the virtual kubelet's published-ports annotation back on the pod",
+        || async {
+            let p = w.get(&victim).await?;
+            let text = p.metadata.annotations.unwrap_or_default().remove(OWNED[0]);
+            let forged = text.as_deref().is_some_and(|t| t.contains(&target));
+            (!forged).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(reached(w, &[&victim]).await, original);
+}
+
+#[then(
+    expr = "a tenant is refused writing each annotation the virtual kubelet owns on pod {string}"
+)]
+async fn owned_refused(w: &mut Vkw, name: String) {
+    assert!(
+        pod_mode(),
+        "only where the chart's policies run (the scenario's gate)"
+    );
+    let pods: Api<Pod> = Api::namespaced(tenant(w).await, &w.ns);
+    for key in OWNED {
+        let got = annotate(&pods, &name, key, "forged").await;
+        check_owned_write(&got, key);
+    }
+    // Its own annotations are the tenant's to write.
+    let got = annotate(&pods, &name, "example.com/note", "mine").await;
+    assert_eq!(got.0, 200, "a tenant's own annotation: {got:?}");
+}
+
+#[then(expr = "a tenant is refused creating a pod that carries {string}")]
+async fn create_refused(w: &mut Vkw, key: String) {
+    assert!(
+        pod_mode(),
+        "only where the chart's policies run (the scenario's gate)"
+    );
+    let pods: Api<Pod> = Api::namespaced(tenant(w).await, &w.ns);
+    let mut p = gpu_pod("forged", &w.node(), 1, &[]);
+    p.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(key.clone(), "8080=10.0.0.1:10250".into());
+    let got = status(pods.create(&PostParams::default(), &p).await);
+    assert!(
+        got.0 == 403 && got.1.contains(REFUSAL) && got.1.contains(&key),
+        "creating a pod carrying {key}: {got:?}"
+    );
+    assert!(w.get("forged").await.is_none(), "the pod exists");
+}
