@@ -1,6 +1,7 @@
 Feature: Least privilege
   The Helm chart gives the virtual kubelet's ServiceAccount what it needs for its own node and
-  nothing more: RBAC names its Node and its Leases, Secrets and ConfigMaps are readable only in
+  nothing more: RBAC names its Node and its Leases (it may list Nodes, for the cluster's own
+  networks, but not get or write another one), Secrets and ConfigMaps are readable only in
   the namespaces whose pods may run on it (config.allowedNamespaces), and a
   ValidatingAdmissionPolicy lets it write only pods bound to its own node, which RBAC alone
   cannot say. Checked as that ServiceAccount (impersonated), with server-side dry runs.

@@ -6,8 +6,10 @@ Feature: Pod IPs
   remote cluster whose pods run there), nothing answers at that address on the container port:
   the pod has no IP, its condition gpu-vk.io/PodIPRoutable says where the ports are, and the
   virtual kubelet writes its Services' EndpointSlices with the published address and port. Never
-  loopback, link-local or the node's own address; a provider that lists none, or one that
-  cannot be a pod IP, gives the provider's configured fallback, and the condition says why.
+  loopback, link-local, the node's own address or one inside the cluster's own networks (its pod
+  and Service ranges and node addresses, which would point a Service at another tenant's pod or
+  a cluster Service); a provider that lists none, or one that cannot be a pod IP, gives the
+  provider's configured fallback, and the condition says why.
 
   Background:
     Given a virtual kubelet with the provider under test
@@ -40,6 +42,7 @@ Feature: Pod IPs
     And pod "fb" has <events> "ProviderAddressRefused" event naming "<listed>"
 
     Examples:
-      | what               | listed    | reason                 | events |
-      | a loopback address | 127.0.0.1 | ProviderAddressRefused | one    |
-      | no address         |           | ProviderGaveNoAddress  | no     |
+      | what                                 | listed                           | reason                 | events |
+      | a loopback address                   | 127.0.0.1                        | ProviderAddressRefused | one    |
+      | an address of the cluster's Services | the API server's Service address | ProviderAddressRefused | one    |
+      | no address                           |                                  | ProviderGaveNoAddress  | no     |

@@ -21,6 +21,9 @@ CLUSTER_RULES = [
     ([""], ["nodes"], ["get", "list", "watch", "patch", "update"], ["NODE"]),
     ([""], ["nodes"], ["create"], None),
     ([""], ["nodes/status"], ["get", "patch", "update"], ["NODE"]),
+    # The cluster's own networks (every Node's pod ranges and addresses, the ServiceCIDRs).
+    ([""], ["nodes"], ["list"], None),
+    (["networking.k8s.io"], ["servicecidrs"], ["list"], None),
     ([""], ["pods"], ["get", "list", "watch", "patch", "delete"], None),
     ([""], ["pods/status"], ["get", "patch", "update"], None),
     ([""], ["configmaps", "secrets"], ["get"], None),

@@ -106,8 +106,8 @@ pub(crate) struct Shared {
     pub(crate) auth: auth::Auth,
     pub(crate) ledger: Mutex<stats::CpuLedger>,
     pub(crate) exec: exec::SessionLimits,
-    /// The cluster's own networks (`clusterNetworks`): port-forward never dials them.
-    pub(crate) cluster_networks: Arc<[ipnet::IpNet]>,
+    /// The cluster's own networks (configured and learnt): port-forward never dials them.
+    pub(crate) cluster_networks: Arc<crate::pods::networks::ClusterNetworks>,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -167,13 +167,8 @@ pub async fn start(
         idle_timeout: cfg.kubelet_api.exec_idle_timeout(),
         ..exec::SessionLimits::default()
     };
-    let app = router_with(
-        fw,
-        cfg.node_name.clone(),
-        auth,
-        exec_limits,
-        cfg.cluster_networks.clone().into(),
-    );
+    let networks = fw.networks().clone();
+    let app = router_with(fw, cfg.node_name.clone(), auth, exec_limits, networks);
     info!(
         addr = %local_addr,
         x509_client_auth = x509,
@@ -196,7 +191,7 @@ pub fn router(host: Arc<dyn Host>, node_name: String, auth: auth::Auth) -> Route
         node_name,
         auth,
         exec::SessionLimits::default(),
-        Arc::from([]),
+        Arc::new(crate::pods::networks::ClusterNetworks::new(Vec::new())),
     )
 }
 
@@ -206,7 +201,7 @@ pub fn router_with(
     node_name: String,
     auth: auth::Auth,
     exec: exec::SessionLimits,
-    cluster_networks: Arc<[ipnet::IpNet]>,
+    cluster_networks: Arc<crate::pods::networks::ClusterNetworks>,
 ) -> Router {
     let state: AppState = Arc::new(Shared {
         host,

@@ -39,6 +39,7 @@ pub mod guard;
 pub mod hardening;
 pub mod inventory;
 pub mod memory;
+pub mod networks;
 pub mod observe;
 pub mod probe;
 pub mod probe_target;
@@ -115,6 +116,8 @@ pub struct PodController {
     guard: guard::Guard,
     /// Readiness probes of running pods (see [`prober`]).
     prober: prober::Prober,
+    /// The cluster's own networks, which no provider address may name (`networks`).
+    networks: Arc<networks::ClusterNetworks>,
     /// Failures per owner, to stop a pod storm (see [`storm`]).
     storms: storm::Storms,
     pub metrics: Metrics,
@@ -198,7 +201,8 @@ impl PodController {
             })
             .collect();
         let storms = storm::Storms::new(&cfg.refusals);
-        let prober = prober::Prober::new(cfg.cluster_networks.clone().into());
+        let networks = Arc::new(networks::ClusterNetworks::new(cfg.cluster_networks.clone()));
+        let prober = prober::Prober::new(networks.clone());
         Arc::new(Self {
             client,
             cfg,
@@ -214,9 +218,15 @@ impl PodController {
             events,
             guard,
             prober,
+            networks,
             storms,
             metrics,
         })
+    }
+
+    /// The cluster's own networks (configured and learnt; `networks::run` keeps them).
+    pub fn networks(&self) -> &Arc<networks::ClusterNetworks> {
+        &self.networks
     }
 
     pub fn owner(&self) -> &Owner {

@@ -401,11 +401,28 @@ async fn fallback(w: &mut Vkw, ip: String) {
 
 #[given(expr = "the provider lists {string} as every workload's address")]
 async fn listed(w: &mut Vkw, value: String) {
+    let value = address_named(w, &value).await;
     let e = w
         .obs()
         .emulator()
         .expect("an emulator sets the addresses it lists");
     e.admin_post("/addresses", json!({"listed": value})).await;
+}
+
+/// An address as a scenario names it: a literal, or "the API server's Service address" (the
+/// `kubernetes` Service's ClusterIP, inside the cluster's Service range, which differs between
+/// the local testbed and kind).
+async fn address_named(w: &Vkw, value: &str) -> String {
+    if value != "the API server's Service address" {
+        return value.to_owned();
+    }
+    Api::<Service>::namespaced(w.c(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("the kubernetes Service has a ClusterIP")
 }
 
 #[then(expr = "pod {string} is Running with pod IP {string}, not routable: {string}")]
@@ -435,6 +452,7 @@ async fn fallback_ip(w: &mut Vkw, name: String, ip: String, reason: String) {
 
 #[then(expr = "pod {string} has {word} {string} event naming {string}")]
 async fn refused_event(w: &mut Vkw, name: String, count: String, reason: String, value: String) {
+    let value = address_named(w, &value).await;
     let (c, ns) = (w.c(), w.ns.clone());
     let matching = || async {
         events_for(&c, &ns, &name)

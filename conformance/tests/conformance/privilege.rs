@@ -128,7 +128,23 @@ async fn nodes_and_leases(w: &mut Vkw) {
         ("own lease", status(leases.get(&node).await)),
         ("other node", status(nodes.get(&other).await)),
         ("other lease", status(leases.get(&other).await)),
+        // Listed for the cluster's own networks (pod ranges, node addresses: pods::networks).
         ("all nodes", status(nodes.list(&Default::default()).await)),
+        (
+            "other node patched",
+            status(
+                nodes
+                    .patch(
+                        &other,
+                        &PatchParams {
+                            dry_run: true,
+                            ..PatchParams::default()
+                        },
+                        &Patch::Merge(&json!({"metadata": {"labels": {"checked": "yes"}}})),
+                    )
+                    .await,
+            ),
+        ),
     ];
     let codes: Vec<_> = got.iter().map(|(what, (code, _))| (*what, *code)).collect();
     assert_eq!(
@@ -138,7 +154,8 @@ async fn nodes_and_leases(w: &mut Vkw) {
             ("own lease", 200),
             ("other node", 403),
             ("other lease", 403),
-            ("all nodes", 403)
+            ("all nodes", 200),
+            ("other node patched", 403)
         ],
         "{got:?}"
     );

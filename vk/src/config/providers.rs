@@ -54,6 +54,12 @@ pub struct ProviderConfig {
     /// such a pod has no IP.
     #[serde(default)]
     pub pod_ip_fallback: Option<std::net::IpAddr>,
+    /// Addresses this provider lists may lie inside the cluster's own networks (its pod and
+    /// Service ranges, node addresses): a remote cluster whose pods are routed into ours, a
+    /// provider on the cluster's own network. Off: such an address is refused as a pod IP,
+    /// a published port, a probe's or a port-forward's target (`pods::networks`).
+    #[serde(default)]
+    pub trust_cluster_addresses: bool,
 }
 
 /// A provider's start deadline and the ceiling of a pod's own (see

@@ -405,7 +405,7 @@ fn setup_full(endless: bool, mut limits: SessionLimits, forward_to: u16) -> Setu
             "vk-node".into(),
             auth,
             limits,
-            Arc::from([]),
+            Arc::new(crate::pods::networks::ClusterNetworks::new(Vec::new())),
         ),
         logs_provider: with_logs,
         exec_provider: with_exec,

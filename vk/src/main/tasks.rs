@@ -19,6 +19,7 @@ pub struct Tasks {
     node: JoinHandle<()>,
     admission: JoinHandle<()>,
     endpoints: JoinHandle<()>,
+    networks: JoinHandle<()>,
     fw: JoinHandle<Result<(), vk::supervise::TaskEnded>>,
 }
 
@@ -56,6 +57,11 @@ impl Tasks {
         // Service traffic to offloaded pods; like the admission check, not a core task: a failure
         // is logged and retried, never the node's end.
         let endpoints = tokio::spawn(vk::endpoints::run(fw.clone(), cfg.clone(), client.clone()));
+        // The cluster's own networks, learnt before the first pod is reconciled (a provider
+        // address inside them is refused: pods::networks).
+        let nets = fw.networks().clone();
+        vk::pods::networks::learn(&nets, client).await;
+        let networks = tokio::spawn(vk::pods::networks::run(nets, client.clone()));
         let fw = tokio::spawn(fw.clone().run(stopped(stop_rx.clone())));
         Ok(Self {
             stop,
@@ -63,6 +69,7 @@ impl Tasks {
             node,
             admission,
             endpoints,
+            networks,
             fw,
         })
     }
@@ -92,6 +99,7 @@ impl Tasks {
     pub async fn stop(self, failed: Option<String>) -> anyhow::Result<()> {
         self.admission.abort();
         self.endpoints.abort();
+        self.networks.abort();
         let _ = self.stop.send(true);
         if let Some(why) = failed {
             self.kubelet_api.abort();

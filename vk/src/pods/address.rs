@@ -2,8 +2,10 @@
 //! address, else the provider's configured `podIpFallback`, with a condition saying which
 //! (pure; `status.rs` applies it).
 //!
-//! A usable address is an IP literal that `config::pod_ip::unusable` accepts: one the API
-//! server takes in an EndpointSlice, and not the node's own address (hostIP).
+//! A usable address is an IP literal that `config::pod_ip::unusable` accepts (one the API
+//! server takes in an EndpointSlice, and not the node's own address, hostIP) and that lies in
+//! none of the cluster's own networks (`networks`: its pod and Service ranges and node
+//! addresses), unless its provider is trusted with them (`trustClusterAddresses`).
 //!
 //! A workload whose container ports the provider publishes at other port numbers (RunPod's
 //! `tcp` ports and Vast's port mappings: container port 8080 at public port 43210) gets no pod
@@ -13,6 +15,8 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use crate::provider::Endpoint;
 
@@ -45,9 +49,15 @@ pub struct Choice {
 }
 
 /// Why `raw` cannot be a pod IP, or the address.
-pub fn check(raw: &str, node: Option<IpAddr>) -> Result<IpAddr, &'static str> {
+pub fn check(raw: &str, node: Option<IpAddr>, cluster: &[IpNet]) -> Result<IpAddr, &'static str> {
     let ip: IpAddr = raw.trim().parse().map_err(|_| "not an IP address")?;
-    crate::config::pod_ip::unusable(ip, node).map_or(Ok(ip), Err)
+    if let Some(why) = crate::config::pod_ip::unusable(ip, node) {
+        return Err(why);
+    }
+    if cluster.iter().any(|n| n.contains(&ip)) {
+        return Err("inside the cluster's own networks");
+    }
+    Ok(ip)
 }
 
 /// The pod IP for a workload whose provider lists `listed` and publishes its container ports at
@@ -57,11 +67,12 @@ pub fn choose(
     ports: &BTreeMap<u16, Endpoint>,
     fallback: Option<IpAddr>,
     node: Option<IpAddr>,
+    cluster: &[IpNet],
 ) -> Choice {
     let listed = listed.map(str::trim).filter(|s| !s.is_empty());
     let published: BTreeMap<u16, (IpAddr, u16)> = ports
         .iter()
-        .filter_map(|(port, e)| Some((*port, (check(&e.host, node).ok()?, e.port))))
+        .filter_map(|(port, e)| Some((*port, (check(&e.host, node, cluster).ok()?, e.port))))
         .collect();
     let listed_ip = listed.and_then(|raw| raw.parse::<IpAddr>().ok());
     if published
@@ -75,7 +86,7 @@ pub fn choose(
             published,
         };
     }
-    let (ip, reason, refused) = match listed.map(|raw| (raw, check(raw, node))) {
+    let (ip, reason, refused) = match listed.map(|raw| (raw, check(raw, node, cluster))) {
         Some((_, Ok(ip))) => (Some(ip), FROM_PROVIDER, None),
         // Bounded: it ends up in an Event and a condition.
         Some((raw, Err(why))) => (
@@ -111,7 +122,7 @@ pub fn published_text(published: &BTreeMap<u16, (IpAddr, u16)>) -> Option<String
 pub fn parse_published(text: &str) -> BTreeMap<u16, (IpAddr, u16)> {
     crate::provider::parse_published(text)
         .into_iter()
-        .filter_map(|(port, e)| Some((port, (check(&e.host, None).ok()?, e.port))))
+        .filter_map(|(port, e)| Some((port, (check(&e.host, None, &[]).ok()?, e.port))))
         .collect()
 }
 
@@ -222,26 +233,55 @@ mod tests {
             ("255.255.255.255", "multicast or broadcast"),
             ("10.0.0.9", "the node's own address"),
         ] {
-            assert_eq!(check(raw, node), Err(why), "{raw}");
+            assert_eq!(check(raw, node, &[]), Err(why), "{raw}");
         }
         for ok in ["198.18.0.7", " 203.0.113.7 ", "10.0.0.10", "2001:db8::7"] {
-            assert_eq!(check(ok, node), Ok(ip(ok.trim())), "{ok}");
+            assert_eq!(check(ok, node, &[]), Ok(ip(ok.trim())), "{ok}");
         }
+    }
+
+    #[test]
+    fn refuses_the_clusters_own_networks() {
+        let cluster: Vec<IpNet> = vec![
+            "10.96.0.0/16".parse().unwrap(),
+            "10.244.0.0/16".parse().unwrap(),
+        ];
+        for raw in ["10.96.0.1", "10.244.3.7"] {
+            assert_eq!(
+                check(raw, None, &cluster),
+                Err("inside the cluster's own networks")
+            );
+        }
+        assert_eq!(check("198.18.0.7", None, &cluster), Ok(ip("198.18.0.7")));
+        let fb = Some(ip("192.0.2.50"));
+        let c = choose(Some("10.244.3.7"), &BTreeMap::new(), fb, None, &cluster);
+        assert_eq!((c.ip, c.reason), (fb, REFUSED));
+        assert!(
+            c.message("vast")
+                .contains("inside the cluster's own networks"),
+            "{}",
+            c.message("vast")
+        );
+        // A published port inside them is not published: no slice is written to it.
+        let ports = BTreeMap::from([(8080, at("10.244.3.7", 43210))]);
+        let c = choose(Some("203.0.113.7"), &ports, fb, None, &cluster);
+        assert!(c.published.is_empty());
+        assert_eq!(c.reason, FROM_PROVIDER);
     }
 
     #[test]
     fn falls_back_and_says_why() {
         let fb = Some(ip("192.0.2.50"));
-        let c = choose(Some("198.18.0.7"), &BTreeMap::new(), fb, None);
+        let c = choose(Some("198.18.0.7"), &BTreeMap::new(), fb, None, &[]);
         assert_eq!((c.ip, c.reason), (Some(ip("198.18.0.7")), FROM_PROVIDER));
-        let c = choose(None, &BTreeMap::new(), fb, None);
+        let c = choose(None, &BTreeMap::new(), fb, None, &[]);
         assert_eq!((c.ip, c.reason, c.refused.clone()), (fb, NO_ADDRESS, None));
         assert!(
             c.message("rp").contains("lists no address"),
             "{}",
             c.message("rp")
         );
-        let c = choose(Some("127.0.0.1"), &BTreeMap::new(), fb, None);
+        let c = choose(Some("127.0.0.1"), &BTreeMap::new(), fb, None, &[]);
         assert_eq!(c.ip, fb);
         assert_eq!(c.refused, Some(("127.0.0.1".to_owned(), "loopback")));
         assert!(
@@ -249,7 +289,7 @@ mod tests {
             "{}",
             c.message("rp")
         );
-        let c = choose(Some("  "), &BTreeMap::new(), None, None);
+        let c = choose(Some("  "), &BTreeMap::new(), None, None, &[]);
         assert_eq!((c.ip, c.reason), (None, NO_ADDRESS));
     }
 
@@ -268,7 +308,7 @@ mod tests {
             (8080, at("203.0.113.7", 43210)),
             (9090, at("203.0.113.7", 43211)),
         ]);
-        let c = choose(Some("203.0.113.7"), &ports, fb, None);
+        let c = choose(Some("203.0.113.7"), &ports, fb, None, &[]);
         assert_eq!(
             (c.ip, c.reason),
             (None, PUBLISHED_ELSEWHERE),
@@ -281,18 +321,18 @@ mod tests {
         assert!(m.contains("8080 at 203.0.113.7:43210, 9090 at"), "{m}");
         // The same port numbers at the listed address: the pod IP is where they are.
         let same = BTreeMap::from([(8080, at("203.0.113.7", 8080))]);
-        let c = choose(Some("203.0.113.7"), &same, fb, None);
+        let c = choose(Some("203.0.113.7"), &same, fb, None, &[]);
         assert_eq!((c.ip, c.reason), (Some(ip("203.0.113.7")), FROM_PROVIDER));
         assert!(c.published.is_empty());
         // Published at another host (same numbers) is elsewhere too.
         let other = BTreeMap::from([(8080, at("203.0.113.9", 8080))]);
         assert_eq!(
-            choose(Some("203.0.113.7"), &other, fb, None).reason,
+            choose(Some("203.0.113.7"), &other, fb, None, &[]).reason,
             PUBLISHED_ELSEWHERE
         );
         // A published address that cannot be in an EndpointSlice is not used.
         let lo = BTreeMap::from([(8080, at("127.0.0.1", 43210))]);
-        let c = choose(Some("203.0.113.7"), &lo, fb, None);
+        let c = choose(Some("203.0.113.7"), &lo, fb, None, &[]);
         assert_eq!((c.ip, c.reason), (Some(ip("203.0.113.7")), FROM_PROVIDER));
         // IPv6, and what a user may have written by hand.
         let v6 = BTreeMap::from([(80, (ip("2001:db8::7"), 40000))]);
@@ -311,16 +351,16 @@ mod tests {
         let t0 = Time(jiff::Timestamp::from_second(1_000).unwrap());
         let t1 = Time(jiff::Timestamp::from_second(2_000).unwrap());
         let mut st = PodStatus::default();
-        choose(Some("198.18.0.7"), &BTreeMap::new(), None, None).apply(&mut st, "rp", &t0);
+        choose(Some("198.18.0.7"), &BTreeMap::new(), None, None, &[]).apply(&mut st, "rp", &t0);
         assert_eq!(st.pod_ip.as_deref(), Some("198.18.0.7"));
         assert_eq!(st.pod_ips.as_ref().unwrap()[0].ip, "198.18.0.7");
-        choose(Some("198.18.0.8"), &BTreeMap::new(), None, None).apply(&mut st, "rp", &t1);
+        choose(Some("198.18.0.8"), &BTreeMap::new(), None, None, &[]).apply(&mut st, "rp", &t1);
         let c = &st.conditions.as_ref().unwrap()[0];
         assert_eq!(
             (c.status.as_str(), c.last_transition_time.clone()),
             ("True", Some(t0))
         );
-        choose(None, &BTreeMap::new(), None, None).apply(&mut st, "rp", &t1);
+        choose(None, &BTreeMap::new(), None, None, &[]).apply(&mut st, "rp", &t1);
         let c = &st.conditions.as_ref().unwrap()[0];
         assert_eq!(st.conditions.as_ref().unwrap().len(), 1);
         assert_eq!(

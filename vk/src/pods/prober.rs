@@ -74,13 +74,13 @@ pub struct Prober {
     entries: Mutex<HashMap<(String, Kind), Entry>>,
     limit: Arc<Semaphore>,
     http: OnceLock<Option<reqwest::Client>>,
-    /// The cluster's own networks (`clusterNetworks`): never dialled.
-    cluster_networks: Arc<[ipnet::IpNet]>,
+    /// The cluster's own networks (configured and learnt): never dialled.
+    cluster_networks: Arc<super::networks::ClusterNetworks>,
 }
 
 impl Default for Prober {
     fn default() -> Self {
-        Self::new(Arc::from([]))
+        Self::new(Arc::new(super::networks::ClusterNetworks::new(Vec::new())))
     }
 }
 
@@ -94,7 +94,7 @@ pub struct Synced {
 
 impl Prober {
     /// A prober that never dials an address in `cluster_networks`.
-    pub fn new(cluster_networks: Arc<[ipnet::IpNet]>) -> Self {
+    pub fn new(cluster_networks: Arc<super::networks::ClusterNetworks>) -> Self {
         Self {
             entries: Mutex::default(),
             limit: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
@@ -230,7 +230,7 @@ impl Prober {
             container,
             provider.as_ref(),
             obs,
-            &self.cluster_networks,
+            &self.cluster_networks.snapshot(),
         );
         let target = Target {
             provider_id: obs.provider_id.clone(),

@@ -286,17 +286,18 @@ impl PodController {
     /// The pod IP (or published ports) of a workload `provider` lists as `o`: from what the
     /// VK observed, never from anything written on the pod.
     pub(super) fn address_choice(&self, o: &Observed, provider: &str) -> address::Choice {
-        let fallback = self
-            .cfg
-            .providers
-            .iter()
-            .find(|p| p.name == provider)
-            .and_then(|p| p.pod_ip_fallback);
+        let cfg = self.cfg.providers.iter().find(|p| p.name == provider);
+        let fallback = cfg.and_then(|p| p.pod_ip_fallback);
+        let cluster = match cfg.is_some_and(|p| p.trust_cluster_addresses) {
+            true => std::sync::Arc::from([]),
+            false => self.networks().snapshot(),
+        };
         address::choose(
             o.ip.as_deref(),
             &o.ports,
             fallback,
             self.cfg.internal_ip.parse().ok(),
+            &cluster,
         )
     }
 

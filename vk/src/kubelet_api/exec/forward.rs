@@ -49,7 +49,7 @@ pub(super) fn port_forward(
         provider: provider.to_owned(),
         ports: observed.ports.clone(),
         limits: s.exec,
-        cluster_networks: s.cluster_networks.clone(),
+        cluster_networks: s.cluster_networks.snapshot(),
     };
     let who = Who {
         namespace,
