@@ -284,8 +284,11 @@ def check_overflow(docs):
     hooks = one(docs, "MutatingWebhookConfiguration", case).get("webhooks", [{}])
     check(len(hooks) == 2, f"{case}: expected the overflow and hand-off webhooks")
     hook = hooks[0]
-    # The hand-off's gate: research pods that opt in, in any namespace, never blocked.
+    # The hand-off's gate: research pods that opt in, in the research namespaces only, never
+    # blocked.
     gate = hooks[1] if len(hooks) > 1 else {}
+    research = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["research"]}]}
+    check(gate.get("namespaceSelector") == research, f"{case}: the hand-off gate is not limited to the research namespaces: {gate.get('namespaceSelector')}")
     check(gate.get("objectSelector") == {"matchLabels": {"gpu-vk.io/handoff": "true"}}
           and gate.get("failurePolicy") == "Ignore"
           and gate.get("clientConfig", {}).get("service", {}).get("path") == "/gate",

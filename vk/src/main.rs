@@ -1,5 +1,7 @@
 //! The `vk` binary: runs the virtual kubelet (`vk run --config FILE`) or checks a config file.
 
+#[path = "main/companion.rs"]
+mod companion;
 #[path = "main/tasks.rs"]
 mod tasks;
 
@@ -111,10 +113,14 @@ enum Command {
         #[arg(long, env = "VK_HANDOFF_MAX_DELAY_SECONDS", default_value_t = 0)]
         handoff_max_delay_seconds: u64,
         /// Warm standby: while research is active, each opted-in ReplicaSet with replicas
-        /// in-cluster keeps this many stand-ins running on the virtual node (a pod template's
-        /// `overflow.gpu-vk.io/warm-replicas` annotation overrides it).
+        /// in-cluster keeps up to this many stand-ins running on the virtual node (a pod
+        /// template's `overflow.gpu-vk.io/warm-replicas` annotation may ask for fewer).
         #[arg(long, env = "VK_HANDOFF_WARM_REPLICAS", default_value_t = 0)]
         handoff_warm_replicas: u32,
+        /// The namespaces whose research pods may take production's GPUs through the hand-off,
+        /// comma-separated; a research pod elsewhere schedules as usual. None: no research.
+        #[arg(long, env = "VK_HANDOFF_RESEARCH_NAMESPACES", value_delimiter = ',')]
+        handoff_research_namespaces: Vec<String>,
     },
     /// Validate a configuration file (and that every provider's credentials can be read);
     /// warns about GPU types a provider cannot map to its own exact names.
@@ -170,15 +176,14 @@ fn main() -> anyhow::Result<()> {
                 virtual_node,
                 handoff_max_delay_seconds,
                 handoff_warm_replicas,
+                handoff_research_namespaces,
             } => {
-                let handoff = virtual_node
-                    .clone()
-                    .filter(|_| handoff_max_delay_seconds > 0)
-                    .map(|node| vk::overflow::handoff::Settings {
-                        max_delay: std::time::Duration::from_secs(handoff_max_delay_seconds),
-                        virtual_node: node,
-                        warm_replicas: handoff_warm_replicas,
-                    });
+                let handoff = companion::handoff_settings(
+                    virtual_node.clone(),
+                    handoff_max_delay_seconds,
+                    handoff_warm_replicas,
+                    handoff_research_namespaces,
+                );
                 let reclaim = (!no_reclaim).then(|| vk::overflow::reclaim::Settings {
                     settle: std::time::Duration::from_secs(reclaim_settle_seconds),
                     interval: std::time::Duration::from_secs(reclaim_interval_seconds.max(1)),
@@ -192,7 +197,8 @@ fn main() -> anyhow::Result<()> {
                         "give --tls-cert-file and --tls-key-file, or --webhook-config"
                     ),
                 };
-                overflow(webhook_addr, &service, cert, metrics_addr, reclaim, handoff).await
+                companion::overflow(webhook_addr, &service, cert, metrics_addr, reclaim, handoff)
+                    .await
             }
             Command::Run {
                 config,
@@ -377,91 +383,6 @@ enum WebhookCert {
     Files { cert: PathBuf, key: PathBuf },
     /// Made at start, self-signed, and published into this webhook configuration's caBundle.
     Publish { config: String },
-}
-
-/// `vk overflow`: serves the webhook (its certificate from files, or a fresh one published as
-/// the webhook's caBundle) and runs the reclaim and hand-off controllers until a signal.
-async fn overflow(
-    webhook_addr: SocketAddr,
-    service: &str,
-    cert: WebhookCert,
-    metrics_addr: SocketAddr,
-    reclaim: Option<vk::overflow::reclaim::Settings>,
-    handoff: Option<vk::overflow::handoff::Settings>,
-) -> anyhow::Result<()> {
-    let (namespace, name) = service
-        .split_once('/')
-        .context("--service must be NAMESPACE/NAME")?;
-    let client = kube::Client::try_default()
-        .await
-        .context("failed to build a Kubernetes client")?;
-    let metrics = Metrics::new();
-    let serving = match cert {
-        WebhookCert::Files { cert, key } => {
-            let tls = vk::config::TlsConfig {
-                cert_file: Some(cert),
-                key_file: Some(key),
-                ..vk::config::TlsConfig::default()
-            };
-            let serving = vk::tls::ServingCert::load(&tls, name, "127.0.0.1")
-                .context("cannot load the webhook's certificate files")?;
-            serving.watch();
-            serving
-        }
-        WebhookCert::Publish { config } => {
-            let cert = vk::overflow::certs::self_signed(name, namespace)?;
-            // The API server must trust this certificate before the webhook answers anything.
-            vk::overflow::certs::publish_ca_bundle(&client, &config, &cert.pem)
-                .await
-                .context("cannot publish the webhook's certificate")?;
-            info!(webhook = %config, service, "published the webhook certificate");
-            cert.serving
-        }
-    };
-    let mut webhook = tokio::spawn(vk::overflow::webhook::serve(
-        webhook_addr,
-        serving,
-        metrics.clone(),
-    ));
-    let mut metrics_task = tokio::spawn(metrics.clone().serve(metrics_addr));
-    let instance = std::env::var("VK_POD_NAME").unwrap_or_else(|_| default_identity());
-    let caches =
-        (reclaim.is_some() || handoff.is_some()).then(|| vk::overflow::reclaim::caches(&client));
-    let mut handoff_task = tokio::spawn({
-        let (client, caches, instance) = (client.clone(), caches.clone(), instance.clone());
-        async move {
-            match (handoff, caches) {
-                (Some(settings), Some((nodes, pods))) => {
-                    vk::overflow::handoff::run::run(client, settings, nodes, pods, instance).await;
-                }
-                _ => std::future::pending().await,
-            }
-        }
-    });
-    let mut reclaim_task = tokio::spawn(async move {
-        match (reclaim, caches) {
-            (Some(settings), Some(caches)) => {
-                vk::overflow::reclaim::run(client, settings, metrics, instance, caches).await;
-            }
-            _ => std::future::pending().await,
-        }
-    });
-    info!("overflow companion started");
-    let failed = tokio::select! {
-        () = shutdown_signal() => None,
-        r = &mut webhook => Some(format!("the webhook stopped: {r:?}")),
-        r = &mut metrics_task => Some(format!("the metrics listener stopped: {r:?}")),
-        r = &mut reclaim_task => Some(format!("the reclaim controller stopped: {r:?}")),
-        r = &mut handoff_task => Some(format!("the hand-off controller stopped: {r:?}")),
-    };
-    webhook.abort();
-    handoff_task.abort();
-    metrics_task.abort();
-    reclaim_task.abort();
-    match failed {
-        Some(why) => anyhow::bail!("stopping: {why}"),
-        None => Ok(()),
-    }
 }
 
 /// A replica's identity outside a pod: host name and process id.

@@ -94,7 +94,7 @@ pub async fn overflow_vk(w: &mut Vkw, settle: u64, max_delay: u64, start_deadlin
             // Overflow spends provider money: the chart wants the namespaces that may.
             extra_config: format!("allowedNamespaces: [{ns}]\n"),
             chart_values: format!(
-                "overflow: {{enabled: true, handoff: {{maxResearchDelaySeconds: {max_delay}}}, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n"
+                "overflow: {{enabled: true, handoff: {{maxResearchDelaySeconds: {max_delay}, researchNamespaces: [{ns}]}}, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n"
             ),
             ..VkOptions::default()
         },

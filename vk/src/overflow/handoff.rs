@@ -58,9 +58,21 @@ pub struct Settings {
     pub max_delay: Duration,
     /// The virtual node stand-ins run on.
     pub virtual_node: String,
-    /// Warm replicas per opted-in ReplicaSet while research is active ([`warm`]), unless its
-    /// pod template says otherwise.
+    /// Warm replicas per opted-in ReplicaSet while research is active ([`warm`]): a ceiling
+    /// that a pod template's annotation may lower, never raise.
     pub warm_replicas: u32,
+    /// The namespaces whose research pods may take production's GPUs through the hand-off
+    /// (`--handoff-research-namespaces`); a gated pod elsewhere is released at once, and only
+    /// these count for warm standby. None listed: no research at all.
+    pub research_namespaces: Vec<String>,
+}
+
+impl Settings {
+    /// `p` is a research pod of a namespace the operator lists.
+    pub fn research(&self, p: &Pod) -> bool {
+        let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+        self.research_namespaces.iter().any(|n| n == ns)
+    }
 }
 
 /// A pod by namespace and name.
@@ -302,32 +314,8 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
                 actions.push(Action::Drop(key(x)));
             }
         };
-        if let Some(node) = free
-            .iter()
-            .find(|(_, f)| **f >= need)
-            .map(|(n, _)| n.clone())
-        {
-            *free.entry(node.clone()).or_default() -= need;
-            release(
-                format!("{need} GPU(s) free on node {node}"),
-                false,
-                &mut actions,
-            );
-            continue;
-        }
-        let waited = p
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| now.duration_since(t.0).as_secs_f64())
-            .unwrap_or(0.0);
-        if waited >= s.max_delay.as_secs_f64() {
-            let why = format!(
-                "production's stand-ins were not all Ready within {} s \
-                 (overflow.handoff.maxResearchDelaySeconds): scheduling without the hand-off",
-                s.max_delay.as_secs()
-            );
-            release(why, true, &mut actions);
+        if let Some((why, timed_out)) = release_now(p, s, &mut free, now) {
+            release(why, timed_out, &mut actions);
             continue;
         }
         live_uids.insert(uid.clone());
@@ -359,6 +347,53 @@ pub fn plan(nodes: &[Node], pods: &[Pod], s: &Settings, now: Timestamp) -> Vec<A
     actions
 }
 
+/// Why the gated pod `p` is released now, if it is, and whether that is a warning: it is not
+/// research the operator lists, its GPUs are free on a node (taken from `free`), or it waited
+/// past [`Settings::max_delay`].
+fn release_now(
+    p: &Pod,
+    s: &Settings,
+    free: &mut BTreeMap<String, i64>,
+    now: Timestamp,
+) -> Option<(String, bool)> {
+    // Research from anywhere else would move another team's production onto paid providers:
+    // it schedules as usual (the webhook gates only the listed namespaces; a pod gated by
+    // other means is released here).
+    if !s.research(p) {
+        let ns = key(p).0;
+        return Some((
+            format!(
+                "namespace {ns} is not a research namespace \
+                 (overflow.handoff.researchNamespaces): scheduling without the hand-off"
+            ),
+            true,
+        ));
+    }
+    let need = gpus(p);
+    if let Some(node) = free
+        .iter()
+        .find(|(_, f)| **f >= need)
+        .map(|(n, _)| n.clone())
+    {
+        *free.entry(node.clone()).or_default() -= need;
+        return Some((format!("{need} GPU(s) free on node {node}"), false));
+    }
+    let waited = p
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| now.duration_since(t.0).as_secs_f64())
+        .unwrap_or(0.0);
+    (waited >= s.max_delay.as_secs_f64()).then(|| {
+        let why = format!(
+            "production's stand-ins were not all Ready within {} s \
+             (overflow.handoff.maxResearchDelaySeconds): scheduling without the hand-off",
+            s.max_delay.as_secs()
+        );
+        (why, true)
+    })
+}
+
 /// How `v` is replaced for the gated pod `uid`: a warm stand-in of its ReplicaSet claimed
 /// (Ready ones first, each claimed once), else a new stand-in.
 fn replace(v: &Pod, uid: &str, pods: &[Pod], claimed: &mut BTreeSet<Key>, s: &Settings) -> Action {
@@ -367,6 +402,7 @@ fn replace(v: &Pod, uid: &str, pods: &[Pod], claimed: &mut BTreeSet<Key>, s: &Se
         .iter()
         .filter(|w| {
             w.metadata.deletion_timestamp.is_none()
+                && key(w).0 == key(v).0
                 && rs.is_some()
                 && warm::unclaimed(w) == rs
                 && !claimed.contains(&key(w))

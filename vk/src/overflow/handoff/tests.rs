@@ -49,6 +49,7 @@ fn settings() -> Settings {
         max_delay: Duration::from_secs(300),
         virtual_node: "gpu-vk".into(),
         warm_replicas: 0,
+        research_namespaces: vec!["lab".into()],
     }
 }
 
@@ -333,7 +334,67 @@ fn a_pod_template_sets_its_own_warm_count() {
             Some([(warm::WARM_REPLICAS_ANNOTATION.to_owned(), "1".to_owned())].into());
     }
     pods.push(running_research("train-0", "w1"));
-    assert_eq!(started(&plan(&nodes, &pods, &warm(0), now(60))).len(), 1);
+    assert_eq!(started(&plan(&nodes, &pods, &warm(2), now(60))).len(), 1);
+    // The operator's figure is a ceiling: a template cannot raise it.
+    for p in pods
+        .iter_mut()
+        .filter(|p| p.metadata.name.as_deref() != Some("train-0"))
+    {
+        p.metadata.annotations =
+            Some([(warm::WARM_REPLICAS_ANNOTATION.to_owned(), "3".to_owned())].into());
+    }
+    assert!(started(&plan(&nodes, &pods, &warm(0), now(60))).is_empty());
+    assert_eq!(started(&plan(&nodes, &pods, &warm(1), now(60))).len(), 1);
+}
+
+#[test]
+fn research_counts_only_from_the_listed_namespaces_and_only_while_gated_or_placed() {
+    let (nodes, mut pods) = cluster();
+    // Gated in a namespace the operator does not list: released at once, nothing started.
+    let mut elsewhere = research("train-x", 50, 4);
+    elsewhere.metadata.namespace = Some("team-b".into());
+    pods.push(elsewhere);
+    let a = plan(&nodes, &pods, &warm(2), now(60));
+    assert!(started(&a).is_empty(), "{a:?}");
+    assert!(
+        matches!(&a[..], [Action::Release { pod, why, .. }]
+            if pod.1 == "train-x" && why.contains("namespace team-b is not a research namespace")),
+        "{a:?}"
+    );
+    // A labelled research pod that is neither gated nor placed (Pending for ever) keeps no warm
+    // stand-in running.
+    pods.pop();
+    let mut stuck = research("train-y", 50, 1);
+    stuck.spec.as_mut().unwrap().scheduling_gates = None;
+    pods.push(stuck);
+    assert!(plan(&nodes, &pods, &warm(2), now(60)).is_empty());
+    // A running one of another namespace counts for nothing either.
+    pods.pop();
+    let mut other = running_research("train-z", "w1");
+    other.metadata.namespace = Some("team-b".into());
+    pods.push(other);
+    assert!(plan(&nodes, &pods, &warm(2), now(60)).is_empty());
+}
+
+#[test]
+fn a_pod_of_another_namespace_naming_the_replicaset_is_never_a_warm_stand_in() {
+    let (nodes, mut pods) = cluster();
+    pods.push(running_research("train-0", "w2"));
+    // Another team's pod made to look like a warm stand-in of production's ReplicaSet.
+    let mut fake = make_ready(started(&plan(&nodes, &pods, &warm(1), now(60))).remove(0));
+    fake.metadata.namespace = Some("team-b".into());
+    pods.push(fake);
+    // Production still gets its own warm replica, and the fake is not counted for it.
+    let a = plan(&nodes, &pods, &warm(1), now(61));
+    assert_eq!(started(&a).len(), 1, "{a:?}");
+    // A research pod's hand-off never claims it.
+    pods.push(research("train-1", 100, 1));
+    let a = plan(&nodes, &pods, &warm(1), now(101));
+    assert!(
+        !a.iter()
+            .any(|x| matches!(x, Action::Claim { standin, .. } if standin.0 == "team-b")),
+        "{a:?}"
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     Action, FOR_ANNOTATION, HASH_LABEL, Key, PREEMPTOR_LABEL, STANDIN_LABEL, Settings, annotation,
-    key, label, standin,
+    gated, key, label, standin,
 };
 use crate::overflow::OPT_IN_LABEL;
 use crate::overflow::reclaim::gpus;
@@ -24,6 +24,10 @@ use crate::overflow::reclaim::gpus;
 pub const WARM_REPLICAS_ANNOTATION: &str = "overflow.gpu-vk.io/warm-replicas";
 /// On a warm stand-in: the UID of the ReplicaSet it stands by for.
 pub const WARM_OF_ANNOTATION: &str = "handoff.gpu-vk.io/warm-of";
+
+fn ns(p: &Pod) -> &str {
+    p.metadata.namespace.as_deref().unwrap_or_default()
+}
 
 fn live(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
@@ -53,10 +57,17 @@ pub fn unclaimed(p: &Pod) -> Option<&str> {
     annotation(&p.metadata, WARM_OF_ANNOTATION)
 }
 
-/// Research is active: some live pod asks for the hand-off.
-pub fn research_active(pods: &[Pod]) -> bool {
-    pods.iter()
-        .any(|p| label(&p.metadata, PREEMPTOR_LABEL) == Some("true") && live(p))
+/// Research is active: a live research pod of a listed namespace waits behind the gate or
+/// runs on a node. A label alone, on a pod that is never gated nor scheduled (Pending for
+/// ever), keeps no stand-in running.
+pub fn research_active(pods: &[Pod], s: &Settings) -> bool {
+    pods.iter().any(|p| {
+        let placed = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        label(&p.metadata, PREEMPTOR_LABEL) == Some("true")
+            && live(p)
+            && (gated(p) || placed)
+            && s.research(p)
+    })
 }
 
 /// A warm stand-in of `replica`: a stand-in for no pod yet, marked with its ReplicaSet.
@@ -76,9 +87,11 @@ fn warm_standin(replica: &Pod, rs: &str, virtual_node: &str) -> Pod {
 
 /// Starts and drops warm stand-ins so that each ReplicaSet has what it should now.
 pub fn keep(pods: &[Pod], s: &Settings) -> Vec<Action> {
-    let active = research_active(pods);
+    let active = research_active(pods, s);
     // In-cluster replicas of opted-in ReplicaSets, oldest first, and their warm count.
-    let mut in_cluster: BTreeMap<&str, (Vec<&Pod>, u32)> = BTreeMap::new();
+    // Keyed by namespace and ReplicaSet UID: a stand-in is matched only within its own
+    // namespace, so a pod elsewhere that names another team's ReplicaSet counts for nothing.
+    let mut in_cluster: BTreeMap<(&str, &str), (Vec<&Pod>, u32)> = BTreeMap::new();
     let mut sorted: Vec<&Pod> = pods.iter().collect();
     sorted.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
     for p in sorted {
@@ -94,32 +107,34 @@ pub fn keep(pods: &[Pod], s: &Settings) -> Vec<Action> {
         {
             continue;
         }
+        // The operator's figure is a ceiling: a template may ask for fewer, never more.
         let want = annotation(&p.metadata, WARM_REPLICAS_ANNOTATION)
             .and_then(|v| v.parse().ok())
-            .unwrap_or(s.warm_replicas);
-        let e = in_cluster.entry(rs).or_insert((Vec::new(), want));
+            .map_or(s.warm_replicas, |n: u32| n.min(s.warm_replicas));
+        let e = in_cluster.entry((ns(p), rs)).or_insert((Vec::new(), want));
         e.0.push(p);
     }
-    let mut warm: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    let mut warm: BTreeMap<(&str, &str), Vec<&Pod>> = BTreeMap::new();
     for p in pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
     {
         if let Some(rs) = unclaimed(p) {
-            warm.entry(rs).or_default().push(p);
+            warm.entry((ns(p), rs)).or_default().push(p);
         }
     }
     let existing: BTreeSet<Key> = pods.iter().map(key).collect();
     let mut actions = Vec::new();
-    let owners: BTreeSet<&str> = in_cluster.keys().chain(warm.keys()).copied().collect();
-    for rs in owners {
-        let (replicas, n) = in_cluster.get(rs).cloned().unwrap_or_default();
+    let owners: BTreeSet<(&str, &str)> = in_cluster.keys().chain(warm.keys()).copied().collect();
+    for (namespace, rs) in owners {
+        let rs_key = (namespace, rs);
+        let (replicas, n) = in_cluster.get(&rs_key).cloned().unwrap_or_default();
         let want = if active {
             (n as usize).min(replicas.len())
         } else {
             0
         };
-        let have = warm.get(rs).cloned().unwrap_or_default();
+        let have = warm.get(&rs_key).cloned().unwrap_or_default();
         for extra in have.iter().skip(want) {
             actions.push(Action::Drop(key(extra)));
         }
