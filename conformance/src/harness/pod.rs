@@ -94,7 +94,7 @@ impl PodVk {
         let release = node.to_owned();
         let mut values = String::new();
         values.push_str(&format!(
-            "fullnameOverride: {release}\nreplicas: {replicas}\nlogJson: false\nlogLevel: {}\n",
+            "fullnameOverride: {release}\nreplicas: {replicas}\nallNamespaces: true\nlogJson: false\nlogLevel: {}\n",
             serde_json::json!(rust_log)
         ));
         if replicas > 1 {

@@ -86,6 +86,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.credentials.existingSecret .Values.credentials.values }}
 {{- fail "set credentials.existingSecret or credentials.values, not both" }}
 {{- end }}
+{{- if and (not .Values.config.allowedNamespaces) (not .Values.allNamespaces) }}
+{{- fail "config.allowedNamespaces is empty: pods of every namespace could spend provider money and have their Secrets read; list the namespaces whose pods may run on the virtual node, or set allNamespaces: true to let every namespace's pod creators spend" }}
+{{- end }}
 {{- $_ := required "config.nodeName is required" .Values.config.nodeName }}
 {{- $_ = required "config.clusterId is required (unique per cluster sharing a provider account)" .Values.config.clusterId }}
 {{- $_ = required "config.providers needs at least one provider" .Values.config.providers }}
