@@ -15,3 +15,5 @@ Feature: Least privilege
     And as the virtual kubelet, updating and deleting pod "elsewhere" are refused: "writes only pods bound to that node"
     And as the virtual kubelet, its own Node and Lease can be read, another node's cannot
     And as the virtual kubelet, Secrets can be read and EndpointSlices written in this scenario's namespace, not in namespace "default"
+    And as the virtual kubelet, only EndpointSlices labelled as its own can be written: "writes only EndpointSlices labelled"
+    And as the virtual kubelet, its webhook cannot be made to fail closed, see Secrets or call another address: "judges pod creates only"

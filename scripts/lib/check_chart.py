@@ -151,9 +151,28 @@ def check_annotation_policy(docs, case, sa_name, namespace, node):
           f"{case}: the annotation policy is not bound with Deny: {binding}")
 
 
+def check_vk_write_policy(docs, case, sa_name, namespace):
+    """The ValidatingAdmissionPolicy that pins the VK's webhook configuration and EndpointSlices."""
+    policy = named(docs, "ValidatingAdmissionPolicy", "-vk-writes", case)
+    spec = policy.get("spec", {})
+    check(spec.get("failurePolicy") == "Fail", f"{case}: the VK write policy does not fail closed")
+    resources = sorted(r for rule in spec.get("matchConstraints", {}).get("resourceRules", []) for r in rule.get("resources", []))
+    check(resources == ["endpointslices", "validatingwebhookconfigurations"], f"{case}: the VK write policy matches {resources}")
+    user = f"system:serviceaccount:{namespace}:{sa_name}"
+    conditions = [c.get("expression", "") for c in spec.get("matchConditions", [])]
+    check(conditions == [f"request.userInfo.username == '{user}'"], f"{case}: the VK write policy is not limited to {user}: {conditions}")
+    text = " ".join(v.get("expression", "") for v in spec.get("validations", []))
+    for must in ["w.failurePolicy == 'Ignore'", "!has(w.clientConfig.url)", "r.resources == ['pods']", "request.namespace != 'kube-system'", "'gpu-vk.io'"]:
+        check(must in text, f"{case}: the VK write policy no longer checks {must}")
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "-vk-writes", case).get("spec", {})
+    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
+          f"{case}: the VK write policy is not bound with Deny: {binding}")
+
+
 def check_pod_write_policy(docs, case, sa_name, namespace, node):
     """The ValidatingAdmissionPolicy that keeps the VK's pod writes to its own node's pods."""
     check_annotation_policy(docs, case, sa_name, namespace, node)
+    check_vk_write_policy(docs, case, sa_name, namespace)
     policy = named(docs, "ValidatingAdmissionPolicy", "-pod-writes", case)
     spec = policy.get("spec", {})
     check(spec.get("failurePolicy") == "Fail", f"{case}: the pod-write policy does not fail closed")

@@ -290,6 +290,21 @@ impl Config {
                     p.name
                 )));
             }
+            if p.kind == "slurm" && self.allowed_namespaces.len() != 1 && !p.shared_slurm_user {
+                return Err(Error::Invalid(format!(
+                    "provider {}: every pod's job runs as the one Slurm user, and any job of that \
+                     user can reach another's (srun --jobid=<job> --overlap reads its environment \
+                     and output, scancel ends it), but the VK serves {}: serve one namespace \
+                     (allowedNamespaces: [<namespace>]), or set sharedSlurmUser: true on the \
+                     provider where the namespaces trust each other",
+                    p.name,
+                    if self.allowed_namespaces.is_empty() {
+                        "every namespace".to_owned()
+                    } else {
+                        format!("{} namespaces", self.allowed_namespaces.len())
+                    }
+                )));
+            }
             if p.api_key_env.is_some() && p.api_key_file.is_some() {
                 return Err(Error::Invalid(format!(
                     "provider {}: set apiKeyEnv or apiKeyFile, not both",

@@ -93,6 +93,8 @@ fn replace(v: &mut Value, at: &mut usize, with: &Value) -> bool {
 
 #[path = "fuzz/targets.rs"]
 mod targets;
+#[path = "fuzz/tenants.rs"]
+mod tenants;
 
 mod tests {
     use super::*;

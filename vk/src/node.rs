@@ -69,6 +69,15 @@ pub const OWNER_ANNOTATION: &str = "gpu-vk.io/owner";
 const LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
 
+/// The longest one lease renewal may take: its renewal interval, between 1 s and a quarter
+/// of the lease, so several attempts fit in one lease.
+fn renew_timeout(interval: Duration) -> Duration {
+    interval.clamp(
+        Duration::from_secs(1),
+        Duration::from_secs(LEASE_SECONDS as u64 / 4),
+    )
+}
+
 /// Errors keeping the Node object and its lease up to date.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -88,6 +97,8 @@ pub enum Error {
     WriteStatus(#[source] kube::Error),
     #[error("failed to renew lease")]
     RenewLease(#[source] kube::Error),
+    #[error("lease renewal took more than {0:?}")]
+    RenewLeaseTimeout(Duration),
     #[error(
         "node {node} exists and was not registered by this virtual kubelet ({why}); refusing to \
          take it over, since its pods would be offloaded: delete it, choose another nodeName, \
@@ -281,8 +292,12 @@ impl NodeManager {
         let mut body = serde_json::to_value(&lease).unwrap_or_default();
         body["apiVersion"] = "coordination.k8s.io/v1".into();
         body["kind"] = "Lease".into();
-        api.patch(name, &pp, &Patch::Apply(&body))
+        // Its own deadline: a renewal stuck behind a slow API server must not hold the loop
+        // that also writes the node's status, nor outlive the lease it renews.
+        let limit = renew_timeout(Duration::from_millis(self.cfg.timings.lease_renew_ms));
+        tokio::time::timeout(limit, api.patch(name, &pp, &Patch::Apply(&body)))
             .await
+            .map_err(|_| Error::RenewLeaseTimeout(limit))?
             .map_err(Error::RenewLease)?;
         Ok(())
     }

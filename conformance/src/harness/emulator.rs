@@ -166,7 +166,7 @@ impl Emulator {
     pub fn provider_yaml(&self, name: &str) -> String {
         match &self.slurm {
             Some(s) => format!(
-                "- name: {name}\n  kind: slurm\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  settings:\n    \
+                "- name: {name}\n  kind: slurm\n  apiKeyEnv: TEST_PROVIDER_KEY\n  secretEnv: allow\n  sharedSlurmUser: true\n  settings:\n    \
                  baseUrl: {url}\n    dialect: {dialect}\n    userName: {user}\n    partition: {partition}\n    \
                  runtime: bare\n    outputDir: {out}\n    defaultTimeLimitMinutes: 60\n{insecure}",
                 insecure = self.insecure_http(),

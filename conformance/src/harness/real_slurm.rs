@@ -79,7 +79,7 @@ impl RealSlurm {
     /// test leaves behind ends on its own.
     pub fn provider_yaml(&self, name: &str) -> String {
         format!(
-            "- name: {name}\n  kind: slurm\n  secretEnv: allow\n  settings:\n    baseUrl: {url}\n    \
+            "- name: {name}\n  kind: slurm\n  secretEnv: allow\n  sharedSlurmUser: true\n  settings:\n    baseUrl: {url}\n    \
              userName: {user}\n    tokenFile: {token}\n    partition: {partition}\n    runtime: bare\n    \
              outputDir: {out}\n    defaultTimeLimitMinutes: 10\n    requestTimeoutSecs: 20\n",
             url = yaml_str(&self.url),

@@ -199,3 +199,92 @@ async fn secrets_where_allowed(w: &mut Vkw, other: String) {
         "EndpointSlices: {mine:?} {theirs:?}"
     );
 }
+
+/// A server-side dry-run create as the VK: its status.
+async fn dry_create<K>(api: &Api<K>, obj: &K) -> (u16, String)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let pp = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    status(api.create(&pp, obj).await)
+}
+
+#[then(
+    expr = "as the virtual kubelet, only EndpointSlices labelled as its own can be written: {string}"
+)]
+async fn slices_labelled(w: &mut Vkw, why: String) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let api: Api<EndpointSlice> = Api::namespaced(as_vk(w).await, &w.ns);
+    let slice = |managed_by: &str| -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "checked", "labels": {
+                "endpointslice.kubernetes.io/managed-by": managed_by,
+                "kubernetes.io/service-name": "checked"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["198.18.0.1"]}]
+        }))
+        .unwrap()
+    };
+    let ours = dry_create(&api, &slice("gpu-vk.io")).await;
+    let theirs = dry_create(&api, &slice("endpointslice-controller.k8s.io")).await;
+    assert_eq!(ours.0, 200, "its own slice: {ours:?}");
+    assert!(
+        theirs.0 == 403 && theirs.1.contains(&why),
+        "a slice of the Service controller's should be refused with {why:?}: {theirs:?}"
+    );
+}
+
+#[then(
+    expr = "as the virtual kubelet, its webhook cannot be made to fail closed, see Secrets or call another address: {string}"
+)]
+async fn webhook_pinned(w: &mut Vkw, why: String) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(as_vk(w).await);
+    let name = format!("gpu-vk-{}", w.node());
+    // What the VK registers (vk/src/admission/register.rs), as it is now in the cluster.
+    let all = Api::<ValidatingWebhookConfiguration>::all(w.c());
+    let current = conformance::harness::wait_for(
+        std::time::Duration::from_secs(60),
+        "the VK's webhook registered",
+        || async { all.get_opt(&name).await.ok().flatten() },
+    )
+    .await;
+    let mut base = current.clone();
+    base.metadata = kube::api::ObjectMeta {
+        name: Some(name),
+        ..Default::default()
+    };
+    let widened = |f: &dyn Fn(&mut serde_json::Value)| -> ValidatingWebhookConfiguration {
+        let mut v = serde_json::to_value(&base).unwrap();
+        f(&mut v["webhooks"][0]);
+        serde_json::from_value(v).unwrap()
+    };
+    // Applied as the VK applies it (server-side apply, dry run): what it has is allowed.
+    let pp = PatchParams::apply("gpu-vk").force().dry_run();
+    let name = base.metadata.name.clone().unwrap_or_default();
+    let same = status(api.patch(&name, &pp, &Patch::Apply(&base)).await);
+    assert_eq!(same.0, 200, "its own webhook as registered: {same:?}");
+    for (what, c) in [
+        (
+            "failing closed",
+            widened(&|h| h["failurePolicy"] = json!("Fail")),
+        ),
+        (
+            "seeing Secrets",
+            widened(&|h| h["rules"][0]["resources"] = json!(["secrets"])),
+        ),
+        (
+            "calling another address",
+            widened(&|h| h["clientConfig"] = json!({"url": "https://203.0.113.9/steal"})),
+        ),
+    ] {
+        let got = status(api.patch(&name, &pp, &Patch::Apply(&c)).await);
+        assert!(
+            got.0 == 403 && got.1.contains(&why),
+            "its webhook {what} should be refused with {why:?}: {got:?}"
+        );
+    }
+}

@@ -60,6 +60,13 @@ pub struct ProviderConfig {
     /// a published port, a probe's or a port-forward's target (`pods::networks`).
     #[serde(default)]
     pub trust_cluster_addresses: bool,
+    /// Slurm: let pods of more than one namespace run as the one Slurm user this provider
+    /// submits as. Every job of that user can be reached from any other (`srun --jobid=<job>
+    /// --overlap` reads its environment and output, `scancel` ends it), so without this a Slurm
+    /// provider serves exactly one namespace (`allowedNamespaces`). Set it only where the
+    /// namespaces trust each other.
+    #[serde(default)]
+    pub shared_slurm_user: bool,
 }
 
 /// A provider's start deadline and the ceiling of a pod's own (see

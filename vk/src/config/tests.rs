@@ -87,8 +87,8 @@ fn leader_election_timings_must_let_a_leader_stop_before_a_standby_takes_over() 
 fn secret_env_defaults_by_kind_and_is_overridden() {
     let cfg = parse(
         "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
-         - {name: v, kind: vast}\n- {name: hpc, kind: slurm}\n\
-         - {name: rp2, kind: runpod, secretEnv: allow}\n- {name: hpc2, kind: slurm, secretEnv: deny}\n",
+         - {name: v, kind: vast}\n- {name: hpc, kind: slurm, sharedSlurmUser: true}\n\
+         - {name: rp2, kind: runpod, secretEnv: allow}\n- {name: hpc2, kind: slurm, secretEnv: deny, sharedSlurmUser: true}\n",
     )
     .unwrap();
     let got = |ns: &[String]| -> Vec<SecretEnv> {
@@ -104,7 +104,7 @@ fn secret_env_defaults_by_kind_and_is_overridden() {
     assert_eq!(got(&["ml".into()]), [Deny, Deny, Allow, Allow, Deny]);
     assert_eq!(cfg.shared_slurm_secret_warnings(), Vec::<String>::new());
     let shared = parse(
-        "nodeName: vk\nclusterId: c\nproviders:\n- {name: hpc, kind: slurm, secretEnv: allow}\n",
+        "nodeName: vk\nclusterId: c\nproviders:\n- {name: hpc, kind: slurm, secretEnv: allow, sharedSlurmUser: true}\n",
     )
     .unwrap();
     let w = shared.shared_slurm_secret_warnings();
@@ -147,8 +147,8 @@ fn dispatch_and_limits_are_read_and_checked() {
 fn start_deadlines_default_by_kind_and_are_overridden() {
     let cfg = parse(
         "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n\
-         - {name: hpc, kind: slurm}\n- {name: v, kind: vast, startDeadlineSeconds: 0}\n\
-         - {name: hpc2, kind: slurm, startDeadlineSeconds: 600, maxStartDeadlineSeconds: 3600, startAttempts: 1}\n",
+         - {name: hpc, kind: slurm, sharedSlurmUser: true}\n- {name: v, kind: vast, startDeadlineSeconds: 0}\n\
+         - {name: hpc2, kind: slurm, sharedSlurmUser: true, startDeadlineSeconds: 600, maxStartDeadlineSeconds: 3600, startAttempts: 1}\n",
     )
     .unwrap();
     let d: Vec<StartDeadline> = cfg.providers.iter().map(|p| p.start_deadline()).collect();
@@ -182,4 +182,24 @@ fn secret_debug_is_redacted() {
     let s = Secret::new("hunter2");
     assert!(!format!("{s:?}").contains("hunter2"));
     assert_eq!(s.expose(), "hunter2");
+}
+
+#[test]
+fn a_slurm_provider_serves_one_namespace_unless_its_user_is_shared_on_purpose() {
+    let base = "nodeName: vk\nclusterId: c\n";
+    let slurm = "providers:\n- {name: hpc, kind: slurm}\n";
+    for ns in ["", "allowedNamespaces: [a, b]\n"] {
+        let err = parse(&format!("{base}{ns}{slurm}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("provider hpc")
+                && err.contains("srun --jobid")
+                && err.contains("sharedSlurmUser"),
+            "{err}"
+        );
+    }
+    assert!(parse(&format!("{base}allowedNamespaces: [a]\n{slurm}")).is_ok());
+    let shared = "providers:\n- {name: hpc, kind: slurm, sharedSlurmUser: true}\n";
+    assert!(parse(&format!("{base}{shared}")).is_ok());
 }

@@ -105,6 +105,33 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// What the action is and which pods it names, for a log line: never a whole pod (a
+    /// stand-in carries the replica's env values).
+    pub fn summary(&self) -> String {
+        match self {
+            Action::Release { pod, .. } => format!("release {}/{}", pod.0, pod.1),
+            Action::Start(p) => {
+                let (ns, name) = key(p);
+                format!("start stand-in {ns}/{name}")
+            }
+            Action::Adopt {
+                standin, replaced, ..
+            } => format!(
+                "adopt stand-in {}/{} for {}",
+                standin.0, standin.1, replaced.1
+            ),
+            Action::Drop(k) => format!("drop stand-in {}/{}", k.0, k.1),
+            Action::Claim {
+                standin, replaces, ..
+            } => format!(
+                "claim warm stand-in {}/{} for {replaces}",
+                standin.0, standin.1
+            ),
+        }
+    }
+}
+
 fn key(p: &Pod) -> Key {
     (
         p.metadata.namespace.clone().unwrap_or_default(),

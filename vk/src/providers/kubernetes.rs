@@ -102,9 +102,10 @@ impl Kubernetes {
         let kubeconfig = match &cfg.kubeconfig {
             Some(path) => read_kubeconfig(path).map_err(bad)?,
             None if !cfg.kubeconfig_text.is_blank() => {
-                Kubeconfig::from_yaml(cfg.kubeconfig_text.expose()).map_err(|e| {
+                Kubeconfig::from_yaml(cfg.kubeconfig_text.expose()).map_err(|_| {
                     bad(format!(
-                        "the kubeconfig from apiKeyEnv/apiKeyFile does not parse: {e}"
+                        "the kubeconfig from apiKeyEnv/apiKeyFile does not parse: {}",
+                        parse_failure(cfg.kubeconfig_text.expose())
                     ))
                 })?
             }
@@ -216,8 +217,30 @@ impl Kubernetes {
 }
 
 fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, String> {
-    Kubeconfig::read_from(path)
-        .map_err(|e| format!("cannot read the kubeconfig {}: {e}", path.display()))
+    Kubeconfig::read_from(path).map_err(|e| {
+        let why = match e {
+            kube::config::KubeconfigError::Parse(_) => {
+                parse_failure(&std::fs::read_to_string(path).unwrap_or_default())
+            }
+            other => other.to_string(),
+        };
+        format!("cannot read the kubeconfig {}: {why}", path.display())
+    })
+}
+
+/// Where a kubeconfig's text does not parse, by line and column, never the text itself: a
+/// YAML error quotes what it stopped at, and a kubeconfig holds credentials.
+fn parse_failure(text: &str) -> String {
+    use serde::Deserialize as _;
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        if let Err(e) = serde_yaml::Value::deserialize(doc) {
+            return match e.location() {
+                Some(l) => format!("invalid YAML at line {}, column {}", l.line(), l.column()),
+                None => "invalid YAML".into(),
+            };
+        }
+    }
+    "YAML, but not a kubeconfig (a field is missing or of the wrong type)".into()
 }
 
 /// The HTTP status of an error the API server answered with.

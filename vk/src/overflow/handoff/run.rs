@@ -44,7 +44,8 @@ pub async fn run(
         let p: Vec<Pod> = pods.state().iter().map(|x| (**x).clone()).collect();
         for action in plan(&n, &p, &settings, jiff::Timestamp::now()) {
             if let Err(e) = carry_out(&client, &recorder, &p, &action).await {
-                warn!(error = %ErrorChain(&e), ?action, "handoff: action failed; planning again");
+                // The action's key only: a stand-in is a whole pod, env values included.
+                warn!(error = %ErrorChain(&e), action = %action.summary(), "handoff: action failed; planning again");
             }
         }
     }

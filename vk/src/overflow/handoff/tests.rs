@@ -348,6 +348,20 @@ fn a_pod_template_sets_its_own_warm_count() {
 }
 
 #[test]
+fn an_action_is_logged_by_its_keys_never_with_the_pods_env() {
+    let mut r = replica("serve-a", "w1", 0);
+    r.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({"name": "TOKEN", "value": "s3cr3t"})).unwrap(),
+    ]);
+    let a = Action::Start(Box::new(standin(&r, "uid-x", "gpu-vk")));
+    assert_eq!(a.summary(), "start stand-in prod/serve-a-handoff");
+    assert!(
+        format!("{a:?}").contains("s3cr3t"),
+        "the Debug form would leak it"
+    );
+}
+
+#[test]
 fn research_counts_only_from_the_listed_namespaces_and_only_while_gated_or_placed() {
     let (nodes, mut pods) = cluster();
     // Gated in a namespace the operator does not list: released at once, nothing started.

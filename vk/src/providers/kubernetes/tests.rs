@@ -474,3 +474,31 @@ fn the_pods_narrowing_security_settings_are_kept_and_nothing_else() {
         json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
     );
 }
+
+#[test]
+fn a_kubeconfig_that_does_not_parse_is_refused_by_line_and_column_never_quoted() {
+    let secret = "token-s3cr3t-value";
+    for (text, want) in [
+        // A tab where YAML wants spaces, on the line of the token.
+        (
+            format!("apiVersion: v1\nusers:\n- name: u\n  user:\n\ttoken: {secret}\n"),
+            "invalid YAML at line 5, column",
+        ),
+        // Valid YAML of the wrong shape: the token where a list belongs.
+        (
+            format!("apiVersion: v1\nusers: {secret}\n"),
+            "not a kubeconfig",
+        ),
+    ] {
+        let cfg = cfg().with_api_key(text);
+        let err = match super::Kubernetes::new("remote".into(), cfg, owner()) {
+            Ok(_) => panic!("a broken kubeconfig was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(want), "{err}");
+        assert!(
+            !err.contains(secret),
+            "the error quotes the kubeconfig: {err}"
+        );
+    }
+}
