@@ -329,6 +329,13 @@ def check_overflow(docs):
         selectors += [s["spec"]["selector"] for s in docs if s.get("kind") == "Service" and not s["metadata"]["name"].endswith("-overflow")]
         for sel in selectors:
             check(not all(labels.get(k) == v for k, v in sel.items()), f"{case}: the VK's selector {sel} selects the overflow pods")
+    # The hand-off's pod creates and deletes kept to stand-ins on the virtual node.
+    writes = named(docs, "ValidatingAdmissionPolicy", "-overflow-pod-writes", case)
+    text = " ".join(v.get("expression", "") for v in writes.get("spec", {}).get("validations", []))
+    check("'handoff.gpu-vk.io/standin'" in text and "object.spec.nodeName ==" in text,
+          f"{case}: the companion's pod-write policy no longer pins stand-ins on the virtual node: {text}")
+    check(named(docs, "ValidatingAdmissionPolicyBinding", "-overflow-pod-writes", case).get("spec", {}).get("validationActions") == ["Deny"],
+          f"{case}: the companion's pod-write policy is not bound with Deny")
     role = [d for d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"].endswith("-overflow")]
     hook_rule = [r for r in (role[0].get("rules", []) if role else []) if "mutatingwebhookconfigurations" in r.get("resources", [])]
     check(role and not hook_rule, f"{case}: the companion may write webhook configurations: {hook_rule}")

@@ -62,6 +62,46 @@ impl ClusterNetworks {
     }
 }
 
+/// The address to dial for `host:port` a provider published: an IP literal as it is, a name
+/// resolved now; refused when it (or any address the name resolves to) is loopback,
+/// link-local or unspecified (unless `allow_local`, for tests), or inside `cluster`. The
+/// caller dials the address returned, never the name again, so a name cannot pass this check
+/// and then resolve elsewhere (`metadata.google.internal`, a name of the cluster's DNS).
+pub async fn dial_address(
+    host: &str,
+    port: u16,
+    cluster: &[IpNet],
+    allow_local: bool,
+) -> Result<std::net::SocketAddr, String> {
+    let host = host.trim_matches(['[', ']']);
+    let addrs: Vec<std::net::SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![std::net::SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .collect(),
+    };
+    for a in &addrs {
+        let ip = a.ip();
+        if !allow_local && crate::config::pod_ip::is_local(ip) {
+            return Err(format!(
+                "{host} is {ip}, a loopback or link-local address, which the virtual kubelet \
+                 does not dial"
+            ));
+        }
+        if cluster.iter().any(|n| n.contains(&ip)) {
+            return Err(format!(
+                "{host} is {ip}, inside the cluster's own networks, which the virtual kubelet \
+                 does not dial"
+            ));
+        }
+    }
+    addrs
+        .first()
+        .copied()
+        .ok_or_else(|| format!("{host} resolves to no address"))
+}
+
 /// What the cluster publishes of its own networks (pure): each Node's pod ranges and
 /// addresses (a host route each), each ServiceCIDR's ranges. Entries that do not parse are
 /// left out.
@@ -148,6 +188,25 @@ pub async fn run(nets: Arc<ClusterNetworks>, client: Client) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn a_published_name_is_dialled_at_the_address_it_was_checked_at() {
+        let cluster: Vec<IpNet> = vec!["10.96.0.0/16".parse().unwrap()];
+        let got = dial_address("198.18.0.7", 80, &cluster, false).await;
+        assert_eq!(got, Ok("198.18.0.7:80".parse().unwrap()));
+        let got = dial_address("[2001:db8::7]", 80, &cluster, false).await;
+        assert_eq!(got, Ok("[2001:db8::7]:80".parse().unwrap()));
+        for (host, why) in [
+            ("10.96.0.10", "inside the cluster's own networks"),
+            ("169.254.169.254", "loopback or link-local"),
+            // A name is resolved first, and what it resolves to is what is judged.
+            ("localhost", "loopback or link-local"),
+        ] {
+            let err = dial_address(host, 80, &cluster, false).await.unwrap_err();
+            assert!(err.contains(why), "{host}: {err}");
+        }
+        assert!(dial_address("localhost", 80, &cluster, true).await.is_ok());
+    }
 
     #[test]
     fn learns_pod_ranges_node_addresses_and_service_ranges() {

@@ -13,18 +13,19 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Semaphore;
-use tracing::debug;
 
 use super::Queue;
-use super::probe::{Action, Kind, Outcome, Spec, Tracker};
+use super::probe::{Action, Kind, Outcome, Spec};
 use super::translate::Readiness;
-use crate::provider::{DynProvider, Endpoint, ExecRequest, Observed, WorkloadState};
+use crate::provider::{DynProvider, Endpoint, Observed, WorkloadState};
+
+#[path = "prober/run.rs"]
+mod run;
+use run::Run;
 
 /// Probes running at once across all pods (each is bounded by its own timeout).
 pub const MAX_CONCURRENT_PROBES: usize = 32;
@@ -257,6 +258,7 @@ impl Prober {
                     limit: self.limit.clone(),
                     result: result.clone(),
                     queue: queue.clone(),
+                    cluster: self.cluster_networks.snapshot(),
                 };
                 (Some(tokio::spawn(run.run()).abort_handle()), None)
             }
@@ -341,159 +343,4 @@ fn reach(
     )
     .map(Reach::Connect)
     .map_err(|why| format!("{why}; {fallback}"))
-}
-
-/// One probe task.
-struct Run {
-    uid: String,
-    spec: Spec,
-    reach: Reach,
-    provider_id: String,
-    started_at: Option<Timestamp>,
-    provider: Arc<dyn DynProvider>,
-    http: Option<reqwest::Client>,
-    limit: Arc<Semaphore>,
-    result: Arc<Mutex<Published>>,
-    queue: Queue,
-}
-
-impl Run {
-    async fn run(self) {
-        let mut tracker = Tracker::new(&self.spec);
-        let running_for = self
-            .started_at
-            .and_then(|s| Duration::try_from(Timestamp::now().duration_since(s)).ok())
-            .unwrap_or(Duration::ZERO);
-        let mut pause = tracker.wait(&self.spec, running_for);
-        loop {
-            tokio::time::sleep(pause).await;
-            let start = Instant::now();
-            let outcome = {
-                let Ok(_permit) = self.limit.acquire().await else {
-                    return;
-                };
-                self.probe_once().await
-            };
-            match outcome {
-                Some((o, detail)) => {
-                    let mut published = self.result.lock().unwrap_or_else(|p| p.into_inner());
-                    if o == Outcome::Failure {
-                        published.detail = detail;
-                    }
-                    if tracker.record(o) {
-                        published.outcome = Some(tracker.result());
-                        debug!(uid = %self.uid, kind = self.spec.kind.as_str(),
-                            result = ?tracker.result(), "probe result changed");
-                        self.queue.add(&self.uid);
-                    }
-                }
-                None => tracker.skip(),
-            }
-            // Periods run from probe start to probe start.
-            pause = tracker
-                .wait(&self.spec, running_for)
-                .saturating_sub(start.elapsed());
-        }
-    }
-
-    /// One probe and, for a failure, why (worded as the kubelet words it); `None` when the
-    /// prober itself could not run it (thrown away).
-    async fn probe_once(&self) -> Option<(Outcome, String)> {
-        let timeout = self.spec.timeout;
-        match (&self.spec.action, &self.reach) {
-            (
-                Action::Http {
-                    https,
-                    path,
-                    headers,
-                    ..
-                },
-                Reach::Connect(e),
-            ) => {
-                let http = self.http.as_ref()?;
-                let scheme = if *https { "https" } else { "http" };
-                let path = if path.starts_with('/') {
-                    path.clone()
-                } else {
-                    format!("/{path}")
-                };
-                let mut req = http
-                    .get(format!("{scheme}://{e}{path}"))
-                    .timeout(timeout)
-                    .header("User-Agent", "kube-probe/gpu-vk")
-                    .header("Accept", "*/*");
-                for (k, v) in headers {
-                    req = req.header(k.as_str(), v.as_str());
-                }
-                let url = format!("{scheme}://{e}{path}");
-                Some(match req.send().await {
-                    Ok(r) if (200..400).contains(&r.status().as_u16()) => {
-                        (Outcome::Success, String::new())
-                    }
-                    // Connection refused, timeouts and error statuses are all failures.
-                    Ok(r) => (
-                        Outcome::Failure,
-                        format!("HTTP probe failed with statuscode: {}", r.status().as_u16()),
-                    ),
-                    Err(err) if err.is_timeout() => (
-                        Outcome::Failure,
-                        format!(
-                            "Get \"{url}\": context deadline exceeded (timeout {}s)",
-                            timeout.as_secs()
-                        ),
-                    ),
-                    Err(err) => (Outcome::Failure, format!("Get \"{url}\": {}", root(&err))),
-                })
-            }
-            (Action::Tcp { .. }, Reach::Connect(e)) => {
-                let dial = tokio::net::TcpStream::connect((e.host.as_str(), e.port));
-                Some(match tokio::time::timeout(timeout, dial).await {
-                    Ok(Ok(_)) => (Outcome::Success, String::new()),
-                    Ok(Err(err)) => (Outcome::Failure, format!("dial tcp {e}: {err}")),
-                    Err(_) => (Outcome::Failure, format!("dial tcp {e}: i/o timeout")),
-                })
-            }
-            (Action::Exec { command }, Reach::Exec) => {
-                let req = ExecRequest {
-                    command: command.clone(),
-                    stdin: false,
-                    tty: false,
-                };
-                let run = async {
-                    let s = self.provider.exec(&self.provider_id, req).await?;
-                    let drain = |st: crate::provider::LogStream| st.for_each(|_| async {});
-                    let stderr = async {
-                        if let Some(e) = s.stderr {
-                            drain(e).await;
-                        }
-                    };
-                    futures::join!(drain(s.stdout), stderr);
-                    s.exit.await
-                };
-                match tokio::time::timeout(timeout, run).await {
-                    Ok(Ok(0)) => Some((Outcome::Success, String::new())),
-                    Ok(Ok(code)) => Some((
-                        Outcome::Failure,
-                        format!("command {command:?} exited with {code}"),
-                    )),
-                    Err(_) => Some((
-                        Outcome::Failure,
-                        format!("command {command:?} timed out after {}s", timeout.as_secs()),
-                    )),
-                    // The provider could not run the command at all: not the container's fault.
-                    Ok(Err(_)) => None,
-                }
-            }
-            _ => None,
-        }
-    }
-}
-
-/// The innermost cause of an error (reqwest's own message says only "error sending request").
-fn root(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut e = err;
-    while let Some(next) = e.source() {
-        e = next;
-    }
-    e.to_string()
 }

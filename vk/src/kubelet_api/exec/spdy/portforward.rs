@@ -265,7 +265,22 @@ async fn forward<W: AsyncWrite + Unpin + Send>(
                 setup.provider, s.port
             ));
         }
-        let dial = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port));
+        // Resolved and checked once, then dialled at that address (a name is judged by what it
+        // resolves to, not by its text).
+        let addr = crate::pods::networks::dial_address(
+            &endpoint.host,
+            endpoint.port,
+            &setup.cluster_networks,
+            setup.limits.dial_local_targets,
+        )
+        .await
+        .map_err(|why| {
+            format!(
+                "provider {} publishes {endpoint} for port {}: {why}",
+                setup.provider, s.port
+            )
+        })?;
+        let dial = tokio::net::TcpStream::connect(addr);
         let tcp = match tokio::time::timeout(DIAL_TIMEOUT, dial).await {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => return Err(format!("dial tcp {endpoint}: {e}")),
