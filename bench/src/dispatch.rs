@@ -37,6 +37,7 @@ fn request() -> Request {
         memory_bytes: None,
         options: BTreeMap::new(),
         steps_only: None,
+        udp_ports: Vec::new(),
     }
 }
 

@@ -216,6 +216,7 @@ pub fn router_with(
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        .route("/runningpods/", get(running_pods))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(logs::container_logs),
@@ -245,6 +246,63 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
 /// `/pods`: the pods bound to this node, as the kubelet's `PodList`.
 async fn pods(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
     let mut items: Vec<Pod> = s.host.pods().iter().map(|p| (**p).clone()).collect();
+    items.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let list = List::<Pod> {
+        items,
+        metadata: Default::default(),
+    };
+    match serde_json::to_vec(&list) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to encode pods: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+/// `GET /runningpods/`: the pods whose workload runs now, as the kubelet lists what its container
+/// runtime runs (`getRunningPods` in the kubelet's server.go, each pod from the runtime's
+/// `ToAPIPod`): name, namespace and UID, and each container's name and image; nothing else of
+/// the spec, no status.
+async fn running_pods(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
+    use crate::provider::WorkloadState;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    let mut items: Vec<Pod> = s
+        .host
+        .pods()
+        .iter()
+        .filter(|p| {
+            let uid = p.metadata.uid.as_deref().unwrap_or_default();
+            s.host
+                .workload_of(uid)
+                .is_some_and(|(_, o)| o.state == WorkloadState::Running)
+        })
+        .map(|p| Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: p.metadata.name.clone(),
+                namespace: p.metadata.namespace.clone(),
+                uid: p.metadata.uid.clone(),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: p
+                    .spec
+                    .iter()
+                    .flat_map(|s| &s.containers)
+                    .map(|c| Container {
+                        name: c.name.clone(),
+                        image: c.image.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            status: None,
+        })
+        .collect();
     items.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });

@@ -307,6 +307,38 @@ fn plan(rules: &Rules<'_>, pod: &Pod, request: &Request) -> Result<Plan, Refusal
             return Err((reason::INVALID_SPEC, why.clone()));
         }
     }
+    // UDP ports only a provider that serves UDP can take, and none of those may.
+    if !request.udp_ports.is_empty() {
+        let may = |o: &&dispatch::Offer| {
+            request
+                .pinned_provider
+                .as_ref()
+                .is_none_or(|pin| *pin == o.name)
+        };
+        if !rules.offers.iter().filter(may).any(|o| o.capabilities.udp) {
+            let ports: Vec<String> = request
+                .udp_ports
+                .iter()
+                .map(|p| format!("{p}/UDP"))
+                .collect();
+            let names: Vec<&str> = rules
+                .offers
+                .iter()
+                .filter(may)
+                .map(|o| o.name.as_str())
+                .collect();
+            return Err((
+                reason::INVALID_SPEC,
+                format!(
+                    "container port {} is UDP, and provider {} serves TCP ports only (RunPod \
+                     publishes tcp and http ports; the Vast and kubernetes adapters publish TCP): \
+                     remove the port, declare it TCP, or pin a provider that serves UDP (Slurm)",
+                    ports.join(", "),
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
     let policy = request
         .policy
         .filter(|_| rules.dispatch.pod_policy)

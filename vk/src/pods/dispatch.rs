@@ -346,6 +346,9 @@ fn fits(p: &Offer, req: &Request, gpu_type: Option<&str>) -> bool {
     if req.steps_only.is_some() && !caps.containers {
         return false;
     }
+    if !req.udp_ports.is_empty() && !caps.udp {
+        return false;
+    }
     let Some(gpu) = &req.gpu else {
         return !caps.gpu_only;
     };

@@ -50,6 +50,9 @@ pub const VK_OWNED: [&str; 4] = [
 /// Containers and native sidecars the provider leaves out, comma-separated (`metrics,logs`):
 /// a provider runs one container, and a chart's exporter or log shipper need not come along.
 pub const ANN_OMIT_CONTAINERS: &str = "gpu-vk.io/omit-containers";
+/// The option carrying the main container's `ephemeral-storage` in GB (set by the VK, not an
+/// annotation a pod can write: `gpu-vk.io/ephemeral-storage-gb` is refused as unknown).
+pub const EPHEMERAL_OPTION: &str = "ephemeral_storage_gb";
 /// The resource name of GPUs.
 pub use crate::vocab::GPU_RESOURCE;
 
@@ -105,6 +108,9 @@ pub struct Request {
     /// Why the one-container policy refuses the pod, when only a provider that runs every
     /// container ([`crate::provider::Capabilities::containers`]) can take it.
     pub steps_only: Option<String>,
+    /// The UDP ports the main container declares: only a provider that serves UDP
+    /// ([`crate::provider::Capabilities::udp`]) may take the pod.
+    pub udp_ports: Vec<i32>,
 }
 
 /// Validates the pod and extracts its request.
@@ -115,8 +121,16 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         .ok_or_else(|| SpecError("pod has no spec".into()))?;
     let (c, steps_only) = run_containers(pod)?;
     unsupported(pod, spec, c)?;
-    let ann = annotations(pod)?;
-    let res = Resources::of(c, ann.gpu_type)?;
+    let mut ann = annotations(pod)?;
+    let res = Resources::of(c, ann.gpu_type.clone())?;
+    // The container's `ephemeral-storage` in whole GB (rounded up), for the adapters that size
+    // a container disk (`Options::disk_gb`: it raises their default, never lowers it).
+    if let Some(bytes) = res.ephemeral_bytes {
+        ann.options.insert(
+            EPHEMERAL_OPTION.to_owned(),
+            bytes.div_ceil(1_000_000_000).max(1).to_string(),
+        );
+    }
     Ok(Request {
         pinned_provider: ann.pinned_provider,
         gpu: res.gpu,
@@ -126,6 +140,13 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
         memory_bytes: res.memory_bytes,
         options: ann.options,
         steps_only,
+        udp_ports: c
+            .ports
+            .iter()
+            .flatten()
+            .filter(|p| p.protocol.as_deref() == Some("UDP"))
+            .map(|p| p.container_port)
+            .collect(),
     })
 }
 
@@ -275,6 +296,7 @@ struct Resources {
     gpu: Option<GpuRequest>,
     cpu_millis: Option<u64>,
     memory_bytes: Option<u64>,
+    ephemeral_bytes: Option<u64>,
 }
 
 impl Resources {
@@ -308,6 +330,15 @@ impl Resources {
             gpu,
             cpu_millis: get("cpu").map(|q| parse_cpu(&q)).transpose()?,
             memory_bytes: get("memory").map(|q| parse_memory(&q)).transpose()?,
+            ephemeral_bytes: get("ephemeral-storage")
+                .map(|q| {
+                    parse_memory(&q).map_err(|_| {
+                        SpecError(format!(
+                            "ephemeral-storage {q:?} is not a quantity of bytes"
+                        ))
+                    })
+                })
+                .transpose()?,
         })
     }
 }

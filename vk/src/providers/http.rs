@@ -14,6 +14,7 @@
 //! workloads' environment, which may hold secrets).
 
 pub mod auth;
+pub mod pace;
 
 use std::fmt;
 use std::time::Duration;
@@ -133,6 +134,8 @@ pub(crate) struct Client<A> {
     peer: Option<&'static str>,
     /// Largest answer read.
     max_body: usize,
+    /// When the next request may go, as the provider's `RateLimit` answers ask.
+    pacer: pace::Pacer,
 }
 
 impl<A: fmt::Debug> fmt::Debug for Client<A> {
@@ -208,6 +211,7 @@ impl<A: Auth> Client<A> {
             auth,
             peer: None,
             max_body: MAX_BODY_BYTES,
+            pacer: pace::Pacer::default(),
         })
     }
 
@@ -261,7 +265,8 @@ impl<A: Auth> Client<A> {
         if let Some(body) = body {
             req = req.json(body);
         }
-        read(req, &what, secret, self.max_body).await
+        self.pacer.wait().await;
+        read(req, &what, secret, self.max_body, Some(&self.pacer)).await
     }
 
     /// Opens an authenticated `GET` whose answer streams (`text/event-stream`), with `headers`
@@ -317,7 +322,7 @@ impl<A: Auth> Client<A> {
             .map(|c| c.secret)
             .unwrap_or_default();
         let what = self.describe(&Method::GET, &url);
-        read(self.http.get(url), &what, secret, self.max_body).await
+        read(self.http.get(url), &what, secret, self.max_body, None).await
     }
 
     fn describe(&self, method: &Method, url: &Url) -> String {
@@ -355,11 +360,15 @@ async fn read(
     what: &str,
     secret: Secret,
     max_body: usize,
+    pacer: Option<&pace::Pacer>,
 ) -> Result<RawResponse, ProviderError> {
     let mut resp = req
         .send()
         .await
         .map_err(|e| transport_error(what, &e, &secret))?;
+    if let Some(p) = pacer {
+        p.observe(resp.headers());
+    }
     let status = resp.status();
     let retry_after = parse_retry_after(resp.headers());
     let too_large = || {

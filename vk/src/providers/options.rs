@@ -115,6 +115,19 @@ impl<'a> Options<'a> {
         }
     }
 
+    /// The container disk in GB: the pod's `disk_gb`, else its `ephemeral-storage` (the VK's
+    /// `ephemeral_storage_gb`) where that is above the provider's `default`, else `default`;
+    /// above the operator's `ceiling`, refused.
+    pub fn disk_gb(&self, default: f64, ceiling: Option<f64>) -> Result<f64, ProviderError> {
+        if let Some(gb) = self.positive_at_most("disk_gb", ceiling)? {
+            return Ok(gb);
+        }
+        match self.positive_at_most("ephemeral_storage_gb", ceiling)? {
+            Some(gb) if gb > default => Ok(gb),
+            _ => Ok(default),
+        }
+    }
+
     /// A positive whole number of minutes; an empty option counts as unset.
     pub fn minutes(&self, key: &str) -> Result<Option<u32>, ProviderError> {
         let Some(raw) = self.text(key) else {
@@ -157,6 +170,29 @@ mod tests {
             ProviderError::Invalid { message } => message,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_disk_is_the_pods_own_else_its_ephemeral_storage_above_the_default() {
+        let disk = |pairs: &[(&str, &str)], ceiling| {
+            let map = options(pairs);
+            Options(&map).disk_gb(20.0, ceiling)
+        };
+        assert_eq!(disk(&[], None).unwrap(), 20.0);
+        // ephemeral-storage raises the default, never lowers it (the image must still fit).
+        assert_eq!(disk(&[("ephemeral_storage_gb", "33")], None).unwrap(), 33.0);
+        assert_eq!(disk(&[("ephemeral_storage_gb", "2")], None).unwrap(), 20.0);
+        // The pod's own disk wins, either way.
+        assert_eq!(
+            disk(&[("disk_gb", "10"), ("ephemeral_storage_gb", "33")], None).unwrap(),
+            10.0
+        );
+        // Above the operator's ceiling: refused, naming it.
+        let e = message(disk(&[("ephemeral_storage_gb", "300")], Some(200.0)).unwrap_err());
+        assert!(
+            e.contains("ephemeral_storage_gb=300") && e.contains("200"),
+            "{e}"
+        );
     }
 
     #[test]

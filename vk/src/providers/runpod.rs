@@ -177,10 +177,12 @@ impl RunPod {
         let data_center_ids = options
             .list(&["data_center_ids", "data_center", "region"])
             .unwrap_or_else(|| self.cfg.data_center_ids.clone());
-        let disk = match options.positive_at_most("disk_gb", self.cfg.max_disk_gb.map(f64::from))? {
-            Some(gb) => gb.ceil() as u32,
-            None => self.cfg.container_disk_gb,
-        };
+        let disk = options
+            .disk_gb(
+                f64::from(self.cfg.container_disk_gb),
+                self.cfg.max_disk_gb.map(f64::from),
+            )?
+            .ceil() as u32;
         let words = w.command.iter().chain(&w.args).map(String::as_str);
         let args = (!w.command.is_empty() || !w.args.is_empty()).then(|| shell_join(words));
 

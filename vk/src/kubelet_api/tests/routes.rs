@@ -61,6 +61,42 @@ async fn pods_lists_the_node_pods() {
 }
 
 #[tokio::test]
+async fn runningpods_lists_the_pods_whose_workload_runs_as_the_runtime_sees_them() {
+    let s = setup(false);
+    let (status, body) = call(&s.app, get("/runningpods/")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["kind"].as_str(), v["apiVersion"].as_str()),
+        (Some("PodList"), Some("v1"))
+    );
+    let items = v["items"].as_array().unwrap();
+    let names: Vec<&str> = items
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    // "pending" and "chart" have no workload: not running, not listed.
+    assert_eq!(names, ["model", "quiet", "shell", "train"]);
+    let train = &items[3];
+    assert!(train["metadata"]["uid"].is_string());
+    assert!(train.get("status").is_none(), "{train}");
+    let c = &train["spec"]["containers"][0];
+    assert!(c["name"].is_string() && c["image"].is_string(), "{c}");
+    assert!(
+        c.get("env").is_none() && c.get("resources").is_none(),
+        "only name and image: {c}"
+    );
+    // Authorized as /pods is.
+    let req = Request::get("/runningpods/")
+        .header(header::AUTHORIZATION, "Bearer nobody")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(&s.app, req).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(body.contains("pods,proxy"), "{body}");
+}
+
+#[tokio::test]
 async fn resource_metrics_and_summary_come_from_provider_usage() {
     let s = setup(false);
     let (status, text) = call(&s.app, get("/metrics/resource")).await;

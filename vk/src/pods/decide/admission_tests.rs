@@ -102,3 +102,80 @@ fn a_pod_not_allowed_fails_before_anything_is_created() {
         "{step:?}"
     );
 }
+
+#[test]
+fn a_udp_port_goes_only_to_a_provider_that_serves_udp_and_is_refused_where_none_may() {
+    let owner = crate::test_support::owner();
+    let timings = Timings::default();
+    let a = Admission {
+        taint: None,
+        namespaces: Vec::new(),
+    };
+    let offer = |name: &str, udp: bool| crate::pods::dispatch::Offer {
+        name: name.into(),
+        capabilities: crate::provider::Capabilities {
+            udp,
+            max_gpus_per_workload: 8,
+            ..Default::default()
+        },
+        secret_env: crate::config::SecretEnv::Allow,
+    };
+    let offers = [offer("runpod", false), offer("hpc", true)];
+    let dispatch = crate::config::DispatchConfig::default();
+    macro_rules! rules {
+        ($offers:expr) => {
+            Rules {
+                owner: &owner,
+                offers: $offers,
+                timings: &timings,
+                admission: &a,
+                secret_failover: false,
+                standing: &[],
+                dispatch: &dispatch,
+                start_deadlines: &[],
+                hold_retry: Duration::from_secs(60),
+            }
+        };
+    }
+    let with_port = |protocol: &str, pin: Option<&str>| {
+        let mut b = PodBuilder::new().gpus("1");
+        if let Some(p) = pin {
+            b = b.annotation("gpu-vk.io/provider", p);
+        }
+        let mut pod = b.build();
+        pod.spec.as_mut().unwrap().containers[0].ports = Some(vec![
+            serde_json::from_value(
+                serde_json::json!({"containerPort": 5353, "protocol": protocol}),
+            )
+            .unwrap(),
+        ]);
+        pod
+    };
+    // A provider that serves UDP may take it: no refusal, and dispatch offers only that one.
+    assert_eq!(refusal(&rules!(&offers), &with_port("UDP", None)), None);
+    let plan = plan(
+        &rules!(&offers),
+        &with_port("UDP", None),
+        &spec::request(&with_port("UDP", None)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(plan.providers(), [1], "only hpc serves UDP");
+    // Pinned to one that does not, or none that does: refused, naming the port and provider.
+    let only_runpod = [offer("runpod", false)];
+    for r in [
+        refusal(&rules!(&offers), &with_port("UDP", Some("runpod"))),
+        refusal(&rules!(&only_runpod), &with_port("UDP", None)),
+    ] {
+        let (why, message) = r.expect("refused");
+        assert_eq!(why, "InvalidSpec");
+        assert!(
+            message.contains("5353/UDP") && message.contains("provider runpod"),
+            "{message}"
+        );
+    }
+    // TCP (the default protocol) goes anywhere.
+    assert_eq!(
+        refusal(&rules!(&[offer("runpod", false)]), &with_port("TCP", None)),
+        None
+    );
+}

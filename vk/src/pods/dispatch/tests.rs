@@ -38,6 +38,7 @@ fn req(t: Option<&str>, n: u32, pin: Option<&str>) -> Request {
         memory_bytes: None,
         options: Default::default(),
         steps_only: None,
+        udp_ports: Vec::new(),
     }
 }
 

@@ -328,3 +328,52 @@ fn the_chart_refuses_exactly_the_annotations_the_vk_owns_to_others() {
         .collect();
     assert_eq!(listed, VK_OWNED, "{line}");
 }
+
+#[test]
+fn ephemeral_storage_sets_the_container_disk_unless_the_pod_names_one() {
+    let with = |q: &str, ann: &[(&str, &str)]| {
+        let mut b = PodBuilder::new()
+            .container_name("main")
+            .image("vllm")
+            .gpus("1")
+            .limit("ephemeral-storage", q);
+        for (k, v) in ann {
+            b = b.annotation(k, v);
+        }
+        request(&b.build())
+    };
+    let disk = |r: Result<Request, SpecError>| r.unwrap().options.get(EPHEMERAL_OPTION).cloned();
+    // 30 GiB is 32.2 GB: rounded up to whole GB, as the providers count disk.
+    assert_eq!(disk(with("30Gi", &[])).as_deref(), Some("33"));
+    assert_eq!(disk(with("20G", &[])).as_deref(), Some("20"));
+    assert_eq!(disk(with("1Ki", &[])).as_deref(), Some("1"));
+    // Beside the pod's own disk annotation, which the adapters prefer.
+    let both = with("30Gi", &[("gpu-vk.io/disk-gb", "50")]).unwrap();
+    assert_eq!(
+        (
+            both.options.get("disk_gb").map(String::as_str),
+            both.options.get(EPHEMERAL_OPTION).map(String::as_str)
+        ),
+        (Some("50"), Some("33"))
+    );
+    let forged = request(
+        &PodBuilder::new()
+            .container_name("main")
+            .image("vllm")
+            .gpus("1")
+            .annotation("gpu-vk.io/ephemeral-storage-gb", "900")
+            .build(),
+    );
+    assert!(forged.is_err(), "not an annotation a pod can write");
+    let err = with("lots", &[]).unwrap_err().0;
+    assert!(err.contains("ephemeral-storage \"lots\""), "{err}");
+    // None asked: the provider's default.
+    let none = request(
+        &PodBuilder::new()
+            .container_name("main")
+            .image("vllm")
+            .gpus("1")
+            .build(),
+    );
+    assert_eq!(none.unwrap().options.get(EPHEMERAL_OPTION), None);
+}

@@ -24,6 +24,8 @@ impl Provider for Slurm {
             follow_logs: self.cfg.output_dir.is_some(),
             exec: self.cfg.exec == ExecMode::Srun,
             containers: true,
+            // A job's process binds on its node: UDP as much as TCP.
+            udp: true,
             ..Capabilities::gpus(self.cfg.gpu_types.keys(), self.cfg.max_gpus_per_workload)
         }
     }

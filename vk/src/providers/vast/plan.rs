@@ -39,9 +39,7 @@ impl Vast {
             .map(|t| super::gpus::resolve(&self.cfg.gpu_names, t));
         let options = Options::of(w);
         let prices = self.prices(&options)?;
-        let disk = options
-            .positive_at_most("disk_gb", self.cfg.max_disk_gb.map(f64::from))?
-            .unwrap_or(self.cfg.disk_gb);
+        let disk = options.disk_gb(self.cfg.disk_gb, self.cfg.max_disk_gb.map(f64::from))?;
         let geolocation = geolocation(&options);
 
         let search = OfferSearch {
