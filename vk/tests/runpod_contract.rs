@@ -86,6 +86,7 @@ async fn every_create_body_is_valid_against_the_published_schema() {
                 .option("cloud", "secure")
                 .option("data_center", "EU-RO-1, EU-SE-1")
                 .option("disk_gb", "75")
+                .option("min_cuda", "12.8")
                 .build(),
         ),
         ("CPU only", workload().no_gpu().cpu_millis(3000).build()),
@@ -198,6 +199,7 @@ async fn create_applies_pod_options() {
         .option("cloud", "community")
         .option("data_center", "EU-RO-1, EU-SE-1")
         .option("disk_gb", "75")
+        .option("min_cuda", "12.8")
         .build();
 
     // The operator allows COMMUNITY besides the configured SECURE.
@@ -224,7 +226,7 @@ async fn create_applies_pod_options() {
     );
     assert_eq!(
         body["gpu"],
-        json!({"id": "NVIDIA GeForce RTX 4090", "count": 2})
+        json!({"id": "NVIDIA GeForce RTX 4090", "count": 2, "minCudaVersion": "12.8"})
     );
 }
 

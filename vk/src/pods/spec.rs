@@ -76,6 +76,13 @@ const OPTIONS: &[(&str, Validator)] = &[
     ("qos", |v| !v.is_empty()),
     ("time-limit", |v| v.parse::<u32>().is_ok_and(|m| m > 0)),
     ("disk-gb", |v| v.parse::<u32>().is_ok_and(|g| g > 0)),
+    // The lowest CUDA version the image needs (`12.8`): RunPod's `gpu.minCudaVersion`, Vast's
+    // `cuda_max_good` filter.
+    ("min-cuda", |v| {
+        v.split_once('.').is_some_and(|(a, b)| {
+            !a.is_empty() && !b.is_empty() && (a.to_owned() + b).bytes().all(|c| c.is_ascii_digit())
+        })
+    }),
     // Read by the framework (`decide`), within the provider's ceiling.
     ("start-deadline-seconds", |v| {
         v.parse::<u64>().is_ok_and(|s| s > 0)

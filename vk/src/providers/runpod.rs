@@ -147,7 +147,11 @@ impl RunPod {
     fn create_request(&self, w: &Workload) -> Result<CreatePodRequest, ProviderError> {
         let invalid = |message: String| ProviderError::Invalid { message };
         let (gpu, cpu) = match w.gpu.as_ref().filter(|g| g.count > 0) {
-            Some(gpu) => (Some(self.gpu_config(gpu)?), None),
+            Some(gpu) => {
+                let mut config = self.gpu_config(gpu)?;
+                config.min_cuda_version = Options::of(w).text("min_cuda");
+                (Some(config), None)
+            }
             None => {
                 let flavor = self.cfg.cpu_flavor_id.clone().ok_or_else(|| {
                     invalid(format!(
@@ -227,6 +231,7 @@ impl RunPod {
         Ok(CreateGpu {
             id,
             count: gpu.count,
+            min_cuda_version: None,
         })
     }
 

@@ -63,6 +63,7 @@ async fn a_lower_price_or_disk_than_the_operators_is_honoured() {
     let w = workload()
         .option("max_price_per_hour", "0.6")
         .option("disk_gb", "40")
+        .option("min_cuda", "12.8")
         .build();
     vast.create(&w).await.unwrap();
     let reqs = server.received_requests().await.unwrap();
@@ -73,6 +74,10 @@ async fn a_lower_price_or_disk_than_the_operators_is_honoured() {
         .expect("an offer search");
     assert_eq!(search["dph_total"], json!({"lte": 0.6}), "{search}");
     assert_eq!(search["disk_space"], json!({"gte": 40.0}), "{search}");
+    // The CUDA floor: only hosts whose driver runs CUDA 12.8 (vast-cli's `cuda_vers>=12.8`).
+    assert_eq!(search["cuda_max_good"], json!({"gte": 12.8}), "{search}");
+    let errors = mock_providers::schema::vast().request_errors("POST /api/v0/bundles", &search);
+    assert!(errors.is_empty(), "Vast would refuse {search}: {errors:?}");
 }
 
 #[tokio::test]

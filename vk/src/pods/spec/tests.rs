@@ -377,3 +377,29 @@ fn ephemeral_storage_sets_the_container_disk_unless_the_pod_names_one() {
     );
     assert_eq!(none.unwrap().options.get(EPHEMERAL_OPTION), None);
 }
+
+#[test]
+fn a_cuda_floor_is_a_major_and_minor_version() {
+    let with = |v: &str| {
+        request(
+            &PodBuilder::new()
+                .container_name("main")
+                .image("vllm")
+                .gpus("1")
+                .annotation("gpu-vk.io/min-cuda", v)
+                .build(),
+        )
+    };
+    assert_eq!(
+        with("12.8")
+            .unwrap()
+            .options
+            .get("min_cuda")
+            .map(String::as_str),
+        Some("12.8")
+    );
+    for bad in ["12", "12.", ".8", "twelve.8", "12.8.1", "12,8"] {
+        let err = with(bad).unwrap_err().0;
+        assert!(err.contains("gpu-vk.io/min-cuda"), "{bad}: {err}");
+    }
+}

@@ -39,6 +39,10 @@ pub(super) struct CreatePodRequest {
 pub(super) struct CreateGpu {
     pub(super) id: String,
     pub(super) count: u32,
+    /// The pod's CUDA floor (`gpu-vk.io/min-cuda`): only hosts whose driver runs at least this
+    /// CUDA version (`"12.8"`, pattern `^\d+\.\d+$`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) min_cuda_version: Option<String>,
 }
 
 /// `CreateCpuConfig`: a CPU flavor (`GET /v2/catalog/cpus`) and a power-of-two vCPU count

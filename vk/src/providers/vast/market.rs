@@ -20,6 +20,7 @@ pub(super) fn search() -> OfferSearch {
         num_gpus: Filter::gte(1),
         dph_total: None,
         disk_space: Filter::gte(0.0),
+        cuda_max_good: None,
         geolocation: None,
         kind: "ondemand",
         order: vec![["dph_total".to_owned(), "asc".to_owned()]],

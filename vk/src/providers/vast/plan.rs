@@ -55,6 +55,10 @@ impl Vast {
             num_gpus: Filter::eq(gpu.count),
             dph_total: prices.max_price.map(Filter::lte),
             disk_space: Filter::gte(disk),
+            cuda_max_good: options
+                .text("min_cuda")
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(Filter::gte),
             geolocation: geolocation.map(Filter::one_of),
             kind: if prices.interruptible {
                 "bid"
