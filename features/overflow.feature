@@ -10,13 +10,16 @@ Feature: Overflow to the virtual node, and back
   in-cluster GPUs are free again for the settle period, the reclaim
   controller moves them back one at a time (label gpu-vk.io/reclaim=true), and the provider is
   left with nothing. Throughout, a client in the cluster asks production's Service every 200 ms:
-  the replicas on the virtual node answer it where their provider publishes them. Runs on kind,
+  the replicas on the virtual node answer it where their provider publishes them. Only research
+  of the namespaces the operator lists (overflow.handoff.researchNamespaces) is gated: research
+  elsewhere preempts as usual and moves no team's production onto paid providers. Runs on kind,
   whose workers carry fake GPUs (2 each).
 
   Scenario: Production keeps serving while research takes its GPUs, and comes back when they free up
     Given the cluster has in-cluster GPU nodes
     And a virtual kubelet with the overflow companion handing off within 240 seconds, settling for 10 seconds, its provider taking 60 seconds to start a workload and never starting its create number 2, given up after 75 seconds
-    And a production deployment "serve" of 4 GPU replicas with an HPA and a PodDisruptionBudget of 3, Running in-cluster
+    Then a research pod of this scenario's namespace is admitted behind the hand-off's gate, and one of another namespace is not
+    Given a production deployment "serve" of 4 GPU replicas with an HPA and a PodDisruptionBudget of 3, Running in-cluster
     When a research job of higher priority takes every in-cluster GPU for 40 seconds
     Then every replica of "serve" runs again within 240 seconds, the preempted ones on the virtual node
     And no stand-in is left starting at the provider

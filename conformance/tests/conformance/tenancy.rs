@@ -186,3 +186,53 @@ async fn create_refused(w: &mut Vkw, key: String) {
     );
     assert!(w.get("forged").await.is_none(), "the pod exists");
 }
+
+/// A research pod of namespace `ns` as the API server would store it (server-side dry run:
+/// the webhooks run, nothing is kept): whether it carries the hand-off's gate.
+async fn gated_in(w: &Vkw, ns: &str) -> bool {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"generateName": "research-", "labels": {"gpu-vk.io/handoff": "true"}},
+        "spec": {"containers": [{"name": "train", "image": "registry.invalid/train",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    }))
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let created = Api::<Pod>::namespaced(w.c(), ns)
+        .create(&dry, &pod)
+        .await
+        .unwrap_or_else(|e| panic!("a research pod in {ns}: {e}"));
+    created
+        .spec
+        .and_then(|s| s.scheduling_gates)
+        .is_some_and(|g| g.iter().any(|g| g.name == "gpu-vk.io/handoff"))
+}
+
+#[then(
+    "a research pod of this scenario's namespace is admitted behind the hand-off's gate, and one of another namespace is not"
+)]
+async fn research_only_where_listed(w: &mut Vkw) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let other = format!("{}-b", w.ns);
+    let namespaces: Api<Namespace> = Api::all(w.c());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": other}})).unwrap();
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("namespace {other}: {e}"),
+    }
+    let here = gated_in(w, &w.ns.clone()).await;
+    let there = gated_in(w, &other).await;
+    let _ = namespaces.delete(&other, &Default::default()).await;
+    assert!(
+        here,
+        "a research pod of the listed namespace should wait behind the gate"
+    );
+    assert!(
+        !there,
+        "a research pod of namespace {other}, not listed in researchNamespaces, was gated: it \
+         would move another team's production onto paid providers"
+    );
+}
