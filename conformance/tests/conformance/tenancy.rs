@@ -118,7 +118,9 @@ async fn steered(w: &mut Vkw, victim: String, polls: u64, svc: String, a: String
     );
     let start = Instant::now();
     let mut writes = 0;
-    while start.elapsed() < window {
+    // The whole window, and at least 10 writes however slow the API server answers (a busy
+    // kind node took more than half a second a round).
+    while start.elapsed() < window || writes < 10 {
         // Alternating values: each write is a change, whatever the VK restored in between.
         let value = format!("8080={target}:{}", 443 + writes % 2);
         let got = annotate(&pods, &victim, OWNED[0], &value).await;
@@ -132,7 +134,6 @@ async fn steered(w: &mut Vkw, victim: String, polls: u64, svc: String, a: String
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(writes >= 10, "only {writes} writes in {window:?}");
     // Whatever the tenant left, the VK's record of the pod is its own again.
     let original = reached(w, &[&victim]).await;
     wait_for(
