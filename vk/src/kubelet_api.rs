@@ -245,7 +245,11 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
 
 /// `/pods`: the pods bound to this node, as the kubelet's `PodList`.
 async fn pods(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
-    let mut items: Vec<Pod> = s.host.pods().iter().map(|p| (**p).clone()).collect();
+    pod_list(s.host.pods().iter().map(|p| (**p).clone()).collect())
+}
+
+/// `items` as a `PodList`, by namespace and name.
+fn pod_list(mut items: Vec<Pod>) -> Response {
     items.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
@@ -270,7 +274,7 @@ async fn pods(axum::extract::State(s): axum::extract::State<AppState>) -> Respon
 async fn running_pods(axum::extract::State(s): axum::extract::State<AppState>) -> Response {
     use crate::provider::WorkloadState;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
-    let mut items: Vec<Pod> = s
+    let items: Vec<Pod> = s
         .host
         .pods()
         .iter()
@@ -303,21 +307,7 @@ async fn running_pods(axum::extract::State(s): axum::extract::State<AppState>) -
             status: None,
         })
         .collect();
-    items.sort_by(|a, b| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-    });
-    let list = List::<Pod> {
-        items,
-        metadata: Default::default(),
-    };
-    match serde_json::to_vec(&list) {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("failed to encode pods: {e}"),
-        )
-        .into_response(),
-    }
+    pod_list(items)
 }
 
 /// An error answered as plain text, as the kubelet does.
