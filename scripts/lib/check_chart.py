@@ -125,15 +125,24 @@ def named(docs, kind, suffix, case):
     return found[0] if found else {}
 
 
+def check_policy_start(docs, case, suffix, what):
+    """The ValidatingAdmissionPolicy named *suffix: failing closed, and bound with Deny. Returns it."""
+    policy = named(docs, "ValidatingAdmissionPolicy", suffix, case)
+    check(policy.get("spec", {}).get("failurePolicy") == "Fail", f"{case}: the {what} does not fail closed")
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", suffix, case).get("spec", {})
+    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
+          f"{case}: the {what} is not bound with Deny: {binding}")
+    return policy
+
+
 # The annotations only the VK writes (vk/src/pods/spec.rs; a vk test checks the same list).
 OWNED_ANNOTATIONS = ["gpu-vk.io/published-ports", "gpu-vk.io/assigned-provider", "gpu-vk.io/dispatch", "gpu-vk.io/start-attempts"]
 
 
 def check_annotation_policy(docs, case, sa_name, namespace, node):
     """The ValidatingAdmissionPolicy that keeps the VK's own pod annotations its own."""
-    policy = named(docs, "ValidatingAdmissionPolicy", "-owned-annotations", case)
+    policy = check_policy_start(docs, case, "-owned-annotations", "annotation policy")
     spec = policy.get("spec", {})
-    check(spec.get("failurePolicy") == "Fail", f"{case}: the annotation policy does not fail closed")
     rule = (spec.get("matchConstraints", {}).get("resourceRules") or [{}])[0]
     check(sorted(rule.get("operations", [])) == ["CREATE", "UPDATE"] and sorted(rule.get("resources", [])) == ["pods", "pods/status"],
           f"{case}: the annotation policy does not match pod creates and updates: {rule}")
@@ -146,16 +155,12 @@ def check_annotation_policy(docs, case, sa_name, namespace, node):
     check(owned == OWNED_ANNOTATIONS, f"{case}: the annotation policy protects {owned}, not {OWNED_ANNOTATIONS}")
     check([v.get("expression") for v in spec.get("validations", [])] == ["variables.changed.size() == 0"],
           f"{case}: the annotation policy's validation changed: {spec.get('validations')}")
-    binding = named(docs, "ValidatingAdmissionPolicyBinding", "-owned-annotations", case).get("spec", {})
-    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
-          f"{case}: the annotation policy is not bound with Deny: {binding}")
 
 
 def check_vk_write_policy(docs, case, sa_name, namespace):
     """The ValidatingAdmissionPolicy that pins the VK's webhook configuration and EndpointSlices."""
-    policy = named(docs, "ValidatingAdmissionPolicy", "-vk-writes", case)
+    policy = check_policy_start(docs, case, "-vk-writes", "VK write policy")
     spec = policy.get("spec", {})
-    check(spec.get("failurePolicy") == "Fail", f"{case}: the VK write policy does not fail closed")
     resources = sorted(r for rule in spec.get("matchConstraints", {}).get("resourceRules", []) for r in rule.get("resources", []))
     check(resources == ["endpointslices", "validatingwebhookconfigurations"], f"{case}: the VK write policy matches {resources}")
     user = f"system:serviceaccount:{namespace}:{sa_name}"
@@ -164,18 +169,14 @@ def check_vk_write_policy(docs, case, sa_name, namespace):
     text = " ".join(v.get("expression", "") for v in spec.get("validations", []))
     for must in ["w.failurePolicy == 'Ignore'", "!has(w.clientConfig.url)", "r.resources == ['pods']", "request.namespace != 'kube-system'", "'gpu-vk.io'"]:
         check(must in text, f"{case}: the VK write policy no longer checks {must}")
-    binding = named(docs, "ValidatingAdmissionPolicyBinding", "-vk-writes", case).get("spec", {})
-    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
-          f"{case}: the VK write policy is not bound with Deny: {binding}")
 
 
 def check_pod_write_policy(docs, case, sa_name, namespace, node):
     """The ValidatingAdmissionPolicy that keeps the VK's pod writes to its own node's pods."""
     check_annotation_policy(docs, case, sa_name, namespace, node)
     check_vk_write_policy(docs, case, sa_name, namespace)
-    policy = named(docs, "ValidatingAdmissionPolicy", "-pod-writes", case)
+    policy = check_policy_start(docs, case, "-pod-writes", "pod-write policy")
     spec = policy.get("spec", {})
-    check(spec.get("failurePolicy") == "Fail", f"{case}: the pod-write policy does not fail closed")
     rule = (spec.get("matchConstraints", {}).get("resourceRules") or [{}])[0]
     check(sorted(rule.get("operations", [])) == ["DELETE", "UPDATE"] and sorted(rule.get("resources", [])) == ["pods", "pods/status"],
           f"{case}: the pod-write policy does not match pod and status updates and deletes: {rule}")
@@ -186,9 +187,6 @@ def check_pod_write_policy(docs, case, sa_name, namespace, node):
     check(f"oldObject.spec.nodeName == '{node}'" in variables.get("bound", ""), f"{case}: the pod-write policy does not check the node {node}")
     check([v.get("expression") for v in spec.get("validations", [])] == ["variables.bound || variables.own"],
           f"{case}: the pod-write policy's validation changed: {spec.get('validations')}")
-    binding = named(docs, "ValidatingAdmissionPolicyBinding", "-pod-writes", case).get("spec", {})
-    check(binding.get("policyName") == policy.get("metadata", {}).get("name") and binding.get("validationActions") == ["Deny"],
-          f"{case}: the pod-write policy is not bound with Deny: {binding}")
 
 
 def check_deployment(docs, case, secret_name, sa_name):
@@ -330,12 +328,10 @@ def check_overflow(docs):
         for sel in selectors:
             check(not all(labels.get(k) == v for k, v in sel.items()), f"{case}: the VK's selector {sel} selects the overflow pods")
     # The hand-off's pod creates and deletes kept to stand-ins on the virtual node.
-    writes = named(docs, "ValidatingAdmissionPolicy", "-overflow-pod-writes", case)
+    writes = check_policy_start(docs, case, "-overflow-pod-writes", "companion's pod-write policy")
     text = " ".join(v.get("expression", "") for v in writes.get("spec", {}).get("validations", []))
     check("'handoff.gpu-vk.io/standin'" in text and "object.spec.nodeName ==" in text,
           f"{case}: the companion's pod-write policy no longer pins stand-ins on the virtual node: {text}")
-    check(named(docs, "ValidatingAdmissionPolicyBinding", "-overflow-pod-writes", case).get("spec", {}).get("validationActions") == ["Deny"],
-          f"{case}: the companion's pod-write policy is not bound with Deny")
     role = [d for d in docs if d.get("kind") == "ClusterRole" and d["metadata"]["name"].endswith("-overflow")]
     hook_rule = [r for r in (role[0].get("rules", []) if role else []) if "mutatingwebhookconfigurations" in r.get("resources", [])]
     check(role and not hook_rule, f"{case}: the companion may write webhook configurations: {hook_rule}")
