@@ -416,6 +416,11 @@ async fn address_named(w: &Vkw, value: &str) -> String {
     if value != "the API server's Service address" {
         return value.to_owned();
     }
+    api_server_service_ip(w).await
+}
+
+/// The `kubernetes` Service's ClusterIP: inside the cluster's Service range.
+pub(crate) async fn api_server_service_ip(w: &Vkw) -> String {
     Api::<Service>::namespaced(w.c(), "default")
         .get("kubernetes")
         .await

@@ -17,13 +17,18 @@ use super::Vkw;
 /// A client acting as the VK's ServiceAccount: the release's, named after the node
 /// (`fullnameOverride`), in the release namespace.
 async fn as_vk(w: &Vkw) -> Client {
+    impersonating(&format!("system:serviceaccount:{NAMESPACE}:{}", w.node())).await
+}
+
+/// A client acting as `user` (the suite's own credentials may impersonate).
+pub(crate) async fn impersonating(user: &str) -> Client {
     let mut cfg = kube::Config::infer().await.expect("a kubeconfig");
-    cfg.auth_info.impersonate = Some(format!("system:serviceaccount:{NAMESPACE}:{}", w.node()));
+    cfg.auth_info.impersonate = Some(user.to_owned());
     Client::try_from(cfg).expect("an impersonating client")
 }
 
 /// The HTTP status of a refusal, or 200 for success.
-fn status<T>(r: Result<T, kube::Error>) -> (u16, String) {
+pub(crate) fn status<T>(r: Result<T, kube::Error>) -> (u16, String) {
     match r {
         Ok(_) => (200, String::new()),
         Err(kube::Error::Api(e)) => (e.code, e.message),

@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 use conformance::harness::pod::pod_mode;
 use conformance::harness::{gpu_pod, wait_for};
 use cucumber::then;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use super::Vkw;
-use super::pod_ip::{reached, ready_endpoints};
+use super::pod_ip::{api_server_service_ip, reached, ready_endpoints};
+use super::privilege::{impersonating, status};
 
 /// The tenant's user name.
 const TENANT: &str = "tenant-a";
@@ -46,9 +47,7 @@ async fn tenant(w: &Vkw) -> Client {
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => panic!("binding the tenant: {e}"),
     }
-    let mut cfg = kube::Config::infer().await.expect("a kubeconfig");
-    cfg.auth_info.impersonate = Some(TENANT.into());
-    let client = Client::try_from(cfg).expect("an impersonating client");
+    let client = impersonating(TENANT).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &w.ns);
     wait_for(
         Duration::from_secs(20),
@@ -57,15 +56,6 @@ async fn tenant(w: &Vkw) -> Client {
     )
     .await;
     client
-}
-
-/// The HTTP status and message of a write: 200 for success.
-fn status<T>(r: Result<T, kube::Error>) -> (u16, String) {
-    match r {
-        Ok(_) => (200, String::new()),
-        Err(kube::Error::Api(e)) => (e.code, e.message),
-        Err(e) => panic!("not an answer of the API server: {e}"),
-    }
 }
 
 /// Sets annotation `key` of pod `name` to `value`, as the tenant: the answer.
@@ -103,13 +93,7 @@ async fn steered(w: &mut Vkw, victim: String, polls: u64, svc: String, a: String
     );
     let pods: Api<Pod> = Api::namespaced(tenant(w).await, &w.ns);
     // The API server's own Service address: never where a tenant's pod is reached.
-    let target = Api::<Service>::namespaced(w.c(), "default")
-        .get("kubernetes")
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .expect("the kubernetes Service has a ClusterIP");
+    let target = api_server_service_ip(w).await;
     let poll = w.vk.as_ref().expect("a virtual kubelet").timings.poll_ms;
     let window = Duration::from_millis(poll * polls) + Duration::from_secs(2);
     println!(
