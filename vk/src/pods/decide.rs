@@ -287,6 +287,45 @@ fn passed_over(rules: &Rules<'_>, plan: &Plan) -> Step {
 /// A refusal: its reason and message.
 pub type Refusal = (&'static str, String);
 
+/// Why no provider the pod may go to (all, or the one it pins) can run it as it is: only one
+/// that runs every container can take it (`steps_only`), or only one that serves UDP.
+fn capability_refusal(rules: &Rules<'_>, request: &Request) -> Option<Refusal> {
+    let may: Vec<&dispatch::Offer> = rules
+        .offers
+        .iter()
+        .filter(|o| {
+            request
+                .pinned_provider
+                .as_ref()
+                .is_none_or(|pin| *pin == o.name)
+        })
+        .collect();
+    if let Some(why) = &request.steps_only
+        && !may.iter().any(|o| o.capabilities.containers)
+    {
+        return Some((reason::INVALID_SPEC, why.clone()));
+    }
+    if !request.udp_ports.is_empty() && !may.iter().any(|o| o.capabilities.udp) {
+        let ports: Vec<String> = request
+            .udp_ports
+            .iter()
+            .map(|p| format!("{p}/UDP"))
+            .collect();
+        let names: Vec<&str> = may.iter().map(|o| o.name.as_str()).collect();
+        return Some((
+            reason::INVALID_SPEC,
+            format!(
+                "container port {} is UDP, and provider {} serves TCP ports only (RunPod \
+                 publishes tcp and http ports; the Vast and kubernetes adapters publish TCP): \
+                 remove the port, declare it TCP, or pin a provider that serves UDP (Slurm)",
+                ports.join(", "),
+                names.join(", ")
+            ),
+        ));
+    }
+    None
+}
+
 /// What the pod asks for, against the configuration and what dispatch knows: the plan, or why
 /// the pod may never run as it is. The admission webhook asks the same question ([`refusal`]),
 /// so a pod it refuses at create time gets the message the VK would give.
@@ -294,50 +333,8 @@ fn plan(rules: &Rules<'_>, pod: &Pod, request: &Request) -> Result<Plan, Refusal
     if let Err(why) = rules.admission.check(pod) {
         return Err((reason::NOT_ALLOWED, why));
     }
-    // A pod only a provider running every container can take, and none of those may.
-    if let Some(why) = &request.steps_only {
-        let can = rules.offers.iter().any(|o| {
-            o.capabilities.containers
-                && request
-                    .pinned_provider
-                    .as_ref()
-                    .is_none_or(|pin| *pin == o.name)
-        });
-        if !can {
-            return Err((reason::INVALID_SPEC, why.clone()));
-        }
-    }
-    // UDP ports only a provider that serves UDP can take, and none of those may.
-    if !request.udp_ports.is_empty() {
-        let may = |o: &&dispatch::Offer| {
-            request
-                .pinned_provider
-                .as_ref()
-                .is_none_or(|pin| *pin == o.name)
-        };
-        if !rules.offers.iter().filter(may).any(|o| o.capabilities.udp) {
-            let ports: Vec<String> = request
-                .udp_ports
-                .iter()
-                .map(|p| format!("{p}/UDP"))
-                .collect();
-            let names: Vec<&str> = rules
-                .offers
-                .iter()
-                .filter(may)
-                .map(|o| o.name.as_str())
-                .collect();
-            return Err((
-                reason::INVALID_SPEC,
-                format!(
-                    "container port {} is UDP, and provider {} serves TCP ports only (RunPod \
-                     publishes tcp and http ports; the Vast and kubernetes adapters publish TCP): \
-                     remove the port, declare it TCP, or pin a provider that serves UDP (Slurm)",
-                    ports.join(", "),
-                    names.join(", ")
-                ),
-            ));
-        }
+    if let Some(refused) = capability_refusal(rules, request) {
+        return Err(refused);
     }
     let policy = request
         .policy
