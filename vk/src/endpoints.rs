@@ -103,7 +103,14 @@ struct State {
 fn digest(pods: &[Pod]) -> u64 {
     let mut h = DefaultHasher::new();
     for p in pods {
-        (&p.metadata.uid, &p.metadata.resource_version).hash(&mut h);
+        // The published ports too: they come from what the VK observed of the workload
+        // (`PodController::published_pods`) and may change before the pod does.
+        let published = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::pods::spec::ANN_PUBLISHED));
+        (&p.metadata.uid, &p.metadata.resource_version, published).hash(&mut h);
     }
     h.finish()
 }
@@ -218,4 +225,22 @@ fn report(
             u.service, u.port
         ),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_follows_the_observed_ports_even_when_the_pod_is_unchanged() {
+        let pod = |ports: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {
+                "uid": "u1", "resourceVersion": "7",
+                "annotations": {crate::pods::spec::ANN_PUBLISHED: ports}}}))
+            .unwrap()
+        };
+        let a = digest(&[pod("8080=198.18.0.2:43210")]);
+        assert_eq!(a, digest(&[pod("8080=198.18.0.2:43210")]));
+        assert_ne!(a, digest(&[pod("8080=198.18.0.9:43210")]));
+    }
 }
