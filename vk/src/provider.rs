@@ -59,9 +59,11 @@ pub struct Capabilities {
     /// container: pods the one-container policy refuses (`pods::spec`) may go here.
     #[serde(default)]
     pub containers: bool,
-    /// Serves a container's UDP ports. RunPod publishes `tcp` and `http` ports only, and the
-    /// Vast and kubernetes adapters publish every port as TCP (`-p P:P`, a ContainerPort of
-    /// protocol TCP); a Slurm job binds on its node like any process. A pod declaring a UDP
+    /// Serves a container's UDP ports. RunPod publishes `tcp` and `http` ports only (v2
+    /// `PodRuntimePort.type` is `http` or `tcp`, runpod/docs `api-reference-v2/openapi.json`;
+    /// pods/configuration/expose-ports.mdx), and the Vast and kubernetes adapters publish every
+    /// port as TCP (`-p P:P`, a ContainerPort of protocol TCP); a Slurm job binds on its node
+    /// like any process. A pod declaring a UDP
     /// port goes only where this is set, and is refused before it exists when none may take it.
     #[serde(default)]
     pub udp: bool,

@@ -75,7 +75,8 @@ pub(super) struct OfferSearch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) dph_total: Option<Filter<f64>>,
     pub(super) disk_space: Filter<f64>,
-    /// The highest CUDA version the host's driver runs (vast-cli's `cuda_vers` is this field):
+    /// The highest CUDA version the host's driver runs (vast-cli's `cuda_vers`: `offers_alias`
+    /// in vast.py maps it to `cuda_max_good`):
     /// the pod's CUDA floor (`gpu-vk.io/min-cuda`) as `{gte: 12.8}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) cuda_max_good: Option<Filter<f64>>,
