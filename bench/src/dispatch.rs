@@ -77,6 +77,7 @@ fn snapshot(p: usize) -> (Vec<Offer>, Vec<Inventory>) {
                 ..Capabilities::default()
             },
             secret_env: SecretEnv::Allow,
+            pull_secrets: SecretEnv::Allow,
         })
         .collect();
     let inventories: Vec<Inventory> = (0..p)

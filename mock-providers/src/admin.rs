@@ -78,6 +78,17 @@ impl shared::Gated for Engine {
     }
 }
 
+/// `POST /_admin/private-images` `{"repository", "username", "password"}`: the repository
+/// pulls only with that login from now on (`engine::pull`).
+async fn private_image(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
+    let repo: crate::engine::pull::PrivateRepo = match body(&bytes) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    e.lock().images.add(repo);
+    StatusCode::CREATED.into_response()
+}
+
 /// Admin routes for `engine`.
 pub fn router(engine: Arc<Engine>) -> Router {
     Router::new()
@@ -93,6 +104,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/_admin/addresses", post(addresses))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
+        .route("/_admin/private-images", post(private_image))
         .merge(shared::gate_routes())
         .with_state(engine)
 }

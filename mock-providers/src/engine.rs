@@ -11,6 +11,7 @@ mod lifecycle;
 pub mod logs;
 mod model;
 pub(crate) mod process;
+pub mod pull;
 
 pub use model::*;
 
@@ -57,6 +58,8 @@ pub struct Inner {
     pub vast: crate::vast::Book,
     /// RunPod account state (pool access, balance).
     pub runpod: crate::runpod::Account,
+    /// Private repositories and their logins.
+    pub images: pull::Registry,
     next_seq: u64,
     next_vast_id: u64,
     exits: BinaryHeap<Reverse<(Instant, u64, u64)>>,
@@ -132,6 +135,7 @@ impl Engine {
                 gate: GateState::default(),
                 vast: crate::vast::Book::default(),
                 runpod: crate::runpod::Account::default(),
+                images: pull::Registry::default(),
                 next_seq: 1,
                 next_vast_id: 1_000_001,
                 exits: BinaryHeap::new(),
@@ -242,6 +246,8 @@ impl Engine {
         match &w.run {
             // RunPod keeps the pod RUNNING while it restarts an exited container.
             Run::Active { .. } if w.restarts > 0 => Phase::Running,
+            // A pull that fails is retried for ever: the workload never starts.
+            Run::Active { .. } if w.pull_error.is_some() => Phase::Provisioning,
             Run::Active { since, .. } => {
                 let elapsed = now.saturating_duration_since(*since);
                 let provision = self.mode.provision();
@@ -320,6 +326,10 @@ impl Engine {
                 ),
             );
         }
+        if w.pull_error.is_some() {
+            self.announce_pull_failures(w, since_wall, elapsed);
+            return;
+        }
         if w.announced < 2 && elapsed >= provision {
             w.announced = 2;
             w.logs.push(
@@ -358,6 +368,9 @@ impl Engine {
             .unwrap_or_else(|_| Timestamp::now());
         w.run = Run::Active { since, since_wall };
         let ready = since + self.mode.provision() + self.mode.start();
+        if w.pull_error.is_some() {
+            return;
+        }
         if let Some(run) = self.mode.run().or(w.rerun_for).filter(|_| !self.stuck(w)) {
             inner.exits.push(Reverse((ready + run, seq, w.generation)));
         }

@@ -8,6 +8,7 @@ mod create;
 mod images;
 mod logs;
 mod pods;
+mod registries;
 mod render;
 mod reply;
 mod validate;
@@ -76,6 +77,9 @@ pub struct Account {
     /// $0 (runpod/docs `accounts-billing/billing.mdx`: "Pods with a network volume attached
     /// are stopped [...] Pods without a network volume are terminated").
     pub balance_exhausted: bool,
+    /// Registry credentials (`/v2/registries`); not part of the admin view.
+    #[serde(skip)]
+    pub registries: Vec<registries::Credential>,
 }
 
 /// Shared state of the RunPod emulator.
@@ -179,6 +183,14 @@ pub fn router(state: State) -> Router {
         .route("/v2/pods/{id}/action", post(pod_action))
         .route("/v2/pods/{id}/logs", get(pod_logs))
         .route("/v2/catalog/gpus", get(catalog::list_gpu_types))
+        .route(
+            "/v2/registries",
+            get(registries::list).post(registries::create),
+        )
+        .route(
+            "/v2/registries/{id}",
+            get(registries::get).delete(registries::delete),
+        )
         .route("/_admin/runpod/account", get(get_account).put(put_account))
         .fallback(not_found_route)
         .with_state(state)

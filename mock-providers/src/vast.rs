@@ -6,6 +6,7 @@ mod book;
 mod create;
 mod instances;
 mod list;
+mod login;
 mod logs;
 mod manage;
 mod offers;

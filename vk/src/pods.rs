@@ -37,6 +37,7 @@ pub mod evidence;
 pub mod gc;
 pub mod guard;
 pub mod hardening;
+mod image_pull;
 pub mod inventory;
 pub mod memory;
 pub mod networks;
@@ -44,6 +45,7 @@ pub mod observe;
 pub mod probe;
 pub mod probe_target;
 pub mod prober;
+pub mod pull;
 pub mod queue;
 pub mod reconcile;
 pub mod restart;
@@ -169,17 +171,17 @@ impl PodController {
                 let name = s.name().to_owned();
                 // A provider without an entry in the file (tests build some) follows the
                 // strictest default.
-                let secret_env = cfg
-                    .providers
-                    .iter()
-                    .find(|p| p.name == name)
-                    .map_or(crate::config::SecretEnv::Deny, |p| {
-                        p.secret_env(&cfg.allowed_namespaces)
-                    });
+                let entry = cfg.providers.iter().find(|p| p.name == name);
+                let policy = |f: fn(&crate::config::ProviderConfig, &[String]) -> _| {
+                    entry.map_or(crate::config::SecretEnv::Deny, |p| {
+                        f(p, &cfg.allowed_namespaces)
+                    })
+                };
                 dispatch::Offer {
                     name,
                     capabilities: s.provider().capabilities(),
-                    secret_env,
+                    secret_env: policy(crate::config::ProviderConfig::secret_env),
+                    pull_secrets: policy(crate::config::ProviderConfig::pull_secrets),
                 }
             })
             .collect();

@@ -146,6 +146,17 @@ impl PodBuilder {
         self
     }
 
+    /// The pod's `imagePullSecrets`, by name.
+    pub fn pull_secrets(mut self, names: &[&str]) -> Self {
+        self.pod.spec.get_or_insert_default().image_pull_secrets = Some(
+            names
+                .iter()
+                .map(|n| k8s_openapi::api::core::v1::LocalObjectReference { name: (*n).into() })
+                .collect(),
+        );
+        self
+    }
+
     pub fn restart_policy(mut self, policy: &str) -> Self {
         self.pod.spec.get_or_insert_default().restart_policy = Some(policy.into());
         self
@@ -245,6 +256,7 @@ pub fn observed(state: WorkloadState) -> Observed {
         usage: None,
         price: None,
         container_exits: Default::default(),
+        pull_failure: None,
     }
 }
 
@@ -273,5 +285,6 @@ pub fn workload() -> Workload {
         options: BTreeMap::new(),
         containers: Vec::new(),
         hardening: Default::default(),
+        registry_logins: Vec::new(),
     }
 }

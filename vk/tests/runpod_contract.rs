@@ -437,3 +437,5 @@ async fn a_cpu_only_pod_is_created_as_a_cpu_pod() {
 mod errors;
 #[path = "runpod_contract/logs_and_exits.rs"]
 mod logs_and_exits;
+#[path = "runpod_contract/registries.rs"]
+mod registries;

@@ -126,6 +126,14 @@ async fn every_request_body_is_valid_against_the_published_schema() {
             base().option("interruptible", "true"),
         ),
         (
+            "a private image with its registry login",
+            base().image("registry.example.com/acme/train:1.2").login(
+                "registry.example.com",
+                "robot",
+                "pa ss'word",
+            ),
+        ),
+        (
             "an explicit bid, region, disk and price ceiling",
             base()
                 .option("interruptible", "true")
@@ -160,6 +168,14 @@ async fn every_request_body_is_valid_against_the_published_schema() {
             rent["cancel_unavail"], true,
             "{shape}: refused, not stopped"
         );
+        if shape.starts_with("a private image") {
+            assert_eq!(
+                rent["image_login"],
+                r"-u robot -p 'pa ss'\''word' registry.example.com"
+            );
+        } else {
+            assert!(rent.get("image_login").is_none(), "{shape}: {rent}");
+        }
     }
 
     // The inventory's search and both forms of the log request.

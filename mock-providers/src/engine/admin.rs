@@ -201,6 +201,7 @@ impl Engine {
         inner.gate.reset();
         inner.vast = crate::vast::Book::default();
         inner.runpod = crate::runpod::Account::default();
+        inner.images.clear();
         self.served.set(crate::serve::SetAnswer::default());
     }
 

@@ -35,11 +35,13 @@ pub enum RouteKind {
     Logs,
     /// Vast offer search.
     Search,
+    /// Registry credentials (RunPod `/v2/registries`).
+    Registry,
 }
 
 impl RouteKind {
     /// Every kind.
-    pub const ALL: [RouteKind; 7] = [
+    pub const ALL: [RouteKind; 8] = [
         Self::Create,
         Self::List,
         Self::Get,
@@ -47,6 +49,7 @@ impl RouteKind {
         Self::Action,
         Self::Logs,
         Self::Search,
+        Self::Registry,
     ];
 
     /// Name used in the admin API.
@@ -59,6 +62,7 @@ impl RouteKind {
             Self::Action => "action",
             Self::Logs => "logs",
             Self::Search => "search",
+            Self::Registry => "registry",
         }
     }
 

@@ -59,6 +59,7 @@ impl Engine {
             }
         };
         let created_at = Timestamp::now();
+        let pull_error = inner.images.pull(&new.image, new.login.as_ref());
         let mut w = Workload {
             seq,
             id: id.clone(),
@@ -88,6 +89,7 @@ impl Engine {
             usage_override: None,
             logs: LogBuffer::default(),
             extra: new.extra,
+            pull_error,
             proc: ProcState::default(),
             announced: 0,
         };

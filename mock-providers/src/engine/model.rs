@@ -140,6 +140,8 @@ pub struct NewWorkload {
     pub start_stopped: bool,
     /// Skip provisioning and starting (admin injection).
     pub already_running: bool,
+    /// The registry login the image pulls with.
+    pub login: Option<super::pull::Login>,
     /// Provider fields.
     pub extra: Extra,
 }
@@ -198,6 +200,9 @@ pub struct Workload {
     pub logs: LogBuffer,
     /// Provider fields.
     pub extra: Extra,
+    /// Why the image does not pull (a private image without its login): the workload stays
+    /// in its start, the pull retried, until deleted.
+    pub pull_error: Option<String>,
     pub(crate) proc: ProcState,
     pub(crate) announced: u8,
 }

@@ -47,6 +47,10 @@ pub(super) async fn put_account(AxState(s): AxState<State>, body: Bytes) -> Resp
             }
         }
     }
-    inner.runpod = account.clone();
+    let registries = std::mem::take(&mut inner.runpod.registries);
+    inner.runpod = Account {
+        registries,
+        ..account.clone()
+    };
     json_response(StatusCode::OK, json!(account))
 }

@@ -40,6 +40,15 @@ pub(super) fn create_inner(engine: &Engine, body: &[u8]) -> Response {
             return problem(StatusCode::FORBIDDEN, "access denied", Vec::new());
         }
     }
+    let login = match req
+        .registry
+        .as_deref()
+        .map(|id| registries::login(engine, id))
+    {
+        Some(Ok(l)) => Some(l),
+        Some(Err(resp)) => return resp,
+        None => None,
+    };
     let command = command_line(req.image.as_deref().unwrap_or_default(), &req.args);
     let mut extra = PodExtra {
         args: req.args.clone(),
@@ -88,6 +97,7 @@ pub(super) fn create_inner(engine: &Engine, body: &[u8]) -> Response {
         gpu_type,
         gpu_count,
         command,
+        login,
         extra: Extra::RunPod(Box::new(extra)),
         ..NewWorkload::default()
     };

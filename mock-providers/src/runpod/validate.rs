@@ -114,6 +114,21 @@ fn checked(operation: &str, body: &[u8]) -> Result<Value, Invalid> {
     }
 }
 
+/// A `POST /v2/registries` body.
+#[derive(Debug, serde::Deserialize)]
+pub struct CreateRegistry {
+    pub name: String,
+    pub username: String,
+    pub password: String,
+}
+
+/// Validate a registry credential body against `CreateRegistryRequest`.
+pub fn parse_registry(body: &[u8]) -> Result<CreateRegistry, Invalid> {
+    let value = checked("POST /v2/registries", body)?;
+    serde_json::from_value(value)
+        .map_err(|e| Invalid::Rule(format!("request could not be processed: {e}")))
+}
+
 /// Validate a create body.
 pub fn parse_create(body: &[u8]) -> Result<CreatePod, Invalid> {
     let value = checked("POST /v2/pods", body)?;

@@ -151,6 +151,10 @@ pub(super) fn create_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
             return invalid_args(format!("Invalid args: '{flag}' must be a boolean"));
         }
     }
+    let login = match super::login::parse(m.get("image_login")) {
+        Ok(l) => l,
+        Err(msg) => return invalid_args(msg),
+    };
     let env = match parse_env(m.get("env").unwrap_or(&Value::Null)) {
         Ok(e) => e,
         Err(msg) => return invalid_args(format!("Invalid args: {msg}")),
@@ -286,6 +290,7 @@ pub(super) fn create_inner(engine: &Engine, id: &str, body: &[u8]) -> Response {
         bid_price: price,
         machine_id: Some(key.machine_id),
         start_stopped: target_state == "stopped",
+        login,
         extra: Extra::Vast(Box::new(extra)),
         ..NewWorkload::default()
     };

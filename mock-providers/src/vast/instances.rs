@@ -21,6 +21,11 @@ pub(super) fn number_or_null(v: Option<f64>) -> Value {
 
 pub(super) fn status_msg(w: &Workload, phase: Phase) -> Value {
     let msg = match (&w.run, phase) {
+        // The daemon's refusal, as vast-cli's own tests show it in `status_msg`
+        // (`tests/cli/test_runtime_diagnostics.py`).
+        (_, Phase::Provisioning) if w.pull_error.is_some() => {
+            w.pull_error.clone().unwrap_or_default()
+        }
         (_, Phase::Provisioning) => format!("Pulling image {}", w.image),
         (_, Phase::Starting) => "Starting container".to_owned(),
         // An offline host sends nothing more: its last message stays.

@@ -27,6 +27,11 @@ pub struct ProviderConfig {
     /// to the provider). Unset: [`SecretEnv::default_for`] the kind.
     #[serde(default)]
     pub secret_env: Option<SecretEnv>,
+    /// Whether pods naming `imagePullSecrets` may run here (their registry logins are sent to
+    /// the provider). Unset: this provider's `secretEnv`, since a registry password is a
+    /// Secret value like any other.
+    #[serde(default)]
+    pub pull_secrets: Option<SecretEnv>,
     /// Guardrails of this provider alone.
     #[serde(default)]
     pub limits: Limits,
@@ -178,6 +183,12 @@ impl ProviderConfig {
     pub fn secret_env(&self, allowed_namespaces: &[String]) -> SecretEnv {
         self.secret_env
             .unwrap_or_else(|| SecretEnv::default_for(&self.kind, allowed_namespaces))
+    }
+
+    /// This provider's `pullSecrets`, or its `secretEnv` (as [`Self::secret_env`] decides it).
+    pub fn pull_secrets(&self, allowed_namespaces: &[String]) -> SecretEnv {
+        self.pull_secrets
+            .unwrap_or_else(|| self.secret_env(allowed_namespaces))
     }
 
     /// Reads the provider's API key from its environment variable or file (empty if neither).

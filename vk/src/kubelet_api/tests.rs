@@ -315,6 +315,7 @@ fn observed(uid: &str, usage: Option<Usage>) -> Observed {
         usage,
         price: None,
         container_exits: Default::default(),
+        pull_failure: None,
     }
 }
 

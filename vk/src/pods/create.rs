@@ -73,12 +73,14 @@ impl PodController {
             ControlFlow::Continue(env) => env,
             ControlFlow::Break(action) => return Ok(action),
         };
+        let mut base = spec::workload(pod, req, id.clone(), env.vars, &env.containers);
+        base.registry_logins = self.pull_logins(pod).await?;
         let creating = Creating {
             pod,
             id: &id,
             req,
             plan,
-            base: spec::workload(pod, req, id.clone(), env.vars, &env.containers),
+            base,
             seen,
         };
         let mut capacity_msgs = Vec::new();
@@ -171,6 +173,29 @@ impl PodController {
             );
         }
         Ok(ControlFlow::Continue(env))
+    }
+
+    /// The registry logins the pod's images pull with. A pull Secret that is missing or not a
+    /// docker config is said in the kubelet's words and left out: the pull then fails and the
+    /// pod says why (`ErrImagePull`), and a fixed Secret is read at the next attempt.
+    async fn pull_logins(&self, pod: &Pod) -> Result<Vec<crate::provider::RegistryLogin>, Error> {
+        let got = super::pull::resolve(pod, &env::KubeSource(self.client.clone()))
+            .await
+            .map_err(Error::ResolveEnv)?;
+        if !got.unreadable.is_empty() {
+            self.event(
+                pod,
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                "CreateWorkload",
+                &format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the \
+                     image may not succeed.",
+                    got.unreadable.join(", ")
+                ),
+            );
+        }
+        Ok(got.logins)
     }
 
     /// Offers the workload to candidate `n` of the plan.
@@ -346,6 +371,7 @@ impl PodController {
             usage: None,
             price: c.price,
             container_exits: Default::default(),
+            pull_failure: None,
         };
         self.slots[c.provider].cache(uid.clone(), obs.clone());
         let waited = seen.elapsed();

@@ -20,13 +20,16 @@ use crate::provider::{FailureReason, Observed, ProviderError, WorkloadState};
 
 mod admission;
 mod backoff;
+mod capability;
 mod deadline;
 mod facts;
+pub mod pull;
 mod stopping;
 
 pub use admission::Admission;
 pub use backoff::delay as backoff_delay;
 pub use deadline::start_deadline_due_in;
+use capability::capability_refusal;
 use deadline::{past_deadline, seen_past, start_deadline};
 pub use facts::{
     AfterCreateError, after_create_error, assigned, controller_of, current_container, restart_count,
@@ -89,6 +92,15 @@ pub enum Step {
         attempt: u32,
         message: String,
     },
+    /// The provider could not pull the workload's image: end the workload, record the
+    /// failure (`record`, the `gpu-vk.io/pull-failures` value) and wait `ErrImagePull`.
+    PullFailed {
+        provider: usize,
+        record: String,
+        message: String,
+    },
+    /// No workload, and the image pull back-off still runs: wait `ImagePullBackOff`.
+    PullBackOff { wait: Duration, message: String },
     /// The pod had a workload and its provider's list, trusted, no longer shows it.
     Lost { provider: String },
     /// Look again after this long (a list to come, a restart back-off to expire).
@@ -235,6 +247,9 @@ fn choose(
     if let Some(wait) = backoff::backoff_remaining(pod, rules.timings, now) {
         return Step::Wait(wait);
     }
+    if let Some(step) = pull::backoff_remaining(pod, rules.timings, now) {
+        return step;
+    }
     let plan = match plan(rules, pod, &request) {
         Ok(p) => p,
         Err((reason, why)) => return refuse(rules, pod, reason, why),
@@ -287,45 +302,6 @@ fn passed_over(rules: &Rules<'_>, plan: &Plan) -> Step {
 /// A refusal: its reason and message.
 pub type Refusal = (&'static str, String);
 
-/// Why no provider the pod may go to (all, or the one it pins) can run it as it is: only one
-/// that runs every container can take it (`steps_only`), or only one that serves UDP.
-fn capability_refusal(rules: &Rules<'_>, request: &Request) -> Option<Refusal> {
-    let may: Vec<&dispatch::Offer> = rules
-        .offers
-        .iter()
-        .filter(|o| {
-            request
-                .pinned_provider
-                .as_ref()
-                .is_none_or(|pin| *pin == o.name)
-        })
-        .collect();
-    if let Some(why) = &request.steps_only
-        && !may.iter().any(|o| o.capabilities.containers)
-    {
-        return Some((reason::INVALID_SPEC, why.clone()));
-    }
-    if !request.udp_ports.is_empty() && !may.iter().any(|o| o.capabilities.udp) {
-        let ports: Vec<String> = request
-            .udp_ports
-            .iter()
-            .map(|p| format!("{p}/UDP"))
-            .collect();
-        let names: Vec<&str> = may.iter().map(|o| o.name.as_str()).collect();
-        return Some((
-            reason::INVALID_SPEC,
-            format!(
-                "container port {} is UDP, and provider {} serves TCP ports only (RunPod \
-                 publishes tcp and http ports; the Vast and kubernetes adapters publish TCP): \
-                 remove the port, declare it TCP, or pin a provider that serves UDP (Slurm)",
-                ports.join(", "),
-                names.join(", ")
-            ),
-        ));
-    }
-    None
-}
-
 /// What the pod asks for, against the configuration and what dispatch knows: the plan, or why
 /// the pod may never run as it is. The admission webhook asks the same question ([`refusal`]),
 /// so a pod it refuses at create time gets the message the VK would give.
@@ -351,7 +327,7 @@ fn plan(rules: &Rules<'_>, pod: &Pod, request: &Request) -> Result<Plan, Refusal
                 return Err((r, e.to_string()));
             }
         };
-    let secrets = secrets::referenced(pod);
+    let secrets = secrets::Uses::of(pod);
     if !secrets.is_empty() {
         let mut order = plan.providers();
         // Passed-over providers count too: a Secret-bearing pod waiting for its only
@@ -389,6 +365,14 @@ pub fn refusal(rules: &Rules<'_>, pod: &Pod) -> Option<Refusal> {
 /// The pod has a workload: report it, or restart it when it ended and the policy says so.
 fn observed(rules: &Rules<'_>, pod: &Pod, f: Found<'_>, memory: &Memory, now: Timestamp) -> Step {
     let obs = f.observed;
+    if let Some(message) = &obs.pull_failure
+        && matches!(
+            obs.state,
+            WorkloadState::Queued { .. } | WorkloadState::Starting
+        )
+    {
+        return pull::failed(pod, f.provider, message, rules.timings, now);
+    }
     match start_deadline(rules, pod, f) {
         Err(message) => return fail(reason::INVALID_SPEC, message),
         Ok(Some(deadline))

@@ -31,6 +31,8 @@ pub struct Offer {
     pub name: String,
     pub capabilities: Capabilities,
     pub secret_env: SecretEnv,
+    /// Whether the pod's pull Secrets (registry logins) may be sent to it.
+    pub pull_secrets: SecretEnv,
 }
 
 /// What dispatch knows of one provider at this moment.

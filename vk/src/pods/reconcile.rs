@@ -209,6 +209,9 @@ impl PodController {
                     .await?;
                 Ok(Action::requeue(self.cfg.timings.poll_interval()))
             }
+            step @ (Step::PullFailed { .. } | Step::PullBackOff { .. }) => {
+                self.carry_out_pull(step, pod, now.found).await
+            }
             Step::Lost { provider } => self.lost(pod, &provider).await,
             Step::Wait(d) => Ok(Action::requeue(d)),
             Step::Hold {

@@ -31,6 +31,9 @@ pub const ANN_START_DEADLINE: &str = "gpu-vk.io/start-deadline-seconds";
 /// Written by the VK: how many of the pod's workloads were given up at the start deadline
 /// (see `providers[].startAttempts`), so the count survives restarts.
 pub const ANN_START_ATTEMPTS: &str = "gpu-vk.io/start-attempts";
+/// Written by the VK: how many pulls of the pod's image failed in a row and when the last did
+/// (`3 2026-12-07T10:00:00Z`), which the image pull back-off counts from.
+pub const ANN_PULL_FAILURES: &str = "gpu-vk.io/pull-failures";
 /// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
 pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
 /// Written by the VK (with the status): where the provider publishes the pod's container ports
@@ -41,11 +44,12 @@ pub const ANN_PUBLISHED: &str = crate::provider::PUBLISHED_ANNOTATION;
 /// The annotations only the VK writes on its pods: read back as its own records, never as a
 /// user's request. The chart's `*-owned-annotations` ValidatingAdmissionPolicy refuses them to
 /// everyone else (a test checks the two lists agree).
-pub const VK_OWNED: [&str; 4] = [
+pub const VK_OWNED: [&str; 5] = [
     ANN_PUBLISHED,
     ANN_ASSIGNED,
     ANN_DISPATCH,
     ANN_START_ATTEMPTS,
+    ANN_PULL_FAILURES,
 ];
 /// Containers and native sidecars the provider leaves out, comma-separated (`metrics,logs`):
 /// a provider runs one container, and a chart's exporter or log shipper need not come along.
@@ -240,7 +244,7 @@ fn annotations(pod: &Pod) -> Result<Annotated, SpecError> {
                 out.pinned_provider = Some(v.clone());
             }
             ANN_ASSIGNED | ANN_DISPATCH | ANN_PUBLISHED | ANN_OMIT_CONTAINERS
-            | ANN_START_ATTEMPTS => {}
+            | ANN_START_ATTEMPTS | ANN_PULL_FAILURES => {}
             ANN_GPU_TYPE => {
                 let set = gpu_type_set(v)?;
                 out.gpu_type = set.first().map(|t| (*t).to_owned());
@@ -442,6 +446,7 @@ pub fn workload(
         options: req.options.clone(),
         containers,
         hardening: super::hardening::of(pod, &c),
+        registry_logins: Vec::new(),
     }
 }
 

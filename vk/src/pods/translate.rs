@@ -45,6 +45,10 @@ pub mod reason {
     pub const CONFIG_ERROR: &str = "CreateContainerConfigError";
     pub const CREATING: &str = "ContainerCreating";
     pub const CRASH_LOOP: &str = "CrashLoopBackOff";
+    /// The provider could not pull the image (the kubelet's container reason).
+    pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
+    /// Waiting for the image back-off before the next pull (the kubelet's container reason).
+    pub const IMAGE_PULL_BACKOFF: &str = "ImagePullBackOff";
     pub const STATE_UNKNOWN: &str = "ProviderStateUnknown";
     /// A container or sidecar left out by `gpu-vk.io/omit-containers`.
     pub const NOT_RUN_ON_PROVIDER: &str = "NotRunOnProvider";

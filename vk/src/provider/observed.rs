@@ -32,6 +32,11 @@ pub struct Observed {
     /// `outputDir`: the `.exit` file each step's wrapper writes); empty elsewhere, and then
     /// every container follows the workload's state.
     pub container_exits: BTreeMap<String, ContainerExit>,
+    /// The provider reports that the image could not be pulled (no such image or tag, no or
+    /// wrong credentials): its message. The workload is then ended and the pod waits in
+    /// `ImagePullBackOff`, as a kubelet's container does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_failure: Option<String>,
 }
 
 /// How one container of a workload of several ended.

@@ -36,6 +36,39 @@ pub struct Workload {
     /// in a pod of its own, the kubernetes one, keeps them).
     #[serde(skip_serializing_if = "Hardening::is_empty")]
     pub hardening: Hardening,
+    /// The logins the pod's images pull with, one per registry (from its `imagePullSecrets`,
+    /// where its provider may receive them: `pullSecrets` in docs/configuration.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub registry_logins: Vec<RegistryLogin>,
+}
+
+impl Workload {
+    /// The login `image` pulls with, if the pod has one for its registry.
+    pub fn login_for(&self, image: &str) -> Option<&RegistryLogin> {
+        let registry = crate::vocab::image::reference(image).registry();
+        self.registry_logins.iter().find(|l| l.registry == registry)
+    }
+}
+
+/// A registry login from a pull Secret; its `Debug` and serialised form never show the
+/// password.
+#[derive(Clone, PartialEq, Eq, Serialize)]
+pub struct RegistryLogin {
+    /// `host[:port]` (Docker Hub is `index.docker.io`).
+    pub registry: String,
+    pub username: String,
+    #[serde(skip)]
+    pub password: String,
+}
+
+impl fmt::Debug for RegistryLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}@{} (password <redacted>)",
+            self.username, self.registry
+        )
+    }
 }
 
 /// Security settings that only ever narrow what a container may do, from the pod's and the

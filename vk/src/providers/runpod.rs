@@ -55,9 +55,10 @@
 //! - Pods requesting no GPU become CPU pods of flavor `cpuFlavorId` (default `cpu3c`) with
 //!   the request's CPUs rounded up to a power of two; memory follows from the flavor.
 //!   Without a flavor the adapter declares `gpu_only` and dispatch passes it by.
-//! - `GET /pods/{id}/logs` exists in v2 (Server-Sent Events, `tail`, `since`, `source`), but a
-//!   non-follow request has no documented end-of-backlog marker; this adapter keeps the
-//!   trait's default (logs unsupported) until that is settled.
+//! - Logs: `GET /pods/{id}/logs` (Server-Sent Events), read as `logs.rs` says.
+//! - Private images: the pod's registry login becomes a registry credential named by its
+//!   digest and sent by id in `registry` (`registries.rs`); a pull that fails shows only in the
+//!   pod's system log, where `pulls.rs` reads it.
 //! - Usage comes from `runtime`: CPU millicores = `cpu.util`% of the pod's vCPUs, memory =
 //!   `memory.util`% of its RAM. A CPU pod's `cpu` block gives both; a GPU pod's are not in
 //!   the API, so they come from the settings' `gpuPodResources` (per GPU of the type) or the
@@ -75,6 +76,8 @@ mod exits;
 #[cfg(test)]
 mod fuzz;
 mod logs;
+mod pulls;
+mod registries;
 mod state;
 mod wire;
 
@@ -112,6 +115,10 @@ pub struct RunPod {
     cpu: Mutex<super::cpu::CpuCounters>,
     /// When a create was last refused for insufficient balance (402), until one succeeds.
     unpaid_since: Mutex<Option<std::time::Instant>>,
+    /// Registry credentials this process created or used.
+    registries: Mutex<registries::Known>,
+    /// What the system logs of starting pods say of their pulls.
+    pulls: std::sync::Arc<Mutex<pulls::Pulls>>,
 }
 
 impl RunPod {
@@ -140,6 +147,8 @@ impl RunPod {
             exits: Mutex::default(),
             cpu: Mutex::default(),
             unpaid_since: Mutex::default(),
+            registries: Mutex::default(),
+            pulls: std::sync::Arc::default(),
         })
     }
 
@@ -201,6 +210,7 @@ impl RunPod {
             args,
             ports: w.ports.iter().map(|p| format!("{p}/tcp")).collect(),
             disk,
+            registry: None,
         })
     }
 

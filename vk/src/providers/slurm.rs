@@ -477,5 +477,6 @@ fn observe(owner: &Owner, job: &JobRecord, price_per_gpu: Option<Price>) -> Opti
         usage: None,
         price: price_per_gpu.map(|p| p.times(job.gpus())),
         container_exits: Default::default(),
+        pull_failure: None,
     })
 }

@@ -49,6 +49,7 @@ impl WorkloadBuilder {
                 options: Default::default(),
                 containers: Vec::new(),
                 hardening: Default::default(),
+                registry_logins: Vec::new(),
             },
         }
     }
@@ -170,6 +171,18 @@ impl WorkloadBuilder {
     /// Appends one exposed port.
     pub fn port(mut self, port: u16) -> Self {
         self.workload.ports.push(port);
+        self
+    }
+
+    /// Adds a registry login the pod's images pull with.
+    pub fn login(mut self, registry: &str, username: &str, password: &str) -> Self {
+        self.workload
+            .registry_logins
+            .push(vk::provider::RegistryLogin {
+                registry: registry.into(),
+                username: username.into(),
+                password: password.into(),
+            });
         self
     }
 

@@ -20,6 +20,17 @@ async fn list_is_one_call_per_page_and_maps_every_state() {
         false,
     );
     exited_bad["status_msg"] = json!("Error response from daemon: pull access denied");
+    // A host whose daemon refuses the image (vast-cli's own tests show it in `status_msg`).
+    let mut loading_denied = instance(
+        102,
+        &ours("00000000-0000-4000-8000-000000000002"),
+        json!("loading"),
+        "running",
+        false,
+    );
+    loading_denied["status_msg"] = json!(
+        "Error response from daemon: pull access denied for private/image, repository does not exist or may require authorization"
+    );
     let page1 = json!([
         instance(
             101,
@@ -28,13 +39,7 @@ async fn list_is_one_call_per_page_and_maps_every_state() {
             "running",
             false
         ),
-        instance(
-            102,
-            &ours("00000000-0000-4000-8000-000000000002"),
-            json!("loading"),
-            "running",
-            false
-        ),
+        loading_denied,
         instance(
             103,
             &ours("00000000-0000-4000-8000-000000000003"),
@@ -122,6 +127,22 @@ async fn list_is_one_call_per_page_and_maps_every_state() {
             .map(|o| o.state.clone())
     };
     assert_eq!(by_id("106"), Some(WorkloadState::Preempted));
+    let pull = |pid: &str| {
+        observed
+            .iter()
+            .find(|o| o.provider_id == pid)
+            .and_then(|o| o.pull_failure.clone())
+    };
+    assert!(
+        pull("102").is_some_and(|m| m.contains("pull access denied for private/image")),
+        "a refused pull of an instance still loading is a pull failure"
+    );
+    assert_eq!(
+        pull("105"),
+        None,
+        "an exited instance is not a pull in progress"
+    );
+    assert_eq!(pull("101"), None);
     assert_eq!(
         by_id("105"),
         Some(WorkloadState::Failed {

@@ -119,6 +119,7 @@ fn a_udp_port_goes_only_to_a_provider_that_serves_udp_and_is_refused_where_none_
             ..Default::default()
         },
         secret_env: crate::config::SecretEnv::Allow,
+        pull_secrets: crate::config::SecretEnv::Allow,
     };
     let offers = [offer("runpod", false), offer("hpc", true)];
     let dispatch = crate::config::DispatchConfig::default();

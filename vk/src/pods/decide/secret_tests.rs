@@ -16,6 +16,7 @@ fn decide_with(pod: &Pod, policies: &[(&str, SecretEnv)], secret_failover: bool)
             name: (*name).into(),
             capabilities: Capabilities::default(),
             secret_env: *secret_env,
+            pull_secrets: *secret_env,
         })
         .collect();
     let owner = owner();

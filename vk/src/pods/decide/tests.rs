@@ -26,6 +26,7 @@ fn offers() -> Vec<Offer> {
             ..Default::default()
         },
         secret_env: crate::config::SecretEnv::Allow,
+        pull_secrets: crate::config::SecretEnv::Allow,
     };
     vec![
         offer("runpod", &["A100-80GB", "H100"], 8),

@@ -14,6 +14,7 @@ fn offer(name: &str, types: &[&str], max: u32) -> Offer {
             ..Default::default()
         },
         secret_env: SecretEnv::Allow,
+        pull_secrets: SecretEnv::Allow,
     }
 }
 

@@ -129,6 +129,7 @@ pub fn observe(
         usage,
         price: price_per_gpu.map(|p| p.times(gpus.max(1))),
         container_exits: Default::default(),
+        pull_failure: None,
     })
 }
 

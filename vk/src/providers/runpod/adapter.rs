@@ -10,7 +10,7 @@ use super::state::observe;
 use super::wire::{GpuCatalog, Pod};
 use crate::provider::{
     Capabilities, Inventory, LogOptions, LogStream, Observed, Provider, ProviderError, Vanished,
-    Workload,
+    Workload, WorkloadState,
 };
 use crate::providers::rest;
 
@@ -33,7 +33,8 @@ impl Provider for RunPod {
 
     async fn create(&self, w: &Workload) -> Result<(), ProviderError> {
         crate::providers::ensure_owned(&self.owner, w)?;
-        let body = self.create_request(w)?;
+        let mut body = self.create_request(w)?;
+        body.registry = self.registry_for(w).await?;
         // No lookup by name first: the framework only creates when no list begun after its
         // previous attempt showed this workload (see `Provider::create`).
         let body = serde_json::to_value(&body).map_err(|e| ProviderError::Invalid {
@@ -132,6 +133,7 @@ impl Provider for RunPod {
     async fn list(&self) -> Result<Vec<Observed>, ProviderError> {
         let sent = Instant::now();
         let pods = self.list_pods().await?;
+        self.sweep_registries(&pods).await;
         let has_id = |p: &Pod| p.id.as_deref().is_some_and(|id| !id.is_empty());
         rest::whole_list(
             &self.name,
@@ -166,9 +168,13 @@ impl Provider for RunPod {
                 (p.id.clone(), uptime)
             })
             .collect();
+        self.pulls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(&ids);
         let mut cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
         cpu.retain(ids.iter().copied());
-        Ok(pods
+        let observed: Vec<Observed> = pods
             .into_iter()
             .zip(exited)
             .zip(uptimes)
@@ -179,11 +185,54 @@ impl Provider for RunPod {
                 }
                 Some(o)
             })
-            .collect())
+            .collect();
+        drop(cpu);
+        Ok(self.with_pull_failures(observed))
     }
 }
 
 impl RunPod {
+    /// Adds what the system logs say of the pulls of pods still starting, and starts the
+    /// looks that are due (`pulls`).
+    fn with_pull_failures(&self, mut observed: Vec<Observed>) -> Vec<Observed> {
+        let starting = |o: &Observed| {
+            matches!(
+                o.state,
+                WorkloadState::Queued { .. } | WorkloadState::Starting
+            )
+        };
+        let due = {
+            let mut pulls = self.pulls.lock().unwrap_or_else(|e| e.into_inner());
+            let now = jiff::Timestamp::now();
+            let ids: Vec<(String, std::time::Duration)> = observed
+                .iter()
+                .filter(|o| starting(o))
+                .map(|o| {
+                    let age = o
+                        .created_at
+                        .map(|c| now.duration_since(c))
+                        .and_then(|d| std::time::Duration::try_from(d).ok())
+                        .unwrap_or_default();
+                    (o.provider_id.clone(), age)
+                })
+                .collect();
+            for o in observed.iter_mut().filter(|o| starting(o)) {
+                o.pull_failure = pulls.failure(&o.provider_id);
+            }
+            pulls.due(&ids, std::time::Instant::now())
+        };
+        let timeout = std::time::Duration::from_secs(self.cfg.request_timeout_secs.max(1));
+        for id in due {
+            tokio::spawn(super::pulls::check(
+                self.api.clone(),
+                self.pulls.clone(),
+                id,
+                timeout,
+            ));
+        }
+        observed
+    }
+
     /// Remembers a create refused for insufficient balance (402) until a create succeeds.
     fn note_balance(&self, status: u16) {
         let mut unpaid = self.unpaid_since.lock().unwrap_or_else(|e| e.into_inner());

@@ -110,6 +110,10 @@ pub struct RunPodConfig {
     /// cross the network in clear). Off by default.
     #[serde(default)]
     pub allow_insecure_http: bool,
+    /// How often this owner's registry credentials that no pod uses are deleted, seconds
+    /// (the first sweep one interval after start; 0: at every list).
+    #[serde(default = "default_registry_sweep")]
+    pub registry_sweep_seconds: u64,
 }
 
 /// What a GPU pod gets per GPU besides the GPU (see `gpuPodResources`).
@@ -135,6 +139,9 @@ fn default_max_gpus() -> u32 {
 fn default_timeout_secs() -> u64 {
     30
 }
+fn default_registry_sweep() -> u64 {
+    300
+}
 
 impl Default for RunPodConfig {
     fn default() -> Self {
@@ -154,6 +161,7 @@ impl Default for RunPodConfig {
             gpu_pod_resources: BTreeMap::new(),
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
+            registry_sweep_seconds: default_registry_sweep(),
         }
     }
 }

@@ -212,7 +212,7 @@ impl RunPod {
 }
 
 /// Opens one connection (resuming after `cursor`); a refusal is the provider's error.
-async fn connect(
+pub(super) async fn connect(
     api: &Client<Bearer>,
     url: &reqwest::Url,
     cursor: Option<&str>,

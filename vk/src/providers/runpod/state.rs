@@ -99,6 +99,7 @@ pub(super) fn observe(
         usage,
         price: pod.cost.and_then(Price::from_dollars),
         container_exits: Default::default(),
+        pull_failure: None,
     })
 }
 

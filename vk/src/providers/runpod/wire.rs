@@ -29,6 +29,9 @@ pub(super) struct CreatePodRequest {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(super) ports: Vec<String>,
     pub(super) disk: u32,
+    /// The registry credential's id, for a private image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) registry: Option<String>,
 }
 
 /// `CreateGpuConfig`: `id`, `count` and the CUDA constraints, nothing else
@@ -104,6 +107,9 @@ pub(super) struct Pod {
     /// rate billed for the whole pod.
     #[serde(default, deserialize_with = "lenient")]
     pub(super) cost: Option<f64>,
+    /// The registry credential the pod pulls with (`ContainerConfig.registry`).
+    #[serde(default, deserialize_with = "lenient")]
+    pub(super) registry: Option<String>,
 }
 
 /// The `gpu` / `cpu` block of a pod: what was allocated.

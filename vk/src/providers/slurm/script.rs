@@ -446,6 +446,7 @@ mod tests {
             options: BTreeMap::new(),
             containers: Vec::new(),
             hardening: Default::default(),
+            registry_logins: Vec::new(),
         }
     }
 

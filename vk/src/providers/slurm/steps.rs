@@ -394,6 +394,7 @@ mod tests {
             options: BTreeMap::new(),
             containers,
             hardening: Default::default(),
+            registry_logins: Vec::new(),
         }
     }
 

@@ -81,6 +81,7 @@ mod tests {
             options: Default::default(),
             containers: vec![],
             hardening: Default::default(),
+            registry_logins: Vec::new(),
         }
     }
 

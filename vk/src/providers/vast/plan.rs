@@ -3,7 +3,7 @@
 
 use super::Vast;
 use super::limits;
-use super::wire::{CreateInstanceRequest, Filter, OfferSearch};
+use super::wire::{CreateInstanceRequest, Filter, ImageLogin, OfferSearch};
 use crate::provider::{ProviderError, Workload};
 use crate::providers::options::Options;
 use crate::providers::rest;
@@ -161,7 +161,36 @@ fn rent_request(
         env,
         price: None,
         cancel_unavail: true,
+        image_login: w.login_for(&w.image).map(image_login),
     })
+}
+
+/// `image_login`: "Docker registry credentials for private images (eg., `-u username -p
+/// access_token docker.io`)" (vast-ai/docs `api-reference/creating-instances-with-api.mdx`),
+/// `docker login` arguments; a word with anything but letters, digits and `._@:/+=-` is quoted
+/// as a shell reads it, so a password with spaces or quotes arrives whole.
+fn image_login(l: &crate::provider::RegistryLogin) -> ImageLogin {
+    let quote = |w: &str| {
+        if !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._@:/+=-".contains(c))
+        {
+            w.to_owned()
+        } else {
+            crate::vocab::shell::quote(w)
+        }
+    };
+    let registry = if l.registry == crate::vocab::image::DOCKER_HUB {
+        "docker.io"
+    } else {
+        &l.registry
+    };
+    ImageLogin(format!(
+        "-u {} -p {} {}",
+        quote(&l.username),
+        quote(&l.password),
+        quote(registry)
+    ))
 }
 
 /// The pod's `region` (or `geolocation`) option: Vast's country codes, upper-cased.
@@ -223,5 +252,20 @@ mod tests {
             (Some("sleep".into()), vec![])
         );
         assert_eq!(entrypoint_and_args(&[], &[]), (None, vec![]));
+    }
+
+    #[test]
+    fn an_image_login_is_docker_login_arguments_that_never_show_in_debug() {
+        use crate::provider::RegistryLogin;
+        let login = |registry: &str, password: &str| RegistryLogin {
+            registry: registry.into(),
+            username: "robot".into(),
+            password: password.into(),
+        };
+        let plain = image_login(&login("registry.example.com:5000", "tok-1"));
+        assert_eq!(plain.0, "-u robot -p tok-1 registry.example.com:5000");
+        let odd = image_login(&login("index.docker.io", "it's a secret"));
+        assert_eq!(odd.0, r"-u robot -p 'it'\''s a secret' docker.io");
+        assert!(!format!("{odd:?}").contains("secret"));
     }
 }

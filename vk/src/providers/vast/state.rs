@@ -35,6 +35,7 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
         .clone()
         .map(|m| http::truncate(m.trim()))
         .filter(|m| !m.is_empty());
+    let pull_failure = pull_failure(&state, status.as_deref());
     let now = jiff::Timestamp::now().as_second() as f64;
     let message = match (&state, contract_note(&inst, now)) {
         // A running instance says when its contract ends (its status_msg says nothing a
@@ -65,7 +66,31 @@ pub(super) fn observe(provider: &str, inst: Instance) -> Option<Observed> {
         // `dph_total`: what the instance costs per hour, GPU and storage (show-instances).
         price: inst.dph_total.and_then(Price::from_dollars),
         container_exits: Default::default(),
+        pull_failure,
     })
+}
+
+/// The docker daemon's refusal of the image while the instance has not started: Vast shows
+/// it in `status_msg` (vast-ai/vast-cli's own tests: "Error response from daemon: manifest for
+/// ... not found", "pull access denied for private/image, repository does not exist or may
+/// require authorization", "unauthorized: authentication required",
+/// `tests/cli/test_runtime_diagnostics.py`, `tests/cli/test_machines_commands.py`).
+fn pull_failure(state: &WorkloadState, status: Option<&str>) -> Option<String> {
+    if !matches!(
+        state,
+        WorkloadState::Queued { .. } | WorkloadState::Starting
+    ) {
+        return None;
+    }
+    let msg = status?;
+    let lower = msg.to_ascii_lowercase();
+    let refused = lower.contains("pull access denied")
+        || (lower.contains("manifest")
+            && (lower.contains("not found") || lower.contains("unknown")))
+        || lower.contains("unauthorized: authentication required")
+        || lower.contains("no basic auth credentials")
+        || lower.contains("error pulling image");
+    refused.then(|| msg.to_owned())
 }
 
 /// The rental contract's end (`end_date`), as (ended, sentence). "When the rental end date is

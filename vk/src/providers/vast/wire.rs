@@ -133,6 +133,20 @@ pub(super) struct CreateInstanceRequest {
     /// for interruptibles", `PUT /api/v0/asks/{id}/`; vast-cli `--cancel-unavail`: "Return
     /// error if scheduling fails (rather than creating a stopped instance)").
     pub(super) cancel_unavail: bool,
+    /// The registry login of a private image (`-u USER -p PASSWORD REGISTRY`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) image_login: Option<ImageLogin>,
+}
+
+/// An `image_login` value: it holds a password, so its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub(super) struct ImageLogin(pub(super) String);
+
+impl std::fmt::Debug for ImageLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<image login redacted>")
+    }
 }
 
 #[derive(Debug, Deserialize)]
