@@ -35,6 +35,8 @@ mod overflow_refused;
 mod pod_ip;
 #[path = "conformance/pods.rs"]
 mod pods;
+#[path = "conformance/private_images.rs"]
+mod private_images;
 #[path = "conformance/privilege.rs"]
 mod privilege;
 #[path = "conformance/replacement.rs"]

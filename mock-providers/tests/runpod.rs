@@ -486,3 +486,5 @@ async fn actions_stop_start_restart_terminate_and_conflicts() {
 
 #[path = "runpod/limits.rs"]
 mod limits;
+#[path = "runpod/private_images.rs"]
+mod private_images;

@@ -136,7 +136,8 @@ def check_policy_start(docs, case, suffix, what):
 
 
 # The annotations only the VK writes (vk/src/pods/spec.rs; a vk test checks the same list).
-OWNED_ANNOTATIONS = ["gpu-vk.io/published-ports", "gpu-vk.io/assigned-provider", "gpu-vk.io/dispatch", "gpu-vk.io/start-attempts"]
+OWNED_ANNOTATIONS = ["gpu-vk.io/published-ports", "gpu-vk.io/assigned-provider", "gpu-vk.io/dispatch", "gpu-vk.io/start-attempts",
+                     "gpu-vk.io/pull-failures"]
 
 
 def check_annotation_policy(docs, case, sa_name, namespace, node):

@@ -134,6 +134,21 @@ impl Observer {
         }
     }
 
+    /// The provider's registry serves `repository` only to this login (an emulator's
+    /// `/_admin/private-images`).
+    pub async fn private_image(&self, repository: &str, username: &str, password: &str) {
+        match self {
+            Self::Emulator(e) => {
+                e.admin_post(
+                    "/private-images",
+                    json!({"repository": repository, "username": username, "password": password}),
+                )
+                .await;
+            }
+            Self::Kubernetes(_) | Self::Slurm(_) => no_admin_api(),
+        }
+    }
+
     /// Leaves the provider without capacity for new GPU workloads.
     pub async fn no_capacity(&self) {
         match self {

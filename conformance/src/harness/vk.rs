@@ -417,9 +417,9 @@ impl Vk {
         std::fs::read_to_string(self.dir.join("vk.log")).unwrap_or_default()
     }
 
-    /// Reads one of the VK's own Prometheus counters.
-    pub async fn metric(&self, name: &str) -> f64 {
-        let text = match &self.pod {
+    /// The VK's whole Prometheus exposition.
+    pub async fn metrics_text(&self) -> String {
+        match &self.pod {
             Some(p) => tokio::task::block_in_place(|| p.metrics()),
             None => reqwest::get(self.metrics_url())
                 .await
@@ -427,7 +427,12 @@ impl Vk {
                 .text()
                 .await
                 .unwrap(),
-        };
+        }
+    }
+
+    /// Reads one of the VK's own Prometheus counters.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.metrics_text().await;
         text.lines()
             .filter(|l| l.starts_with(name) && !l.starts_with('#'))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

@@ -23,11 +23,12 @@ const TENANT: &str = "tenant-a";
 /// What the chart's `*-owned-annotations` policy says when it refuses a write.
 const REFUSAL: &str = "is written only by the virtual kubelet";
 /// The annotations the VK owns (vk/src/pods/spec.rs `VK_OWNED`; the chart's policy lists them).
-const OWNED: [&str; 4] = [
+const OWNED: [&str; 5] = [
     "gpu-vk.io/published-ports",
     "gpu-vk.io/assigned-provider",
     "gpu-vk.io/dispatch",
     "gpu-vk.io/start-attempts",
+    "gpu-vk.io/pull-failures",
 ];
 
 /// A client acting as [`TENANT`], once the `edit` role is bound to it in the scenario's

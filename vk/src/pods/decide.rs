@@ -28,8 +28,8 @@ mod stopping;
 
 pub use admission::Admission;
 pub use backoff::delay as backoff_delay;
-pub use deadline::start_deadline_due_in;
 use capability::capability_refusal;
+pub use deadline::start_deadline_due_in;
 use deadline::{past_deadline, seen_past, start_deadline};
 pub use facts::{
     AfterCreateError, after_create_error, assigned, controller_of, current_container, restart_count,

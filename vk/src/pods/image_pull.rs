@@ -2,17 +2,18 @@
 //! ended (it would bill while the provider retries the pull), the container waits
 //! `ErrImagePull` and then `ImagePullBackOff` with the provider's message, and the Events are
 //! the kubelet's (`Failed` "Failed to pull image ...", "Error: ErrImagePull", `BackOff`
-//! "Back-off pulling image ..."). The decisions are `decide::pull`'s.
+//! "Back-off pulling image ...", "Error: ImagePullBackOff"), each under its own action so that
+//! none folds into another's series. The decisions are `decide::pull`'s.
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::decide::{Step, assigned, current_container, pull};
-use super::reconcile::Action;
-use crate::provider::Observed;
 use super::events::EventType;
+use super::reconcile::Action;
 use super::spec::ANN_PULL_FAILURES;
 use super::translate::{Situation, reason};
 use super::{Error, PodController};
+use crate::provider::Observed;
 
 impl PodController {
     /// Carries out [`Step::PullFailed`] and [`Step::PullBackOff`] (`found`: the pod's
@@ -57,6 +58,10 @@ impl PodController {
     ) -> Result<(), Error> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.delete_one(i, &uid, provider_id, Some(pod)).await?;
+        // The pod's next workload is created as for a pod that never had one: the create
+        // decision is spent (no status write may have followed it yet, when the provider
+        // reported the failure at its first list).
+        self.recent.forget_decision(&uid);
         let image = pull::image(pod);
         tracing::warn!(
             namespace = pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -76,7 +81,7 @@ impl PodController {
             pod,
             EventType::Warning,
             "Failed",
-            "PullImage",
+            "StartContainer",
             "Error: ErrImagePull",
         );
         self.annotate(pod, ANN_PULL_FAILURES, record).await?;
@@ -106,7 +111,7 @@ impl PodController {
                 pod,
                 EventType::Warning,
                 "Failed",
-                "PullImage",
+                "StartContainerBackOff",
                 "Error: ImagePullBackOff",
             );
         }

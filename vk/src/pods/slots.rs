@@ -321,6 +321,7 @@ fn same_state(a: &Observed, b: &Observed) -> bool {
         && a.finished_at == b.finished_at
         && a.provider_restarts == b.provider_restarts
         && a.provider_id == b.provider_id
+        && a.pull_failure == b.pull_failure
 }
 
 #[cfg(test)]
@@ -346,6 +347,10 @@ mod tests {
         let mut d = a.clone();
         d.provider_id = "other".into();
         assert!(!same_state(&a, &d));
+        // A pull the provider reports failed while the state stays "starting" is a change.
+        let mut e = a.clone();
+        e.pull_failure = Some("pull access denied".into());
+        assert!(!same_state(&a, &e));
         assert!(!same_state(&a, &observed(WorkloadState::Succeeded)));
     }
 }
