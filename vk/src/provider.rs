@@ -67,6 +67,22 @@ pub struct Capabilities {
     /// port goes only where this is set, and is refused before it exists when none may take it.
     #[serde(default)]
     pub udp: bool,
+    /// The largest container disk a pod may ask for, GB (`maxDiskGb` of RunPod and Vast;
+    /// `None`: no ceiling). A pod asking more of every provider it may use is refused before
+    /// it exists.
+    #[serde(default)]
+    pub max_disk_gb: Option<u32>,
+    /// Pulls a pod's images with its registry logins ([`Workload::registry_logins`]), or pulls
+    /// no image at all (Slurm's `bare` runtime). A pod naming `imagePullSecrets` goes only
+    /// where this is set.
+    #[serde(default)]
+    pub registry_logins: bool,
+    /// The highest CUDA version its hosts' drivers run (`12.8`), as the operator declares it
+    /// (`maxCudaVersion`; `None`: unknown). A pod whose `gpu-vk.io/min-cuda` is above it goes
+    /// elsewhere, and is refused before it exists when no provider it may use is known to run
+    /// it.
+    #[serde(default)]
+    pub max_cuda: Option<String>,
 }
 
 impl Capabilities {

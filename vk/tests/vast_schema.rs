@@ -163,6 +163,14 @@ async fn every_request_body_is_valid_against_the_published_schema() {
             json!({"eq": false}),
             "{shape}: vast-cli's default"
         );
+        // The reliability floor of Vast's own tools, and a direct port per published port.
+        assert_eq!(search["reliability"], json!({"gte": 0.9}), "{shape}");
+        let ports = if shape.contains("a port") {
+            json!({"gte": 1})
+        } else {
+            Value::Null
+        };
+        assert_eq!(search["direct_port_count"], ports, "{shape}");
         let (_, rent) = &sent[1];
         assert_eq!(
             rent["cancel_unavail"], true,

@@ -351,6 +351,18 @@ fn fits(p: &Offer, req: &Request, gpu_type: Option<&str>) -> bool {
     if !req.udp_ports.is_empty() && !caps.udp {
         return false;
     }
+    if let (Some((_, asked)), Some(max)) = (req.disk_asked(), caps.max_disk_gb)
+        && asked > f64::from(max)
+    {
+        return false;
+    }
+    if let (Some(floor), Some(max)) = (
+        req.min_cuda(),
+        caps.max_cuda.as_deref().and_then(super::spec::cuda_version),
+    ) && floor > max
+    {
+        return false;
+    }
     let Some(gpu) = &req.gpu else {
         return !caps.gpu_only;
     };

@@ -58,7 +58,8 @@ impl Uses {
     /// Whether `offer` may receive every Secret the pod sends.
     fn allowed_by(&self, offer: &Offer) -> bool {
         (self.env.is_empty() || offer.secret_env == SecretEnv::Allow)
-            && (self.pull.is_empty() || offer.pull_secrets == SecretEnv::Allow)
+            && (self.pull.is_empty()
+                || (offer.pull_secrets == SecretEnv::Allow && offer.capabilities.registry_logins))
     }
 }
 
@@ -119,6 +120,15 @@ pub fn restrict(
                 pull.join(", "),
             ));
         }
+        let (unable, noun, verb) = names(&|o| !o.capabilities.registry_logins);
+        if !uses.pull.is_empty() && !unable.is_empty() {
+            why.push(format!(
+                "the pod pulls its images with Secret {}, and {noun} {} {verb} unable to pull \
+                 with a registry login (Slurm's enroot runtime is given none yet)",
+                quoted(&uses.pull),
+                unable.join(", "),
+            ));
+        }
         return Err(why.join("; "));
     }
     if !failover {
@@ -141,7 +151,10 @@ mod tests {
             .iter()
             .map(|(name, secret_env)| Offer {
                 name: (*name).into(),
-                capabilities: Capabilities::default(),
+                capabilities: Capabilities {
+                    registry_logins: true,
+                    ..Capabilities::default()
+                },
                 secret_env: *secret_env,
                 pull_secrets: SecretEnv::Allow,
             })
@@ -275,5 +288,11 @@ mod tests {
             e.contains("secretEnv: deny") && e.contains("pullSecrets: deny"),
             "{e}"
         );
+        // A provider that cannot pull with a login is skipped too, saying so.
+        let mut os = offers(&[("runpod", Allow), ("hpc", Allow)]);
+        os[1].capabilities.registry_logins = false;
+        assert_eq!(restrict(&os, vec![1, 0], &pull, true), Ok(vec![0]));
+        let e = restrict(&os, vec![1], &pull, true).unwrap_err();
+        assert!(e.contains("provider hpc is unable to pull"), "{e}");
     }
 }

@@ -80,6 +80,12 @@ const OPTIONS: &[(&str, Validator)] = &[
     ("qos", |v| !v.is_empty()),
     ("time-limit", |v| v.parse::<u32>().is_ok_and(|m| m > 0)),
     ("disk-gb", |v| v.parse::<u32>().is_ok_and(|g| g > 0)),
+    // Container ports the provider must not publish (`9090,9100`): they stay inside the
+    // workload (RunPod and Vast publish every other declared port to the internet).
+    ("private-ports", |v| {
+        v.split(',')
+            .all(|p| p.trim().parse::<u16>().is_ok_and(|p| p > 0))
+    }),
     // The lowest CUDA version the image needs (`12.8`): RunPod's `gpu.minCudaVersion`, Vast's
     // `cuda_max_good` filter.
     ("min-cuda", |v| {
@@ -122,6 +128,27 @@ pub struct Request {
     /// The UDP ports the main container declares: only a provider that serves UDP
     /// ([`crate::provider::Capabilities::udp`]) may take the pod.
     pub udp_ports: Vec<i32>,
+}
+
+impl Request {
+    /// The container disk the pod asks for, GB, and from where: the option `disk_gb` (the
+    /// annotation `gpu-vk.io/disk-gb`), else its `ephemeral-storage` ([`EPHEMERAL_OPTION`]).
+    pub fn disk_asked(&self) -> Option<(&'static str, f64)> {
+        ["disk_gb", EPHEMERAL_OPTION]
+            .into_iter()
+            .find_map(|k| Some((k, self.options.get(k)?.parse::<f64>().ok()?)))
+    }
+
+    /// The lowest CUDA version the pod's image needs (`gpu-vk.io/min-cuda`), as (major, minor).
+    pub fn min_cuda(&self) -> Option<(u32, u32)> {
+        cuda_version(self.options.get("min_cuda")?)
+    }
+}
+
+/// A CUDA version `12.8` as (major, minor).
+pub fn cuda_version(v: &str) -> Option<(u32, u32)> {
+    let (a, b) = v.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 /// Validates the pod and extracts its request.
@@ -376,6 +403,22 @@ fn volume_kind(v: &k8s_openapi::api::core::v1::Volume) -> &'static str {
         .unwrap_or("unknown")
 }
 
+/// The main container's declared ports the provider publishes: all but the pod's
+/// `gpu-vk.io/private-ports`.
+fn published_ports(c: &Container, req: &Request) -> Vec<u16> {
+    let private: Vec<u16> = req
+        .options
+        .get("private_ports")
+        .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    c.ports
+        .iter()
+        .flatten()
+        .filter_map(|p| u16::try_from(p.container_port).ok())
+        .filter(|p| !private.contains(p))
+        .collect()
+}
+
 /// Builds the neutral workload from a validated request and already resolved env: `env` of
 /// the main container, `others` of every other container that runs, by name.
 pub fn workload(
@@ -437,12 +480,7 @@ pub fn workload(
         gpu: req.gpu.clone(),
         cpu_millis: req.cpu_millis,
         memory_bytes: req.memory_bytes,
-        ports: c
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| u16::try_from(p.container_port).ok())
-            .collect(),
+        ports: published_ports(&c, req),
         options: req.options.clone(),
         containers,
         hardening: super::hardening::of(pod, &c),

@@ -59,6 +59,7 @@ pub mod exec;
 mod fuzz;
 mod logs;
 mod nodes;
+mod pull;
 pub mod script;
 pub mod steps;
 mod tenancy;

@@ -180,3 +180,121 @@ fn a_udp_port_goes_only_to_a_provider_that_serves_udp_and_is_refused_where_none_
         None
     );
 }
+
+#[test]
+fn a_disk_above_every_providers_ceiling_is_refused_and_dispatch_skips_a_small_one() {
+    let owner = crate::test_support::owner();
+    let timings = Timings::default();
+    let a = Admission {
+        taint: None,
+        namespaces: Vec::new(),
+    };
+    let offer = |name: &str, max: Option<u32>| crate::pods::dispatch::Offer {
+        name: name.into(),
+        capabilities: crate::provider::Capabilities {
+            max_disk_gb: max,
+            max_gpus_per_workload: 8,
+            ..Default::default()
+        },
+        secret_env: crate::config::SecretEnv::Allow,
+        pull_secrets: crate::config::SecretEnv::Allow,
+    };
+    let dispatch = crate::config::DispatchConfig::default();
+    let rules = |offers| Rules {
+        owner: &owner,
+        offers,
+        timings: &timings,
+        admission: &a,
+        secret_failover: false,
+        standing: &[],
+        dispatch: &dispatch,
+        start_deadlines: &[],
+        hold_retry: Duration::from_secs(60),
+    };
+    let asking = |storage: &str| {
+        PodBuilder::new()
+            .gpus("1")
+            .limit("ephemeral-storage", storage)
+            .build()
+    };
+    let both = [offer("runpod", Some(50)), offer("vast", Some(200))];
+    // 100 GB: only vast allows it.
+    let pod = asking("100G");
+    assert_eq!(refusal(&rules(&both), &pod), None);
+    let plan = plan(&rules(&both), &pod, &spec::request(&pod).unwrap()).unwrap();
+    assert_eq!(plan.providers(), [1]);
+    // 300 GB: nobody; refused before the pod exists, naming each ceiling.
+    let (why, message) = refusal(&rules(&both), &asking("300G")).expect("refused");
+    assert_eq!(why, "InvalidSpec");
+    assert!(
+        message.contains("300 GB")
+            && message.contains("ephemeral-storage")
+            && message.contains("runpod at most 50 GB")
+            && message.contains("vast at most 200 GB"),
+        "{message}"
+    );
+    // The annotation is read first; a provider without a ceiling takes anything.
+    let annotated = PodBuilder::new()
+        .gpus("1")
+        .annotation("gpu-vk.io/disk-gb", "500")
+        .build();
+    let (_, message) = refusal(&rules(&both), &annotated).expect("refused");
+    assert!(message.contains("gpu-vk.io/disk-gb"), "{message}");
+    assert_eq!(refusal(&rules(&[offer("slurm", None)]), &annotated), None);
+}
+
+#[test]
+fn a_cuda_floor_above_every_providers_hosts_is_refused_and_dispatch_skips_an_old_one() {
+    let owner = crate::test_support::owner();
+    let timings = Timings::default();
+    let a = Admission {
+        taint: None,
+        namespaces: Vec::new(),
+    };
+    let offer = |name: &str, cuda: Option<&str>| crate::pods::dispatch::Offer {
+        name: name.into(),
+        capabilities: crate::provider::Capabilities {
+            max_cuda: cuda.map(str::to_owned),
+            max_gpus_per_workload: 8,
+            ..Default::default()
+        },
+        secret_env: crate::config::SecretEnv::Allow,
+        pull_secrets: crate::config::SecretEnv::Allow,
+    };
+    let dispatch = crate::config::DispatchConfig::default();
+    let rules = |offers| Rules {
+        owner: &owner,
+        offers,
+        timings: &timings,
+        admission: &a,
+        secret_failover: false,
+        standing: &[],
+        dispatch: &dispatch,
+        start_deadlines: &[],
+        hold_retry: Duration::from_secs(60),
+    };
+    let needing = |v: &str| {
+        PodBuilder::new()
+            .gpus("1")
+            .annotation("gpu-vk.io/min-cuda", v)
+            .build()
+    };
+    let both = [offer("old", Some("12.4")), offer("new", Some("12.10"))];
+    // 12.8: 12.10 is newer than 12.8 (by number, not by text), 12.4 older.
+    let pod = needing("12.8");
+    let plan = plan(&rules(&both), &pod, &spec::request(&pod).unwrap()).unwrap();
+    assert_eq!(plan.providers(), [1]);
+    let (why, message) = refusal(&rules(&both), &needing("13.0")).expect("refused");
+    assert_eq!(why, "InvalidSpec");
+    assert!(
+        message.contains("CUDA 13.0")
+            && message.contains("old at most 12.4")
+            && message.contains("new at most 12.10"),
+        "{message}"
+    );
+    // A provider that declares nothing may run it.
+    assert_eq!(
+        refusal(&rules(&[offer("slurm", None)]), &needing("13.0")),
+        None
+    );
+}

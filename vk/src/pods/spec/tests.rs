@@ -403,3 +403,27 @@ fn a_cuda_floor_is_a_major_and_minor_version() {
         assert!(err.contains("gpu-vk.io/min-cuda"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn private_ports_are_declared_but_not_published() {
+    let mut p = pod_with(&[("gpu-vk.io/private-ports", "9090, 9100")], Some("1"));
+    p.spec.as_mut().unwrap().containers[0].ports = Some(
+        [8000, 9090, 9100]
+            .into_iter()
+            .map(|port| k8s_openapi::api::core::v1::ContainerPort {
+                container_port: port,
+                ..Default::default()
+            })
+            .collect(),
+    );
+    let w = workload(
+        &p,
+        &request(&p).unwrap(),
+        crate::test_support::workload_id(),
+        vec![],
+        &BTreeMap::new(),
+    );
+    assert_eq!(w.ports, [8000]);
+    let bad = pod_with(&[("gpu-vk.io/private-ports", "9090,http")], Some("1"));
+    assert!(request(&bad).unwrap_err().0.contains("private-ports"));
+}

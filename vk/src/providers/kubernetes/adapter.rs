@@ -54,30 +54,44 @@ impl Kubernetes {
         Some(parse_pod_metrics(&value))
     }
 
-    /// Writes the environment Secret of `w`, owned by its just created remote pod `uid`. A
-    /// Secret of that name left by an earlier attempt is replaced. If it cannot be written, the
-    /// pod (which would wait for it for ever) is deleted and the create fails, to be retried.
-    async fn create_env_secret(
+    /// Writes the environment and pull Secrets of `w`, owned by its just created remote pod
+    /// `uid`. A Secret of that name left by an earlier attempt is replaced. If one cannot be
+    /// written, the pod (which would wait for it for ever) is deleted and the create fails, to
+    /// be retried.
+    async fn create_owned_secrets(
         &self,
         w: &Workload,
         ns: &str,
         uid: &str,
     ) -> Result<(), ProviderError> {
-        let Some(secret) = spec::env_secret(&self.cfg, &self.owner, w, uid) else {
-            return Ok(());
-        };
+        let env = spec::env_secret(&self.cfg, &self.owner, w, uid)
+            .map(|s| ("create remote environment Secret", s));
+        let pull = spec::pull_secret(&self.cfg, &self.owner, w, uid)
+            .map(|s| ("create remote pull Secret", s));
+        for (what, secret) in env.into_iter().chain(pull) {
+            self.write_owned_secret(w, ns, what, &secret).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_owned_secret(
+        &self,
+        w: &Workload,
+        ns: &str,
+        what: &'static str,
+        secret: &Secret,
+    ) -> Result<(), ProviderError> {
         let client = self.client().await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-        let what = "create remote environment Secret";
-        let name = w.id.as_str();
+        let name = secret.metadata.name.as_deref().unwrap_or_default();
         let written = match self
-            .call_raw(what, secrets.create(&PostParams::default(), &secret))
+            .call_raw(what, secrets.create(&PostParams::default(), secret))
             .await?
         {
             // Left by an earlier pod of this workload that the remote cluster has not collected
             // yet: ours now (owner and values replaced, so the collector keeps it).
             Err(e) if status_code(&e) == Some(409) => self
-                .call_raw(what, secrets.replace(name, &PostParams::default(), &secret))
+                .call_raw(what, secrets.replace(name, &PostParams::default(), secret))
                 .await?
                 .map(|_| ()),
             r => r.map(|_| ()),
@@ -90,7 +104,7 @@ impl Kubernetes {
             grace_period_seconds: Some(0),
             ..DeleteParams::default()
         };
-        if let Err(e) = self.pods(client, ns).delete(name, &dp).await {
+        if let Err(e) = self.pods(client, ns).delete(w.id.as_str(), &dp).await {
             warn!(provider = %self.name, workload = %w.id, error = %e, "cannot delete the remote pod whose Secret failed");
         }
         Err(err)
@@ -213,6 +227,8 @@ impl Provider for Kubernetes {
             follow_logs: true,
             exec: self.cfg.exec,
             metrics: self.cfg.metrics,
+            // Copied into the remote namespace as a docker config Secret of the remote pod.
+            registry_logins: true,
             ..Capabilities::gpus(self.cfg.gpu_types.keys(), self.cfg.max_gpus_per_workload)
         }
     }
@@ -231,7 +247,7 @@ impl Provider for Kubernetes {
             Ok(created) => {
                 let uid = created.metadata.uid.clone().unwrap_or_default();
                 info!(provider = %self.name, workload = %w.id, namespace = %ns, uid, "created remote pod");
-                self.create_env_secret(w, &ns, &uid).await
+                self.create_owned_secrets(w, &ns, &uid).await
             }
             Err(e) if status_code(&e) == Some(404) => Err(ProviderError::transient(format!(
                 "{what}: the remote namespace {ns} does not exist"

@@ -74,12 +74,7 @@ pub fn remote_pod(
             tolerations: (!cfg.tolerations.is_empty()).then(|| cfg.tolerations.clone()),
             priority_class_name: cfg.priority_class_name.clone(),
             runtime_class_name: cfg.runtime_class_name.clone(),
-            image_pull_secrets: (!cfg.image_pull_secrets.is_empty()).then(|| {
-                cfg.image_pull_secrets
-                    .iter()
-                    .map(|n| LocalObjectReference { name: n.clone() })
-                    .collect()
-            }),
+            image_pull_secrets: pull_secret_names(cfg, w),
             ..PodSpec::default()
         }),
         status: None,
@@ -210,8 +205,77 @@ pub fn env_secret(
         .map(|e| (e.name.clone(), e.value.clone()))
         .collect();
     Some(Secret {
+        string_data: Some(data),
+        type_: Some("Opaque".into()),
+        ..owned_secret(cfg, owner, w, pod_uid, w.id.as_str().to_owned())
+    })
+}
+
+/// The remote pod's pull Secrets: the operator's (`imagePullSecrets`) and, when the pod has
+/// registry logins, the copy of them the adapter writes ([`pull_secret`]).
+fn pull_secret_names(cfg: &KubernetesConfig, w: &Workload) -> Option<Vec<LocalObjectReference>> {
+    let mut names: Vec<LocalObjectReference> = cfg
+        .image_pull_secrets
+        .iter()
+        .map(|n| LocalObjectReference { name: n.clone() })
+        .collect();
+    if !w.registry_logins.is_empty() {
+        names.push(LocalObjectReference {
+            name: pull_secret_name(w),
+        });
+    }
+    (!names.is_empty()).then_some(names)
+}
+
+fn pull_secret_name(w: &Workload) -> String {
+    format!("{}-pull", w.id.as_str())
+}
+
+/// The `kubernetes.io/dockerconfigjson` Secret of `w`'s registry logins, owned by the remote
+/// pod `pod_uid` as its environment Secret is; `None` without logins.
+pub fn pull_secret(
+    cfg: &KubernetesConfig,
+    owner: &Owner,
+    w: &Workload,
+    pod_uid: &str,
+) -> Option<Secret> {
+    use base64::Engine as _;
+    if w.registry_logins.is_empty() {
+        return None;
+    }
+    let auths: serde_json::Map<String, serde_json::Value> = w
+        .registry_logins
+        .iter()
+        .map(|l| {
+            let auth = base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", l.username, l.password));
+            (
+                l.registry.clone(),
+                serde_json::json!({"username": l.username, "password": l.password, "auth": auth}),
+            )
+        })
+        .collect();
+    let mut secret = owned_secret(cfg, owner, w, pod_uid, pull_secret_name(w));
+    secret.string_data = Some(BTreeMap::from([(
+        ".dockerconfigjson".to_owned(),
+        serde_json::json!({ "auths": auths }).to_string(),
+    )]));
+    secret.type_ = Some("kubernetes.io/dockerconfigjson".into());
+    Some(secret)
+}
+
+/// A Secret named `name` in `w`'s remote namespace, labelled as its workloads are and owned by
+/// the remote pod `pod_uid`, without data.
+fn owned_secret(
+    cfg: &KubernetesConfig,
+    owner: &Owner,
+    w: &Workload,
+    pod_uid: &str,
+    name: String,
+) -> Secret {
+    Secret {
         metadata: ObjectMeta {
-            name: Some(w.id.as_str().to_owned()),
+            name: Some(name),
             namespace: Some(cfg.remote_namespace(&w.namespace).to_owned()),
             labels: Some(labels(cfg, owner, w)),
             owner_references: Some(vec![OwnerReference {
@@ -223,10 +287,8 @@ pub fn env_secret(
             }]),
             ..ObjectMeta::default()
         },
-        string_data: Some(data),
-        type_: Some("Opaque".into()),
         ..Secret::default()
-    })
+    }
 }
 
 /// The remote container's `securityContext`: the local pod's narrowing settings, so the remote

@@ -72,6 +72,7 @@ pub fn observe(
     if message.is_none() {
         message = status.message.clone();
     }
+    let pull_failure = pull_failure(cs.as_ref(), &state);
     let running = cs.as_ref().and_then(|c| c.state.as_ref());
     let started_at = running
         .and_then(|s| {
@@ -129,7 +130,7 @@ pub fn observe(
         usage,
         price: price_per_gpu.map(|p| p.times(gpus.max(1))),
         container_exits: Default::default(),
-        pull_failure: None,
+        pull_failure,
     })
 }
 
@@ -155,6 +156,27 @@ fn disrupted(reason: &str) -> WorkloadState {
         // PreemptionByScheduler, EvictionByEvictionAPI (drain, descheduler) and anything new.
         _ => WorkloadState::Preempted,
     }
+}
+
+/// The remote kubelet could not pull the image of a container still starting: its own words.
+fn pull_failure(cs: Option<&ContainerStatus>, state: &WorkloadState) -> Option<String> {
+    if *state != WorkloadState::Starting {
+        return None;
+    }
+    let w = cs?.state.as_ref()?.waiting.as_ref()?;
+    if !matches!(
+        w.reason.as_deref(),
+        Some("ErrImagePull" | "ImagePullBackOff" | "InvalidImageName")
+    ) {
+        return None;
+    }
+    Some(http::truncate(
+        w.message
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .or(w.reason.as_deref())
+            .unwrap_or_default(),
+    ))
 }
 
 /// The state from the phase and the container's state.

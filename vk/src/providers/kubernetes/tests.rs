@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::KubernetesConfig;
-use super::spec::{LABEL_OWNER, env_secret, remote_pod, selector};
+use super::spec::{LABEL_OWNER, env_secret, pull_secret, remote_pod, selector};
 use super::state::observe;
 use crate::provider::{ProviderError, Workload, WorkloadState};
 use crate::test_support::{owner, workload, workload_id};
@@ -123,6 +123,35 @@ fn the_remote_pod_copies_the_container_and_carries_the_owner() {
         ..w.clone()
     };
     assert!(env_secret(&cfg(), &owner(), &no_env, "uid-1").is_none());
+    assert!(pull_secret(&cfg(), &owner(), &w, "uid-1").is_none());
+    assert!(p.spec.as_ref().unwrap().image_pull_secrets.is_none());
+
+    // Registry logins: a docker config Secret beside the pod, owned by it, named in its spec.
+    let private = Workload {
+        registry_logins: vec![crate::provider::RegistryLogin {
+            registry: "registry.example.com".into(),
+            username: "robot".into(),
+            password: "pw".into(),
+        }],
+        ..w.clone()
+    };
+    let pod = remote_pod(&cfg(), &owner(), &private).unwrap();
+    let name = format!("{}-pull", w.id.as_str());
+    assert_eq!(pod.spec.unwrap().image_pull_secrets.unwrap()[0].name, name);
+    let secret =
+        serde_json::to_value(pull_secret(&cfg(), &owner(), &private, "uid-1").unwrap()).unwrap();
+    assert_eq!(secret["metadata"]["name"], name);
+    assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["uid"], "uid-1",
+        "collected with the remote pod"
+    );
+    let config: Value =
+        serde_json::from_str(secret["stringData"][".dockerconfigjson"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        config["auths"]["registry.example.com"],
+        json!({"username": "robot", "password": "pw", "auth": "cm9ib3Q6cHc="})
+    );
     assert_eq!(c["ports"], json!([{"containerPort": 8080}]));
     assert_eq!(
         c["resources"],

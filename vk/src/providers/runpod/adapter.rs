@@ -27,6 +27,10 @@ impl Provider for RunPod {
             metrics: true,
             gpu_only: self.cfg.cpu_flavor_id.is_none(),
             delete_finished: true,
+            max_disk_gb: self.cfg.max_disk_gb,
+            max_cuda: self.cfg.max_cuda_version.clone(),
+            // Registry credentials (`registries.rs`).
+            registry_logins: true,
             ..Capabilities::gpus(self.cfg.gpu_ids.keys(), self.cfg.max_gpus_per_workload)
         }
     }

@@ -88,6 +88,11 @@ pub struct RunPodConfig {
     /// Largest container disk a pod may ask for, GB (unset: no ceiling).
     #[serde(default)]
     pub max_disk_gb: Option<u32>,
+    /// The highest CUDA version the hosts this provider rents run (`"12.8"`; unset: unknown):
+    /// a pod whose `gpu-vk.io/min-cuda` is above it is sent elsewhere, or refused before it
+    /// exists when no provider runs it.
+    #[serde(default)]
+    pub max_cuda_version: Option<String>,
     /// CPU flavor (`GET /v2/catalog/cpus`, e.g. `cpu3c`) for pods that request no GPU; unset
     /// (`null`): this provider refuses CPU-only pods and dispatch skips it for them.
     #[serde(default = "default_cpu_flavor")]
@@ -156,6 +161,7 @@ impl Default for RunPodConfig {
             max_gpus_per_workload: default_max_gpus(),
             allowed_clouds: Vec::new(),
             max_disk_gb: None,
+            max_cuda_version: None,
             cpu_flavor_id: default_cpu_flavor(),
             unknown_exit_as: UnknownExit::default(),
             gpu_pod_resources: BTreeMap::new(),

@@ -110,10 +110,11 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
         .enumerate()
         .map(|(i, e)| (e, format!("{prefix}{i}")))
         .collect();
-    let environment: BTreeMap<String, String> = transported
+    let mut environment: BTreeMap<String, String> = transported
         .iter()
         .map(|(e, t)| (t.clone(), e.value.clone()))
         .collect();
+    let login = super::pull::login(w, runtime, &prefix);
     let mut out = String::from("#!/bin/bash\n");
     out.push_str(&format!(
         "# gpu-vk workload {} (pod {}/{}, container {})\n",
@@ -129,6 +130,10 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
     }
     out.push_str("set -eu\n");
     out.push_str(&runtime_lookup(runtime));
+    if let Some(l) = login {
+        out.push_str(&l.lines);
+        environment.extend(l.environment);
+    }
     let c = Container {
         image: &w.image,
         command: &w.command,

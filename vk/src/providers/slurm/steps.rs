@@ -54,9 +54,14 @@ pub fn steps_job(
 ) -> Result<BatchJob, ProviderError> {
     check_containers(&w.containers)?;
     let gpus = w.gpu.as_ref().is_some_and(|g| g.count > 0);
-    let env = StepEnv::of(&w.containers);
+    let mut env = StepEnv::of(&w.containers);
     let logs = output_dir.is_some();
+    let login = super::pull::login(w, runtime, &env.prefix);
     let mut out = prelude(w, runtime, output_dir, &env);
+    if let Some(l) = login {
+        out.push_str(&l.lines);
+        env.environment.extend(l.environment);
+    }
     // One function per container, run in a subshell: its variables, its directory, its step.
     for (i, (c, tr)) in w.containers.iter().zip(&env.transported).enumerate() {
         out.push_str(&container_function(i, c, tr, runtime, gpus, logs)?);

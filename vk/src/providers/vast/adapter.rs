@@ -29,6 +29,10 @@ impl Provider for Vast {
             // to follow.
             follow_logs: false,
             metrics: true,
+            max_disk_gb: self.cfg.max_disk_gb,
+            max_cuda: self.cfg.max_cuda_version.clone(),
+            // `image_login`.
+            registry_logins: true,
             ..Capabilities::gpus(self.cfg.gpu_names.keys(), self.cfg.max_gpus_per_workload)
         }
     }
@@ -36,7 +40,9 @@ impl Provider for Vast {
     /// One on-demand offer search across every GPU type (the search endpoint allows 10 a
     /// minute; the inventory interval keeps this far below it).
     async fn inventory(&self) -> Result<Inventory, ProviderError> {
-        let offers = self.search_offers(&market::search()).await?;
+        let offers = self
+            .search_offers(&market::search(self.cfg.min_reliability))
+            .await?;
         Ok(market::inventory(&self.cfg, &offers))
     }
 

@@ -37,6 +37,14 @@ pub struct VastConfig {
     /// Only rent verified machines.
     #[serde(default = "yes")]
     pub verified_only: bool,
+    /// The lowest machine `reliability` (0 to 1, "a measure of a machine's historical uptime
+    /// and health. New machines start at 60%", vast-ai/docs `guides/concepts.mdx`) an offer may
+    /// have. Default 0.90: the floor of Vast's own tools (its host verification requires "90%",
+    /// `host/verification-stages.mdx`; vast-cli's self-test fails a host at "Reliability <=
+    /// 0.90"; its console link `machineReliabilityMin=0.9`, `guides/get-started/index.mdx`).
+    /// vast-cli's search sends no floor by default. 0: none.
+    #[serde(default = "default_min_reliability")]
+    pub min_reliability: f64,
     /// Offers returned by one search.
     #[serde(default = "default_search_limit")]
     pub search_limit: u32,
@@ -48,6 +56,11 @@ pub struct VastConfig {
     /// Largest disk a pod may ask for, GB (unset: no ceiling).
     #[serde(default)]
     pub max_disk_gb: Option<u32>,
+    /// The highest CUDA version the hosts this provider rents run (`"12.8"`; unset: unknown):
+    /// a pod whose `gpu-vk.io/min-cuda` is above it is sent elsewhere, or refused before it
+    /// exists when no provider runs it.
+    #[serde(default)]
+    pub max_cuda_version: Option<String>,
     /// Whole-request timeout, seconds.
     #[serde(default = "default_timeout_secs")]
     pub request_timeout_secs: u64,
@@ -98,6 +111,10 @@ fn default_log_attempts() -> u32 {
 fn default_log_interval_ms() -> u64 {
     1000
 }
+fn default_min_reliability() -> f64 {
+    0.90
+}
+
 /// Ten minutes: long enough for a host's network blip, short enough that a pod on a host that
 /// is gone is replaced before its users notice for long.
 fn default_unreachable_deadline_secs() -> u64 {
@@ -115,10 +132,12 @@ impl Default for VastConfig {
             max_price_per_hour: None,
             interruptible: false,
             verified_only: true,
+            min_reliability: default_min_reliability(),
             search_limit: default_search_limit(),
             max_offers_tried: default_max_offers(),
             max_gpus_per_workload: default_max_gpus(),
             max_disk_gb: None,
+            max_cuda_version: None,
             request_timeout_secs: default_timeout_secs(),
             allow_insecure_http: false,
             log_fetch_attempts: default_log_attempts(),

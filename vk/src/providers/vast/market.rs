@@ -8,8 +8,10 @@ use super::config::VastConfig;
 use super::wire::{Filter, Offer, OfferSearch};
 use crate::provider::{Inventory, Price, Quote};
 
-/// The search: rentable on-demand offers of any GPU type, cheapest first.
-pub(super) fn search() -> OfferSearch {
+/// The search: rentable on-demand offers of any GPU type on machines at least as reliable as
+/// `min_reliability` (the floor rents use, so prices are of offers that may be rented),
+/// cheapest first.
+pub(super) fn search(min_reliability: f64) -> OfferSearch {
     OfferSearch {
         verified: None,
         rentable: Filter::eq(true),
@@ -22,6 +24,8 @@ pub(super) fn search() -> OfferSearch {
         disk_space: Filter::gte(0.0),
         cuda_max_good: None,
         geolocation: None,
+        reliability: (min_reliability > 0.0).then_some(Filter::gte(min_reliability)),
+        direct_port_count: None,
         kind: "ondemand",
         order: vec![["dph_total".to_owned(), "asc".to_owned()]],
         limit: MAX_SEARCH_LIMIT,

@@ -60,6 +60,12 @@ impl Vast {
                 .and_then(|v| v.parse::<f64>().ok())
                 .map(Filter::gte),
             geolocation: geolocation.map(Filter::one_of),
+            reliability: (self.cfg.min_reliability > 0.0)
+                .then_some(Filter::gte(self.cfg.min_reliability)),
+            direct_port_count: u32::try_from(w.ports.len())
+                .ok()
+                .filter(|&n| n > 0)
+                .map(Filter::gte),
             kind: if prices.interruptible {
                 "bid"
             } else {

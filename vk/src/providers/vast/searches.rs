@@ -129,9 +129,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
             Ok::<_, ()>(offers(&[1, 2]))
         };
-        let mut wide = market::search();
+        let mut wide = market::search(0.9);
         wide.limit = 7;
-        let narrow = market::search();
+        let narrow = market::search(0.9);
         let (a, b) = tokio::join!(
             searches.answer(&narrow, None, fetch),
             searches.answer(&wide, None, fetch)
@@ -158,7 +158,7 @@ mod tests {
         assert!(c.answer.at > a.answer.at);
 
         // Another body is searched on its own.
-        let mut other = market::search();
+        let mut other = market::search(0.9);
         other.kind = "bid";
         let d = searches.answer(&other, None, fetch).await.unwrap();
         assert!(!d.shared);
@@ -169,13 +169,13 @@ mod tests {
     async fn a_failed_search_is_not_kept_and_a_stale_answer_is_not_reused() {
         let searches = Searches::default();
         let failed = searches
-            .answer(&market::search(), None, || async {
+            .answer(&market::search(0.9), None, || async {
                 Err::<Vec<Offer>, _>("down")
             })
             .await;
         assert_eq!(failed.err(), Some("down"));
         let found = searches
-            .answer(&market::search(), None, || async {
+            .answer(&market::search(0.9), None, || async {
                 Ok::<_, ()>(offers(&[3]))
             })
             .await

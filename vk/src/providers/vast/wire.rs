@@ -82,6 +82,13 @@ pub(super) struct OfferSearch {
     pub(super) cuda_max_good: Option<Filter<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) geolocation: Option<Filter<String>>,
+    /// The machine's reliability floor (`minReliability`), `{gte: 0.9}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) reliability: Option<Filter<f64>>,
+    /// "Number of direct ports available" ("open ports on host's router", vast-cli): at least
+    /// one per port the pod publishes, so each is reachable directly rather than not at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) direct_port_count: Option<Filter<u32>>,
     #[serde(rename = "type")]
     pub(super) kind: &'static str,
     pub(super) order: Vec<[String; 2]>,

@@ -43,6 +43,16 @@ fn pending_pods_are_queued_until_bound_then_starting() {
         o.message.as_deref(),
         Some("ImagePullBackOff: Back-off pulling image \"nope:1\"")
     );
+    // The remote kubelet's failed pull is reported as one, in its words.
+    assert_eq!(
+        o.pull_failure.as_deref(),
+        Some("Back-off pulling image \"nope:1\"")
+    );
+    let o = observe(&owner(), &creating, None, "nvidia.com/gpu", None).unwrap();
+    assert_eq!(
+        o.pull_failure, None,
+        "creating a container is no failed pull"
+    );
 }
 
 #[test]
