@@ -14,9 +14,17 @@ Feature: Private images
 
   Scenario: Without its pull Secret a private image waits in ImagePullBackOff, and the Secret lets it run
     When I create a GPU pod "model" of the private image with the pull Secret "regcred"
-    Then pod "model" waits in "ErrImagePull" or "ImagePullBackOff" with the provider's reason
+    Then pod "model" waits in "ErrImagePull" or "ImagePullBackOff" saying "pull access denied for" the image
     And pod "model" has the kubelet's Events of a failed pull
     And no workload of pod "model" is left at the provider
     When the pull Secret "regcred" is created with the image's login
     Then pod "model" becomes Running
     And the login's password appears in no log of the virtual kubelet, no Event, no metric and no workload the provider lists
+
+  Scenario: An image larger than the container disk fails its pull, and ephemeral-storage makes room
+    Given the provider's registry holds a public image of 50 GB
+    When I create a GPU pod "big" of the 50 GB image
+    Then pod "big" waits in "ErrImagePull" or "ImagePullBackOff" saying "no space left on device" the image
+    And no workload of pod "big" is left at the provider
+    When I create a GPU pod "roomy" of the 50 GB image asking for 60Gi of ephemeral-storage
+    Then pod "roomy" becomes Running

@@ -78,10 +78,11 @@ impl shared::Gated for Engine {
     }
 }
 
-/// `POST /_admin/private-images` `{"repository", "username", "password"}`: the repository
-/// pulls only with that login from now on (`engine::pull`).
+/// `POST /_admin/images` `{"repository", "username"?, "password"?, "size_gb"?}`: the
+/// repository pulls only with that login, needs that much container disk and takes the
+/// profile's pull time per GB, from now on (`engine::pull`).
 async fn private_image(State(e): State<Arc<Engine>>, bytes: Bytes) -> Response {
-    let repo: crate::engine::pull::PrivateRepo = match body(&bytes) {
+    let repo: crate::engine::pull::ImageSpec = match body(&bytes) {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -104,7 +105,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
         .route("/_admin/addresses", post(addresses))
         .route("/_admin/reset", post(reset))
         .route("/_admin/config", get(config))
-        .route("/_admin/private-images", post(private_image))
+        .route("/_admin/images", post(private_image))
         .merge(shared::gate_routes())
         .with_state(engine)
 }

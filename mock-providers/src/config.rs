@@ -106,6 +106,18 @@ impl Profile {
         }
     }
 
+    /// Milliseconds to pull a GB of image: none on `fast`; on `realistic` 8 s, a host's
+    /// 1 Gbit/s link (our assumption: neither service publishes a figure; Vast says a pull is
+    /// "Normal for 30 seconds with cached images, can take hours with slow internet/large
+    /// images", vast-ai/docs `guides/instances/manage-instances.mdx`), so a 30 GB inference
+    /// image adds 4 minutes.
+    pub fn pull_ms_per_gb(self) -> u64 {
+        match self {
+            Self::Fast => 0,
+            Self::Realistic => 8000,
+        }
+    }
+
     /// RunPod's quota windows under the profile.
     pub fn rate_windows(self) -> RateWindows {
         match self {
@@ -220,6 +232,9 @@ pub struct EmulatorConfig {
     pub first_stuck: u32,
     /// Simulated mode, Vast: hosts that go offline under running instances; `None`: never.
     pub host_outage: Option<HostOutage>,
+    /// Milliseconds a host spends pulling each GB of an image whose size the emulated
+    /// registry knows (`/_admin/images`), added to the workload's placing time.
+    pub pull_ms_per_gb: u64,
 }
 
 impl EmulatorConfig {
@@ -235,6 +250,7 @@ impl EmulatorConfig {
             stuck_every: None,
             first_stuck: 0,
             host_outage: None,
+            pull_ms_per_gb: 0,
         }
     }
 
@@ -292,6 +308,7 @@ impl fmt::Debug for EmulatorConfig {
             .field("endpoint_limit_scale", &self.endpoint_limit_scale)
             .field("stuck_every", &self.stuck_every)
             .field("host_outage", &self.host_outage)
+            .field("pull_ms_per_gb", &self.pull_ms_per_gb)
             .finish()
     }
 }

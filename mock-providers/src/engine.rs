@@ -135,7 +135,7 @@ impl Engine {
                 gate: GateState::default(),
                 vast: crate::vast::Book::default(),
                 runpod: crate::runpod::Account::default(),
-                images: pull::Registry::default(),
+                images: pull::Registry::new(config.pull_ms_per_gb),
                 next_seq: 1,
                 next_vast_id: 1_000_001,
                 exits: BinaryHeap::new(),
@@ -250,7 +250,7 @@ impl Engine {
             Run::Active { .. } if w.pull_error.is_some() => Phase::Provisioning,
             Run::Active { since, .. } => {
                 let elapsed = now.saturating_duration_since(*since);
-                let provision = self.mode.provision();
+                let provision = self.mode.provision() + w.pull_extra;
                 let start = provision + self.mode.start();
                 if elapsed < provision {
                     Phase::Provisioning
@@ -311,7 +311,7 @@ impl Engine {
             return;
         };
         let elapsed = now.saturating_duration_since(since);
-        let provision = self.mode.provision();
+        let provision = self.mode.provision() + w.pull_extra;
         let start = provision + self.mode.start();
         if w.announced < 1 {
             w.announced = 1;
@@ -367,7 +367,7 @@ impl Engine {
             .checked_sub(Instant::now().saturating_duration_since(since))
             .unwrap_or_else(|_| Timestamp::now());
         w.run = Run::Active { since, since_wall };
-        let ready = since + self.mode.provision() + self.mode.start();
+        let ready = since + self.mode.provision() + w.pull_extra + self.mode.start();
         if w.pull_error.is_some() {
             return;
         }

@@ -221,6 +221,7 @@ async fn main() -> anyhow::Result<()> {
             .filter(|n| *n > 0),
         first_stuck: 0,
         host_outage: host_outage(&args, profile),
+        pull_ms_per_gb: profile.pull_ms_per_gb(),
     };
     tracing::info!(?profile, mode = ?config.mode, stuck_every = ?config.stuck_every, host_outage = ?config.host_outage, "emulator profile");
     if !args.vast_rate_limit_scale.is_finite() || args.vast_rate_limit_scale < 0.0 {

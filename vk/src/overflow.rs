@@ -27,4 +27,4 @@ pub const DECISION_ANNOTATION: &str = "overflow.gpu-vk.io/decision";
 /// Label of virtual nodes (the VK's Node carries `type=virtual-kubelet`).
 pub const VIRTUAL_NODE_LABEL: (&str, &str) = crate::vocab::TYPE_LABEL;
 /// The GPU resource.
-pub const GPU: &str = "nvidia.com/gpu";
+pub use crate::vocab::GPU_RESOURCE as GPU;

@@ -134,17 +134,12 @@ impl Observer {
         }
     }
 
-    /// The provider's registry serves `repository` only to this login (an emulator's
-    /// `/_admin/private-images`).
-    pub async fn private_image(&self, repository: &str, username: &str, password: &str) {
+    /// An image the provider's registry knows (`{"repository", "username"?, "password"?,
+    /// "size_gb"?}`, an emulator's `/_admin/images`): private ones pull only with their login,
+    /// sized ones need that much container disk.
+    pub async fn image(&self, spec: Value) {
         match self {
-            Self::Emulator(e) => {
-                e.admin_post(
-                    "/private-images",
-                    json!({"repository": repository, "username": username, "password": password}),
-                )
-                .await;
-            }
+            Self::Emulator(e) => e.admin_post("/images", spec).await,
             Self::Kubernetes(_) | Self::Slurm(_) => no_admin_api(),
         }
     }

@@ -1,5 +1,5 @@
 //! Steps of `private_images.feature`: a private image on the provider's registry (the
-//! emulators' `/_admin/private-images`), a pod pulling it with its `imagePullSecrets`, the
+//! emulators' `/_admin/images`), a pod pulling it with its `imagePullSecrets`, the
 //! kubelet's reasons and Events while the Secret is missing, and no trace of the password.
 
 use base64::Engine as _;
@@ -22,7 +22,9 @@ fn private(w: &Vkw) -> (String, String) {
 #[given(expr = "the provider's registry holds a private image that pulls only with its login")]
 async fn private_image(w: &mut Vkw) {
     let (repo, password) = private(w);
-    w.obs().private_image(&repo, USER, &password).await;
+    w.obs()
+        .image(json!({"repository": repo, "username": USER, "password": password}))
+        .await;
 }
 
 #[when(expr = "I create a GPU pod {string} of the private image with the pull Secret {string}")]
@@ -39,15 +41,19 @@ async fn create_private(w: &mut Vkw, name: String, secret: String) {
 }
 
 #[then(
-    regex = r#"^pod "([^"]+)" waits in "ErrImagePull" or "ImagePullBackOff" with the provider's reason$"#
+    regex = r#"^pod "([^"]+)" waits in "ErrImagePull" or "ImagePullBackOff" saying "([^"]+)" the image$"#
 )]
-async fn waits_pulling(w: &mut Vkw, name: String) {
-    let (repo, _) = private(w);
+async fn waits_pulling(w: &mut Vkw, name: String, says: String) {
     wait_for(
         Duration::from_secs(90),
-        &format!("{name} waiting ErrImagePull or ImagePullBackOff"),
+        &format!("{name} waiting ErrImagePull or ImagePullBackOff saying {says:?}"),
         || async {
             let p = w.get(&name).await?;
+            let image = p.spec.as_ref()?.containers.first()?.image.clone()?;
+            let repo = image
+                .rsplit_once(':')
+                .map_or(image.as_str(), |(r, _)| r)
+                .to_owned();
             let cs = p
                 .status
                 .as_ref()?
@@ -60,11 +66,52 @@ async fn waits_pulling(w: &mut Vkw, name: String) {
             let message = waiting.message.unwrap_or_default();
             (phase(&p) == "Pending"
                 && ["ErrImagePull", "ImagePullBackOff"].contains(&reason.as_str())
-                && message.contains(&format!("pull access denied for {repo}")))
+                && message.contains(&says)
+                && message.contains(&repo))
             .then_some(())
         },
     )
     .await;
+}
+
+/// The scenario's public image of a known size.
+fn sized(w: &Vkw, gb: u32) -> String {
+    format!("{REGISTRY}/{}/weights-{gb}gb", w.ns)
+}
+
+#[given(expr = "the provider's registry holds a public image of {int} GB")]
+async fn sized_image(w: &mut Vkw, gb: u32) {
+    let repo = sized(w, gb);
+    w.obs()
+        .image(json!({"repository": repo, "size_gb": gb}))
+        .await;
+}
+
+#[when(expr = "I create a GPU pod {string} of the {int} GB image")]
+async fn create_sized(w: &mut Vkw, name: String, gb: u32) {
+    create_sized_pod(w, name, gb, None).await;
+}
+
+#[when(
+    expr = "I create a GPU pod {string} of the {int} GB image asking for {word} of ephemeral-storage"
+)]
+async fn create_sized_roomy(w: &mut Vkw, name: String, gb: u32, storage: String) {
+    create_sized_pod(w, name, gb, Some(storage)).await;
+}
+
+async fn create_sized_pod(w: &mut Vkw, name: String, gb: u32, storage: Option<String>) {
+    let node = w.node();
+    let mut p = gpu_pod(&name, &node, 1, &[]);
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.image = Some(format!("{}:1", sized(w, gb)));
+    if let Some(storage) = storage {
+        let r = c.resources.get_or_insert_default();
+        r.requests.get_or_insert_default().insert(
+            "ephemeral-storage".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(storage),
+        );
+    }
+    w.create_pod(p).await;
 }
 
 #[then(expr = "pod {string} has the kubelet's Events of a failed pull")]

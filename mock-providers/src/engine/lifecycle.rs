@@ -59,7 +59,13 @@ impl Engine {
             }
         };
         let created_at = Timestamp::now();
-        let pull_error = inner.images.pull(&new.image, new.login.as_ref());
+        let disk_gb = match &new.extra {
+            Extra::RunPod(x) => Some(x.disk as f64),
+            Extra::Vast(x) => Some(x.disk),
+            Extra::None => None,
+        };
+        let pull_error = inner.images.pull(&new.image, new.login.as_ref(), disk_gb);
+        let pull_extra = inner.images.pull_time(&new.image);
         let mut w = Workload {
             seq,
             id: id.clone(),
@@ -90,6 +96,7 @@ impl Engine {
             logs: LogBuffer::default(),
             extra: new.extra,
             pull_error,
+            pull_extra,
             proc: ProcState::default(),
             announced: 0,
         };

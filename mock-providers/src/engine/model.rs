@@ -203,6 +203,8 @@ pub struct Workload {
     /// Why the image does not pull (a private image without its login): the workload stays
     /// in its start, the pull retried, until deleted.
     pub pull_error: Option<String>,
+    /// The time its image takes to pull beyond the placing time (a known size, `pull.rs`).
+    pub pull_extra: Duration,
     pub(crate) proc: ProcState,
     pub(crate) announced: u8,
 }

@@ -1,5 +1,5 @@
-//! Private images: repositories the emulated registry serves only to the right login, and
-//! what a pull without it looks like. A real host's docker daemon refuses such a pull with
+//! Images the emulated registry knows: private ones it serves only to the right login, and
+//! sizes that take disk and pull time; what a pull that fails looks like. A real host's docker daemon refuses such a pull with
 //! `Error response from daemon: pull access denied for REPO, repository does not exist or may
 //! require 'docker login': denied: requested access to the resource is denied` (RunPod's system
 //! log, runpod/runpod-python#165; Vast's `status_msg`, vast-ai/vast-cli
@@ -19,14 +19,20 @@ use super::{Engine, Workload};
 /// runpod/runpod-python#165).
 pub const RETRY: Duration = Duration::from_secs(15);
 
-/// One private repository and the login it pulls with.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+/// One repository the registry knows: the login it pulls with (none: public), its size.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct PrivateRepo {
+pub struct ImageSpec {
     /// `host/path` without tag or digest (`registry.example.com/acme/model-server`).
     pub repository: String,
-    pub username: String,
-    pub password: String,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Unpacked size, GB: a container disk smaller than this fails the pull ("no space left
+    /// on device", as docker's daemon says it), and each GB takes the profile's pull time.
+    #[serde(default)]
+    pub size_gb: Option<f64>,
 }
 
 /// The login a workload pulls with: Vast's `image_login` names its registry; a RunPod
@@ -38,10 +44,11 @@ pub struct Login {
     pub password: String,
 }
 
-/// The private repositories of the emulated registries.
+/// The repositories the emulated registries know.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
-    repos: Vec<PrivateRepo>,
+    repos: Vec<ImageSpec>,
+    pull_ms_per_gb: u64,
 }
 
 /// `image` without its tag or digest.
@@ -54,8 +61,28 @@ pub fn repository(image: &str) -> &str {
 }
 
 impl Registry {
-    /// Adds (or replaces) a private repository.
-    pub fn add(&mut self, repo: PrivateRepo) {
+    /// A registry whose images pull at `pull_ms_per_gb`.
+    pub fn new(pull_ms_per_gb: u64) -> Self {
+        Self {
+            repos: Vec::new(),
+            pull_ms_per_gb,
+        }
+    }
+
+    /// How long `image` takes to pull beyond the placing time.
+    pub fn pull_time(&self, image: &str) -> Duration {
+        let repo = repository(image);
+        let gb = self
+            .repos
+            .iter()
+            .find(|r| r.repository == repo)
+            .and_then(|r| r.size_gb)
+            .unwrap_or(0.0);
+        Duration::from_millis((gb.max(0.0) * self.pull_ms_per_gb as f64) as u64)
+    }
+
+    /// Adds (or replaces) a repository.
+    pub fn add(&mut self, repo: ImageSpec) {
         self.repos.retain(|r| r.repository != repo.repository);
         self.repos.push(repo);
     }
@@ -64,23 +91,33 @@ impl Registry {
         self.repos.clear();
     }
 
-    /// Why pulling `image` with `login` fails (`None`: it pulls).
-    pub fn pull(&self, image: &str, login: Option<&Login>) -> Option<String> {
+    /// Why pulling `image` with `login` onto a container disk of `disk_gb` fails (`None`: it
+    /// pulls).
+    pub fn pull(&self, image: &str, login: Option<&Login>, disk_gb: Option<f64>) -> Option<String> {
         let repo = repository(image);
-        let private = self.repos.iter().find(|r| r.repository == repo)?;
+        let known = self.repos.iter().find(|r| r.repository == repo)?;
         let host = repo.split('/').next().unwrap_or_default();
-        let accepted = login.is_some_and(|l| {
-            l.registry.as_deref().is_none_or(|r| r == host)
-                && l.username == private.username
-                && l.password == private.password
-        });
-        (!accepted).then(|| {
-            format!(
-                "Error response from daemon: pull access denied for {repo}, repository does not \
-                 exist or may require 'docker login': denied: requested access to the resource \
-                 is denied"
-            )
-        })
+        if let (Some(user), Some(password)) = (&known.username, &known.password) {
+            let accepted = login.is_some_and(|l| {
+                l.registry.as_deref().is_none_or(|r| r == host)
+                    && &l.username == user
+                    && &l.password == password
+            });
+            if !accepted {
+                return Some(format!(
+                    "Error response from daemon: pull access denied for {repo}, repository does \
+                     not exist or may require 'docker login': denied: requested access to the \
+                     resource is denied"
+                ));
+            }
+        }
+        match (known.size_gb, disk_gb) {
+            (Some(size), Some(disk)) if size > disk => Some(format!(
+                "failed to register layer: write /var/lib/docker/overlay2: no space left on device \
+                 (image {repo} needs {size} GB, the container disk has {disk} GB)"
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -121,10 +158,11 @@ mod tests {
     #[test]
     fn a_private_image_pulls_only_with_its_login_for_its_registry() {
         let mut reg = Registry::default();
-        reg.add(PrivateRepo {
+        reg.add(ImageSpec {
             repository: "registry.example.com/acme/app".into(),
-            username: "robot".into(),
-            password: "pw".into(),
+            username: Some("robot".into()),
+            password: Some("pw".into()),
+            size_gb: None,
         });
         let good = Login {
             registry: Some("registry.example.com".into()),
@@ -132,7 +170,7 @@ mod tests {
             password: "pw".into(),
         };
         assert_eq!(
-            reg.pull("registry.example.com/acme/app:1", Some(&good)),
+            reg.pull("registry.example.com/acme/app:1", Some(&good), None),
             None
         );
         let any_registry = Login {
@@ -140,7 +178,7 @@ mod tests {
             ..good.clone()
         };
         assert_eq!(
-            reg.pull("registry.example.com/acme/app", Some(&any_registry)),
+            reg.pull("registry.example.com/acme/app", Some(&any_registry), None),
             None
         );
         let other_host = Login {
@@ -152,10 +190,35 @@ mod tests {
             ..good.clone()
         };
         for login in [None, Some(&other_host), Some(&wrong)] {
-            let why = reg.pull("registry.example.com/acme/app:1", login).unwrap();
+            let why = reg
+                .pull("registry.example.com/acme/app:1", login, None)
+                .unwrap();
             assert!(why.contains("pull access denied for registry.example.com/acme/app"));
         }
         // Public images pull with anything.
-        assert_eq!(reg.pull("busybox:1.36", None), None);
+        assert_eq!(reg.pull("busybox:1.36", None, Some(1.0)), None);
+    }
+
+    #[test]
+    fn a_sized_image_needs_the_disk_and_takes_time_to_pull() {
+        let mut reg = Registry::new(8000);
+        reg.add(ImageSpec {
+            repository: "vllm/vllm-openai".into(),
+            size_gb: Some(30.0),
+            ..ImageSpec::default()
+        });
+        let why = reg
+            .pull("vllm/vllm-openai:v0.9.0", None, Some(20.0))
+            .unwrap();
+        assert!(
+            why.contains("no space left on device") && why.contains("30 GB"),
+            "{why}"
+        );
+        assert_eq!(reg.pull("vllm/vllm-openai:v0.9.0", None, Some(40.0)), None);
+        assert_eq!(
+            reg.pull_time("vllm/vllm-openai:v0.9.0"),
+            Duration::from_secs(240)
+        );
+        assert_eq!(reg.pull_time("busybox"), Duration::ZERO);
     }
 }

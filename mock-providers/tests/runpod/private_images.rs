@@ -34,7 +34,7 @@ async fn a_private_image_pulls_only_with_its_registry_credential() {
     let emu = start_runpod(config(ExecutionMode::simulated(50, 50, None))).await;
     let r = emu
         .admin_post(
-            "/_admin/private-images",
+            "/_admin/images",
             json!({"repository": REPO, "username": "robot", "password": "pw-1"}),
         )
         .await;

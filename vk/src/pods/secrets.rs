@@ -124,7 +124,7 @@ pub fn restrict(
         if !uses.pull.is_empty() && !unable.is_empty() {
             why.push(format!(
                 "the pod pulls its images with Secret {}, and {noun} {} {verb} unable to pull \
-                 with a registry login (Slurm's enroot runtime is given none yet)",
+                 with a registry login (its adapter declares no registry_logins)",
                 quoted(&uses.pull),
                 unable.join(", "),
             ));

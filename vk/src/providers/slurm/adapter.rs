@@ -26,8 +26,8 @@ impl Provider for Slurm {
             containers: true,
             // A job's process binds on its node: UDP as much as TCP.
             udp: true,
-            // `bare` pulls no image, apptainer gets the login (`pull.rs`), enroot none yet.
-            registry_logins: self.cfg.runtime != super::Runtime::Enroot,
+            // `bare` pulls no image; apptainer and enroot get the login (`pull.rs`).
+            registry_logins: true,
             ..Capabilities::gpus(self.cfg.gpu_types.keys(), self.cfg.max_gpus_per_workload)
         }
     }

@@ -114,7 +114,8 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
         .iter()
         .map(|(e, t)| (t.clone(), e.value.clone()))
         .collect();
-    let login = super::pull::login(w, runtime, &prefix);
+    let login = super::pull::login(w, runtime, &prefix)?;
+    let keep_shell = login.as_ref().is_some_and(|l| l.keep_shell);
     let mut out = String::from("#!/bin/bash\n");
     out.push_str(&format!(
         "# gpu-vk workload {} (pod {}/{}, container {})\n",
@@ -149,7 +150,9 @@ pub fn batch_job(w: &Workload, runtime: Runtime) -> Result<BatchJob, ProviderErr
     if let Some(cd) = cd_line(&c, runtime) {
         out.push_str(&cd);
     }
-    out.push_str(&format!("exec {line}\n"));
+    // A shell that must clean up after the runtime (`pull.rs`) runs it; else it becomes it.
+    let exec = if keep_shell { "" } else { "exec " };
+    out.push_str(&format!("{exec}{line}\n"));
     Ok(BatchJob {
         script: out,
         environment,

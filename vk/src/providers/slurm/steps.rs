@@ -56,7 +56,7 @@ pub fn steps_job(
     let gpus = w.gpu.as_ref().is_some_and(|g| g.count > 0);
     let mut env = StepEnv::of(&w.containers);
     let logs = output_dir.is_some();
-    let login = super::pull::login(w, runtime, &env.prefix);
+    let login = super::pull::login(w, runtime, &env.prefix)?;
     let mut out = prelude(w, runtime, output_dir, &env);
     if let Some(l) = login {
         out.push_str(&l.lines);

@@ -89,7 +89,10 @@ fn pull_failure(state: &WorkloadState, status: Option<&str>) -> Option<String> {
             && (lower.contains("not found") || lower.contains("unknown")))
         || lower.contains("unauthorized: authentication required")
         || lower.contains("no basic auth credentials")
-        || lower.contains("error pulling image");
+        || lower.contains("error pulling image")
+        // The daemon's refusal of an image larger than the container disk (moby's
+        // "failed to register layer: ... no space left on device").
+        || lower.contains("no space left on device");
     refused.then(|| msg.to_owned())
 }
 
@@ -241,6 +244,24 @@ fn state_of(inst: &Instance) -> WorkloadState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_or_unfitting_pull_of_a_loading_instance_is_a_pull_failure() {
+        let starting = WorkloadState::Starting;
+        for msg in [
+            "Error response from daemon: pull access denied for private/image, repository does not exist or may require authorization",
+            "Error response from daemon: manifest for vastai/test:x not found",
+            "failed to register layer: write /var/lib/docker/overlay2: no space left on device",
+        ] {
+            assert_eq!(pull_failure(&starting, Some(msg)).as_deref(), Some(msg));
+        }
+        assert_eq!(pull_failure(&starting, Some("Pulling image busybox")), None);
+        assert_eq!(
+            pull_failure(&WorkloadState::Running, Some("pull access denied")),
+            None,
+            "a running instance pulled"
+        );
+    }
     use serde_json::json;
 
     #[test]
