@@ -210,34 +210,7 @@ impl Engine {
                 continue;
             }
             self.announce(w, now);
-            let at = match &w.run {
-                Run::Active { since, since_wall } => {
-                    ts_add(*since_wall, due.saturating_duration_since(*since))
-                }
-                _ => Timestamp::now(),
-            };
-            if self.flavor == Flavor::RunPod {
-                w.logs.push(
-                    at,
-                    LogSource::Container,
-                    "[emulator] simulated workload finished",
-                );
-                let code = w.exit_code.unwrap_or(0);
-                self.restart_in_place_locked(inner, seq, code, due);
-                continue;
-            }
-            if let Some(p) = w.placement.take() {
-                inner.inventory.release(p);
-            }
-            w.logs.push(
-                at,
-                LogSource::Container,
-                "[emulator] simulated workload finished",
-            );
-            w.logs
-                .push(at, LogSource::System, "container exited with code 0");
-            w.exit_code = Some(0);
-            w.run = Run::Exited { at };
+            self.end_simulated_run(inner, seq, due);
         }
     }
 

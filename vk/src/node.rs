@@ -429,6 +429,27 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_node_carries_the_highest_cuda_version_its_providers_declare() {
+        let cfg: Config = serde_yaml::from_str(
+            "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod, settings: {maxCudaVersion: '12.10'}}\n- {name: v, kind: vast, settings: {maxCudaVersion: '12.8'}}\n- {name: s, kind: slurm}\n",
+        )
+        .unwrap();
+        let labels = object::desired(&cfg).metadata.labels.unwrap();
+        assert_eq!(labels[crate::vocab::CUDA_DRIVER_MAJOR], "12");
+        assert_eq!(
+            labels[crate::vocab::CUDA_DRIVER_MINOR],
+            "10",
+            "12.10 is above 12.8"
+        );
+        let none: Config = serde_yaml::from_str(
+            "nodeName: vk\nclusterId: c\nproviders:\n- {name: s, kind: slurm}\n",
+        )
+        .unwrap();
+        let labels = object::desired(&none).metadata.labels.unwrap();
+        assert!(!labels.contains_key(crate::vocab::CUDA_DRIVER_MAJOR));
+    }
+
     #[tokio::test]
     async fn provider_health_is_a_condition_each_and_inventory_mode_reports_free_gpus() {
         let kube = kube::Config::new("http://127.0.0.1:9".parse().unwrap());

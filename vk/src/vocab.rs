@@ -13,6 +13,18 @@ pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
 pub const TYPE_LABEL: (&str, &str) = ("type", "virtual-kubelet");
 /// The GPU resource pods ask for and the virtual node offers.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The node labels of the CUDA driver version that NVIDIA's GPU feature discovery puts on GPU
+/// nodes (`nvidia.com/cuda.driver.major`, `.minor`); the virtual node publishes the highest its
+/// providers declare (`maxCudaVersion`), and a pod's required node affinity on the major
+/// version is a CUDA floor.
+pub const CUDA_DRIVER_MAJOR: &str = "nvidia.com/cuda.driver.major";
+pub const CUDA_DRIVER_MINOR: &str = "nvidia.com/cuda.driver.minor";
+
+/// A CUDA version `12.8` as (major, minor).
+pub fn cuda_version(v: &str) -> Option<(u32, u32)> {
+    let (a, b) = v.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
 
 /// Whether `tol` tolerates `taint`, by the rules of "Taints and Tolerations" in the Kubernetes
 /// docs: an empty key with `Exists` tolerates every taint, `Exists` any value, `Equal` (the

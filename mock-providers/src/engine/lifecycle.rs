@@ -66,6 +66,7 @@ impl Engine {
         };
         let pull_error = inner.images.pull(&new.image, new.login.as_ref(), disk_gb);
         let pull_extra = inner.images.pull_time(&new.image);
+        let crash = inner.images.crash(&new.image);
         let mut w = Workload {
             seq,
             id: id.clone(),
@@ -97,12 +98,18 @@ impl Engine {
             extra: new.extra,
             pull_error,
             pull_extra,
+            crash: crash.clone(),
             proc: ProcState::default(),
             announced: 0,
         };
         if new.start_stopped {
             w.logs
                 .push(created_at, LogSource::System, "created in stopped state");
+        }
+        if crash.is_some() {
+            // The container dies as it starts (a crash loop on RunPod, exited on Vast).
+            w.exit_code = Some(1);
+            w.rerun_for = Some(RERUN_MIN);
         }
         inner.workloads.insert(seq, w);
         inner.by_id.insert(id, seq);
@@ -189,6 +196,40 @@ impl Engine {
 
     /// End the container with an exit code (GPUs released). On RunPod the container is
     /// restarted in place instead and the pod stays RUNNING.
+    /// A simulated run ends at `due`: with the workload's exit code (0 unless set: an injected
+    /// exit, a crash, `pull.rs`), restarted in place on RunPod, exited on Vast.
+    pub(super) fn end_simulated_run(&self, inner: &mut Inner, seq: u64, due: Instant) {
+        let Some(w) = inner.workloads.get_mut(&seq) else {
+            return;
+        };
+        let at = match &w.run {
+            Run::Active { since, since_wall } => {
+                ts_add(*since_wall, due.saturating_duration_since(*since))
+            }
+            _ => Timestamp::now(),
+        };
+        let code = w.exit_code.unwrap_or(0);
+        let last = match &w.crash {
+            Some(why) => why.clone(),
+            None => "[emulator] simulated workload finished".to_owned(),
+        };
+        w.logs.push(at, LogSource::Container, last);
+        if self.flavor == Flavor::RunPod {
+            self.restart_in_place_locked(inner, seq, code, due);
+            return;
+        }
+        if let Some(p) = w.placement.take() {
+            inner.inventory.release(p);
+        }
+        w.logs.push(
+            at,
+            LogSource::System,
+            format!("container exited with code {code}"),
+        );
+        w.exit_code = Some(code);
+        w.run = Run::Exited { at };
+    }
+
     pub fn exit_locked(&self, inner: &mut Inner, seq: u64, code: i32) {
         if self.flavor == Flavor::RunPod {
             self.restart_in_place_locked(inner, seq, code, Instant::now());

@@ -205,6 +205,9 @@ pub struct Workload {
     pub pull_error: Option<String>,
     /// The time its image takes to pull beyond the placing time (a known size, `pull.rs`).
     pub pull_extra: Duration,
+    /// Why its container dies as it starts (an image needing a newer CUDA than the host's
+    /// driver runs, `pull.rs`): printed, then exit code 1.
+    pub crash: Option<String>,
     pub(crate) proc: ProcState,
     pub(crate) announced: u8,
 }

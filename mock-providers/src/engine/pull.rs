@@ -33,7 +33,15 @@ pub struct ImageSpec {
     /// on device", as docker's daemon says it), and each GB takes the profile's pull time.
     #[serde(default)]
     pub size_gb: Option<f64>,
+    /// The CUDA version its runtime needs (`"12.9"`): on a host whose driver runs less, the
+    /// container dies as it starts, saying what the CUDA runtime says.
+    #[serde(default)]
+    pub min_cuda: Option<String>,
 }
+
+/// The CUDA version every emulated host's driver runs (RunPod's `cudaVersion`, Vast's
+/// `cuda_max_good` in the emulators' answers).
+pub const HOST_CUDA: (u32, u32) = (12, 8);
 
 /// The login a workload pulls with: Vast's `image_login` names its registry; a RunPod
 /// registry credential has none and serves whatever registry the image names.
@@ -79,6 +87,30 @@ impl Registry {
             .and_then(|r| r.size_gb)
             .unwrap_or(0.0);
         Duration::from_millis((gb.max(0.0) * self.pull_ms_per_gb as f64) as u64)
+    }
+
+    /// Why a container of `image` dies as it starts on an emulated host (`None`: it runs):
+    /// the CUDA runtime's `cudaErrorInsufficientDriver`.
+    pub fn crash(&self, image: &str) -> Option<String> {
+        let repo = repository(image);
+        let needs = self
+            .repos
+            .iter()
+            .find(|r| r.repository == repo)?
+            .min_cuda
+            .as_deref()?;
+        let (a, b) = needs.split_once('.')?;
+        let needs: (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+        (needs > HOST_CUDA).then(|| {
+            format!(
+                "CUDA error: CUDA driver version is insufficient for CUDA runtime version (the \
+                 image needs CUDA {needs_a}.{needs_b}, this host's driver runs {}.{})",
+                HOST_CUDA.0,
+                HOST_CUDA.1,
+                needs_a = needs.0,
+                needs_b = needs.1
+            )
+        })
     }
 
     /// Adds (or replaces) a repository.
@@ -163,6 +195,7 @@ mod tests {
             username: Some("robot".into()),
             password: Some("pw".into()),
             size_gb: None,
+            min_cuda: None,
         });
         let good = Login {
             registry: Some("registry.example.com".into()),
@@ -220,5 +253,18 @@ mod tests {
             Duration::from_secs(240)
         );
         assert_eq!(reg.pull_time("busybox"), Duration::ZERO);
+        reg.add(ImageSpec {
+            repository: "acme/cuda13".into(),
+            min_cuda: Some("13.0".into()),
+            ..ImageSpec::default()
+        });
+        reg.add(ImageSpec {
+            repository: "acme/cuda12".into(),
+            min_cuda: Some("12.4".into()),
+            ..ImageSpec::default()
+        });
+        assert!(reg.crash("acme/cuda13:1").unwrap().contains("insufficient"));
+        assert_eq!(reg.crash("acme/cuda12:1"), None);
+        assert_eq!(reg.crash("busybox"), None);
     }
 }

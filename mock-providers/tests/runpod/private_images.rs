@@ -156,3 +156,44 @@ async fn a_private_image_pulls_only_with_its_registry_credential() {
     let r = create(&emu, pod("ghost", Some(&json!({"id": "nope"})))).await;
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn an_image_needing_a_newer_cuda_crashes_on_every_start() {
+    let emu = start_runpod(config(ExecutionMode::simulated(50, 50, None))).await;
+    let r = emu
+        .admin_post(
+            "/_admin/images",
+            json!({"repository": "acme/cuda13", "min_cuda": "13.0"}),
+        )
+        .await;
+    assert!(r.status().is_success());
+    let mut body = pod_body("crash", "A100-80GB", 1);
+    body["image"] = json!("acme/cuda13:1");
+    let p: Value = create(&emu, body).await.json().await.unwrap();
+    let id = p["id"].as_str().unwrap().to_owned();
+    // RunPod restarts the dying container in place: restarts pile up, the pod stays RUNNING.
+    let w = eventually("restarted twice", Duration::from_secs(10), || async {
+        emu.workload(&id)
+            .await
+            .filter(|w| w["restarts"].as_u64() >= Some(2))
+    })
+    .await;
+    assert_eq!(w["exit_code"], 1);
+    let logs = emu
+        .get(&format!("/v2/pods/{id}/logs?source=container&tail=50"))
+        .send()
+        .await
+        .unwrap();
+    let mut logs = logs;
+    let mut text = String::new();
+    while let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_millis(300), logs.chunk())
+        .await
+        .unwrap_or(Ok(None))
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        text.contains("CUDA driver version is insufficient for CUDA runtime version"),
+        "{text}"
+    );
+}

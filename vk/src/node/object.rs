@@ -30,6 +30,23 @@ pub fn desired(cfg: &Config) -> Node {
         ("kubernetes.io/os".to_owned(), "linux".to_owned()),
         ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
     ]);
+    // The highest CUDA version a provider's hosts run, as GPU feature discovery labels a GPU
+    // node: node affinity on it schedules here, and the VK reads it as the pod's floor.
+    if let Some((major, minor)) = cfg
+        .providers
+        .iter()
+        .filter_map(|p| crate::vocab::cuda_version(p.settings.get("maxCudaVersion")?.as_str()?))
+        .max()
+    {
+        labels.insert(
+            crate::vocab::CUDA_DRIVER_MAJOR.to_owned(),
+            major.to_string(),
+        );
+        labels.insert(
+            crate::vocab::CUDA_DRIVER_MINOR.to_owned(),
+            minor.to_string(),
+        );
+    }
     for p in &cfg.providers {
         labels.insert(format!("gpu-vk.io/provider.{}", p.name), "true".to_owned());
         labels.extend(p.labels.clone());

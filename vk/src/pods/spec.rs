@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use crate::provider::{ContainerRole, GpuRequest, PodContainer, Workload};
 use crate::vocab::quantity::{QuantityError, parse_cpu, parse_memory};
 
+mod asks;
 mod containers;
 
 pub use containers::{
@@ -130,26 +131,7 @@ pub struct Request {
     pub udp_ports: Vec<i32>,
 }
 
-impl Request {
-    /// The container disk the pod asks for, GB, and from where: the option `disk_gb` (the
-    /// annotation `gpu-vk.io/disk-gb`), else its `ephemeral-storage` ([`EPHEMERAL_OPTION`]).
-    pub fn disk_asked(&self) -> Option<(&'static str, f64)> {
-        ["disk_gb", EPHEMERAL_OPTION]
-            .into_iter()
-            .find_map(|k| Some((k, self.options.get(k)?.parse::<f64>().ok()?)))
-    }
-
-    /// The lowest CUDA version the pod's image needs (`gpu-vk.io/min-cuda`), as (major, minor).
-    pub fn min_cuda(&self) -> Option<(u32, u32)> {
-        cuda_version(self.options.get("min_cuda")?)
-    }
-}
-
-/// A CUDA version `12.8` as (major, minor).
-pub fn cuda_version(v: &str) -> Option<(u32, u32)> {
-    let (a, b) = v.trim().split_once('.')?;
-    Some((a.parse().ok()?, b.parse().ok()?))
-}
+pub use crate::vocab::cuda_version;
 
 /// Validates the pod and extracts its request.
 pub fn request(pod: &Pod) -> Result<Request, SpecError> {
@@ -160,6 +142,18 @@ pub fn request(pod: &Pod) -> Result<Request, SpecError> {
     let (c, steps_only) = run_containers(pod)?;
     unsupported(pod, spec, c)?;
     let mut ann = annotations(pod)?;
+    // A CUDA floor set by node affinity counts as the annotation's (the higher wins), so the
+    // adapters send it to the provider too.
+    if let Some(floor) = asks::affinity_cuda_floor(spec)
+        && ann
+            .options
+            .get("min_cuda")
+            .and_then(|v| cuda_version(v))
+            .is_none_or(|asked| asked < floor)
+    {
+        ann.options
+            .insert("min_cuda".into(), format!("{}.{}", floor.0, floor.1));
+    }
     let res = Resources::of(c, ann.gpu_type.clone())?;
     // The container's `ephemeral-storage` in whole GB (rounded up), for the adapters that size
     // a container disk (`Options::disk_gb`: it raises their default, never lowers it).

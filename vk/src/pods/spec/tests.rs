@@ -427,3 +427,65 @@ fn private_ports_are_declared_but_not_published() {
     let bad = pod_with(&[("gpu-vk.io/private-ports", "9090,http")], Some("1"));
     assert!(request(&bad).unwrap_err().0.contains("private-ports"));
 }
+
+#[test]
+fn required_node_affinity_on_the_cuda_driver_is_a_floor() {
+    let with_affinity = |terms: serde_json::Value, ann: Option<&str>| {
+        let mut p = pod_with(
+            &ann.map(|a| vec![("gpu-vk.io/min-cuda", a)])
+                .unwrap_or_default(),
+            Some("1"),
+        );
+        p.spec.as_mut().unwrap().affinity = Some(
+            serde_json::from_value(serde_json::json!({"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}))
+            .unwrap(),
+        );
+        request(&p).unwrap().min_cuda()
+    };
+    let key = crate::vocab::CUDA_DRIVER_MAJOR;
+    let gt = |n: &str| serde_json::json!({"key": key, "operator": "Gt", "values": [n]});
+    let within = |ns: &[&str]| serde_json::json!({"key": key, "operator": "In", "values": ns});
+    // Gt 11: at least 12.0; In [12, 13]: at least 12.0.
+    assert_eq!(
+        with_affinity(serde_json::json!([{"matchExpressions": [gt("11")]}]), None),
+        Some((12, 0))
+    );
+    assert_eq!(
+        with_affinity(
+            serde_json::json!([{"matchExpressions": [within(&["13", "12"])]}]),
+            None
+        ),
+        Some((12, 0))
+    );
+    // Alternatives: the lowest; a term without the key: no floor.
+    assert_eq!(
+        with_affinity(
+            serde_json::json!([{"matchExpressions": [gt("12")]}, {"matchExpressions": [gt("11")]}]),
+            None
+        ),
+        Some((12, 0))
+    );
+    assert_eq!(
+        with_affinity(
+            serde_json::json!([{"matchExpressions": [gt("12")]}, {"matchExpressions": []}]),
+            None
+        ),
+        None
+    );
+    // The annotation's floor, when higher, stands; a lower one is raised.
+    assert_eq!(
+        with_affinity(
+            serde_json::json!([{"matchExpressions": [gt("11")]}]),
+            Some("12.8")
+        ),
+        Some((12, 8))
+    );
+    assert_eq!(
+        with_affinity(
+            serde_json::json!([{"matchExpressions": [gt("12")]}]),
+            Some("12.8")
+        ),
+        Some((13, 0))
+    );
+}
