@@ -4,7 +4,8 @@ Feature: Least privilege
   networks, but not get or write another one), Secrets and ConfigMaps are readable only in
   the namespaces whose pods may run on it (config.allowedNamespaces), and a
   ValidatingAdmissionPolicy lets it write only pods bound to its own node, which RBAC alone
-  cannot say. Checked as that ServiceAccount (impersonated), with server-side dry runs.
+  cannot say. Checked as that ServiceAccount (impersonated), with server-side dry runs. Its
+  NetworkPolicy admits only the API server to the kubelet API port and the admission webhook.
 
   Scenario: The virtual kubelet's ServiceAccount reaches only its own node, its pods and its namespaces
     Given the virtual kubelet runs from the Helm chart
@@ -17,3 +18,4 @@ Feature: Least privilege
     And as the virtual kubelet, Secrets can be read and EndpointSlices written in this scenario's namespace, not in namespace "default"
     And as the virtual kubelet, only EndpointSlices labelled as its own can be written: "writes only EndpointSlices labelled"
     And as the virtual kubelet, its webhook cannot be made to fail closed, see Secrets or call another address: "judges pod creates only"
+    And the chart's NetworkPolicy lets only the API server's addresses reach the kubelet API and the admission check

@@ -88,6 +88,10 @@ def check_rbac(docs, case, sa_name, namespace, allowed=()):
     node = config.get("nodeName", "")
     cluster_role = one(docs, "ClusterRole", case)
     want = [r for r in CLUSTER_RULES if not (allowed and r in ENV_RULES)]
+    if allowed:
+        # Whether the allowed namespaces exist (a warning at start), by name.
+        want.insert(want.index(([""], ["pods/status"], ["get", "patch", "update"], None)) + 1,
+                    ([""], ["namespaces"], ["get"], list(allowed)))
     check(rules(cluster_role) == expect(want, node), f"{case}: ClusterRole rules differ from the least-privilege set: {rules(cluster_role)}")
     roles = {}
     for d in docs:
@@ -296,6 +300,43 @@ def check_ha(docs):
     check(pdb.get("spec", {}).get("maxUnavailable") == 1, f"{case}: the PodDisruptionBudget allows more than one pod down")
 
 
+# The addresses the chart's check renders as the API server's (networkPolicy.apiServerCIDRs).
+API_SERVER = ["192.0.2.10/32"]
+METRICS_SERVER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                  "podSelector": {"matchLabels": {"k8s-app": "metrics-server"}}}
+
+
+def check_network_policies(docs, case, api_server, private, kubelet_clients=()):
+    """Each NetworkPolicy selects exactly its Deployment's pods, opens the `private` ports only
+    to the API server's ipBlocks (the kubelet port also to `kubelet_clients`), and the metrics
+    port to everyone. `private` maps a Deployment name suffix ("" for the VK) to its ports."""
+    policies = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "NetworkPolicy"}
+    deps = {d["metadata"]["name"]: d for d in docs if d.get("kind") == "Deployment"}
+    check(len(policies) == len(private), f"{case}: expected {len(private)} NetworkPolicies, found {sorted(policies)}")
+    for suffix, ports in private.items():
+        dep = [d for n, d in deps.items() if n.endswith("-overflow") == (suffix == "-overflow")]
+        pol = [d for n, d in policies.items() if n.endswith("-overflow") == (suffix == "-overflow")]
+        if not (dep and pol):
+            check(False, f"{case}: no NetworkPolicy for the Deployment{suffix}")
+            continue
+        spec = pol[0]["spec"]
+        check(spec.get("podSelector", {}).get("matchLabels") == dep[0]["spec"]["selector"]["matchLabels"]
+              and spec.get("policyTypes") == ["Ingress"],
+              f"{case}: the NetworkPolicy{suffix} does not isolate exactly its Deployment's pods: {spec.get('podSelector')}")
+        container = {p["name"] for p in dep[0]["spec"]["template"]["spec"]["containers"][0].get("ports", [])}
+        for rule in spec.get("ingress", []):
+            names = [p.get("port") for p in rule.get("ports", [])]
+            check(set(names) <= container, f"{case}: the NetworkPolicy{suffix} names ports its pods do not have: {names}")
+            peers = rule.get("from") or []
+            if not set(names) & set(ports):
+                check(names == ["metrics"], f"{case}: the NetworkPolicy{suffix} opens {names} to {peers or 'everyone'}")
+            elif names == ["kubelet"] and kubelet_clients and peers == list(kubelet_clients):
+                continue
+            else:
+                check(sorted(names) == sorted(ports) and peers == [{"ipBlock": {"cidr": c}} for c in api_server],
+                      f"{case}: the NetworkPolicy{suffix} opens {names} to {peers or 'everyone'}, not the API server's {api_server} only")
+
+
 def check_overflow(docs):
     """The overflow companion: never blocks pods, sees only opted-in ones, and its pods are not the VK's."""
     case = "overflow"
@@ -363,6 +404,7 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
     check(c.get("imagePullPolicy") == "IfNotPresent", "default: imagePullPolicy is not IfNotPresent")
     check_config(docs, "default", dep, ports, volumes)
     check_rbac(docs, "default", sa, secret["metadata"]["namespace"])
+    check_network_policies(docs, "default", API_SERVER, {"": ["kubelet", "admission"]}, [METRICS_SERVER])
 
     # Credentials from values: in the Secret, and nowhere else.
     docs = load(creds_path)
@@ -391,6 +433,7 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
 
     # An existing Secret and ServiceAccount: the chart makes neither, and mounts the named one.
     docs = load(existing_path)
+    check_network_policies(docs, "existing", API_SERVER, {})
     check(not [d for d in docs if d.get("kind") == "Secret"], "existing: the chart made a Secret besides credentials.existingSecret")
     dep, _, _, _ = check_deployment(docs, "existing", "provider-keys", "vk-identity")
     sa_docs = [d for d in docs if d.get("kind") == "ServiceAccount"]
@@ -400,6 +443,8 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
     check_ha(load(ha_path))
     docs = load(overflow_path)
     check_overflow(docs)
+    check_network_policies(docs, "overflow", API_SERVER + ["2001:db8::10/128"],
+                           {"": ["kubelet", "admission"], "-overflow": ["webhook"]}, [METRICS_SERVER])
     # config.allowedNamespaces set: Secrets and ConfigMaps readable there only.
     vk_docs = [d for d in docs if "-overflow" not in d["metadata"]["name"]]
     sa = one(vk_docs, "ServiceAccount", "overflow")["metadata"]["name"]

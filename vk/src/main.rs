@@ -2,6 +2,8 @@
 
 #[path = "main/companion.rs"]
 mod companion;
+#[path = "main/namespaces.rs"]
+mod namespaces;
 #[path = "main/tasks.rs"]
 mod tasks;
 

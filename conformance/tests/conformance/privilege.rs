@@ -293,3 +293,85 @@ async fn webhook_pinned(w: &mut Vkw, why: String) {
         );
     }
 }
+
+#[then(
+    "the chart's NetworkPolicy lets only the API server's addresses reach the kubelet API and the admission check"
+)]
+async fn network_policy(w: &mut Vkw) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    // The API server's addresses, as the chart looked them up at install.
+    let slices: Api<EndpointSlice> = Api::namespaced(w.c(), "default");
+    let lp = kube::api::ListParams::default().labels("kubernetes.io/service-name=kubernetes");
+    let mut want: Vec<String> = slices
+        .list(&lp)
+        .await
+        .expect("the kubernetes Service's EndpointSlices")
+        .items
+        .into_iter()
+        .flat_map(|s| s.endpoints.into_iter().flatten().flat_map(|e| e.addresses))
+        .map(|a| format!("{a}/{}", if a.contains(':') { 128 } else { 32 }))
+        .collect();
+    want.sort();
+    want.dedup();
+    assert!(!want.is_empty(), "the kubernetes Service lists no address");
+    let policy = Api::<NetworkPolicy>::namespaced(w.c(), NAMESPACE)
+        .get(&w.node())
+        .await
+        .expect("the chart's NetworkPolicy, named after the release");
+    let spec = policy.spec.expect("a NetworkPolicy spec");
+    let rules = spec.ingress.unwrap_or_default();
+    let port_names =
+        |r: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| -> Vec<String> {
+            r.ports
+                .iter()
+                .flatten()
+                .filter_map(|p| p.port.as_ref())
+                .map(|p| match p {
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => {
+                        s.clone()
+                    }
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => {
+                        i.to_string()
+                    }
+                })
+                .collect()
+        };
+    let api_server: Vec<_> = rules
+        .iter()
+        .filter(|r| port_names(r).contains(&"admission".to_owned()))
+        .collect();
+    assert_eq!(
+        api_server.len(),
+        1,
+        "one rule for the admission port: {rules:?}"
+    );
+    let mut from: Vec<String> = api_server[0]
+        .from
+        .iter()
+        .flatten()
+        .map(|p| {
+            assert!(
+                p.pod_selector.is_none() && p.namespace_selector.is_none(),
+                "the admission port is open to pods: {p:?}"
+            );
+            p.ip_block.as_ref().expect("an ipBlock").cidr.clone()
+        })
+        .collect();
+    from.sort();
+    assert_eq!(
+        from, want,
+        "the admission and kubelet ports' peers are not the API server's addresses"
+    );
+    assert!(port_names(api_server[0]).contains(&"kubelet".to_owned()));
+    for r in &rules {
+        let open = r.from.as_ref().is_none_or(|f| f.is_empty());
+        assert!(
+            !(open
+                && (port_names(r)
+                    .iter()
+                    .any(|p| p == "kubelet" || p == "admission"))),
+            "a rule opens the kubelet API or the admission check to every source: {r:?}"
+        );
+    }
+}

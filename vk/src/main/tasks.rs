@@ -57,6 +57,12 @@ impl Tasks {
         // Service traffic to offloaded pods; like the admission check, not a core task: a failure
         // is logged and retried, never the node's end.
         let endpoints = tokio::spawn(vk::endpoints::run(fw.clone(), cfg.clone(), client.clone()));
+        if !cfg.allowed_namespaces.is_empty() {
+            tokio::spawn(crate::namespaces::warn_missing(
+                client.clone(),
+                cfg.allowed_namespaces.clone(),
+            ));
+        }
         // The cluster's own networks, learnt before the first pod is reconciled (a provider
         // address inside them is refused: pods::networks).
         let nets = fw.networks().clone();

@@ -23,6 +23,37 @@ app.kubernetes.io/name: {{ include "gpu-vk.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The overflow companion's pods: not the VK's selector labels, so the VK's Deployment, Services and NetworkPolicy never select them. */}}
+{{- define "gpu-vk.overflowSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-overflow" (include "gpu-vk.name" .) }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The API server's addresses as NetworkPolicy peers: networkPolicy.apiServerCIDRs, else the
+addresses of the kubernetes Service's EndpointSlices (looked up at install; `helm template`
+cannot, and must be given them). */}}
+{{- define "gpu-vk.apiServerPeers" -}}
+{{- $cidrs := .Values.networkPolicy.apiServerCIDRs | default list }}
+{{- if not $cidrs }}
+{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" }}
+{{- range ($slices.items | default list) }}
+{{- if eq (index (.metadata.labels | default dict) "kubernetes.io/service-name") "kubernetes" }}
+{{- range .endpoints }}
+{{- range .addresses }}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $cidrs }}
+{{- fail "networkPolicy.enabled: the API server's addresses are unknown (helm template cannot look them up): set networkPolicy.apiServerCIDRs to the addresses the API server calls pods from, or networkPolicy.enabled: false" }}
+{{- end }}
+{{- range (uniq $cidrs) }}
+- ipBlock: {cidr: {{ . | quote }}}
+{{- end }}
+{{- end }}
+
 {{- define "gpu-vk.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "gpu-vk.selectorLabels" . }}
