@@ -33,7 +33,7 @@ use crate::telemetry::ErrorChain;
 /// Label the leader puts on its own pod (and every replica removes from its pod when it starts),
 /// so a Service that selects it (the Helm chart's kubelet Service) sends the API server's logs,
 /// exec and stats requests to the leader only.
-pub const LEADER_LABEL: &str = "gpu-vk.io/leader";
+pub use crate::vocab::names::LEADER_LABEL;
 
 /// The pod a replica runs in (from the downward API), for [`LEADER_LABEL`].
 #[derive(Clone, Debug)]

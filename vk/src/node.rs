@@ -28,7 +28,7 @@ use crate::telemetry::ErrorChain;
 /// `capacity.gpus` value that makes allocatable GPUs follow the providers' inventories.
 pub const GPUS_FROM_INVENTORY: &str = "inventory";
 /// Node condition type per provider: `gpu-vk.io/provider.<name>`.
-pub const PROVIDER_CONDITION_PREFIX: &str = "gpu-vk.io/provider.";
+pub use crate::vocab::names::PROVIDER_PREFIX as PROVIDER_CONDITION_PREFIX;
 
 /// What the pod pipeline knows that the node reports: each provider's health and the GPUs the
 /// inventories show free (providers that give no count add none).
@@ -65,7 +65,7 @@ pub type FactsSource = Arc<dyn Fn() -> ProviderFacts + Send + Sync>;
 /// the kubelet, and any other request (SPDY, or WebSocket v4) is proxied unchanged.
 pub const DECLARED_FEATURES: &[&str] = &["ExtendWebSocketsToKubelet"];
 /// Annotation naming the VK (owner tag: cluster id + node name) that registered the Node.
-pub const OWNER_ANNOTATION: &str = "gpu-vk.io/owner";
+pub use crate::vocab::names::OWNER as OWNER_ANNOTATION;
 const LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
 

@@ -18,12 +18,12 @@ pub mod mutate;
 pub mod reclaim;
 pub mod webhook;
 
-/// The label a pod (template) carries to opt in to overflow.
-pub const OPT_IN_LABEL: &str = "gpu-vk.io/overflow";
 /// Annotation the webhook writes on an opted-in pod: `offload` when it may go to the virtual
 /// node, or `refused: <why>` when it may not (it then stays in-cluster). Not under `gpu-vk.io/`:
 /// the VK refuses pods with annotations of that prefix it does not know.
-pub const DECISION_ANNOTATION: &str = "overflow.gpu-vk.io/decision";
+pub use crate::vocab::names::OVERFLOW_DECISION_ANNOTATION as DECISION_ANNOTATION;
+/// The label a pod (template) carries to opt in to overflow.
+pub use crate::vocab::names::OVERFLOW_LABEL as OPT_IN_LABEL;
 /// Label of virtual nodes (the VK's Node carries `type=virtual-kubelet`).
 pub const VIRTUAL_NODE_LABEL: (&str, &str) = crate::vocab::TYPE_LABEL;
 /// The GPU resource.

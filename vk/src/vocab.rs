@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 pub mod image;
+pub mod names;
 pub mod quantity;
 pub mod shell;
 

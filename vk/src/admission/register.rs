@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::target::match_condition;
 use crate::config::Config;
+use crate::vocab::names::{NODE_LABEL, WEBHOOK_NAME};
 
 /// The configuration's name for `node`.
 pub fn name(node: &str) -> String {
@@ -29,16 +30,20 @@ pub fn configuration(cfg: &Config, node_uid: &str, ca_pem: &str) -> ValidatingWe
     };
     let mut client_config = client_config;
     client_config["caBundle"] = json!(ByteString(ca_pem.as_bytes().to_vec()));
+    let labels = std::collections::BTreeMap::from([
+        ("app.kubernetes.io/managed-by", "gpu-vk"),
+        (NODE_LABEL, node),
+    ]);
     serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {
             "name": name(node),
-            "labels": {"app.kubernetes.io/managed-by": "gpu-vk", "gpu-vk.io/node": node},
+            "labels": labels,
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
         },
         "webhooks": [{
-            "name": "pods.gpu-vk.io",
+            "name": WEBHOOK_NAME,
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             // A webhook that is down or slow never blocks a pod: the VK holds what it refuses.

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::vocab::{TAINT_KEY, TYPE_LABEL};
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
-const OVERFLOW_LABEL: &str = "gpu-vk.io/overflow";
+use crate::vocab::names::OVERFLOW_LABEL;
 
 /// Whether `pod` targets the virtual node `node`.
 pub fn targets(pod: &Pod, node: &str) -> bool {

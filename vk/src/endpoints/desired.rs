@@ -23,9 +23,9 @@ use crate::pods::spec::ANN_PUBLISHED;
 
 /// The value of `endpointslice.kubernetes.io/managed-by` on our slices (the Service controller
 /// leaves slices of other managers alone).
-pub const MANAGER: &str = "gpu-vk.io";
+pub use crate::vocab::names::ENDPOINTSLICE_MANAGER as MANAGER;
 /// Label naming the VK (its owner tag, `naming::Owner`) that wrote a slice.
-pub const OWNER_LABEL: &str = "gpu-vk.io/owner";
+pub use crate::vocab::names::OWNER as OWNER_LABEL;
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 

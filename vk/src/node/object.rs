@@ -48,7 +48,10 @@ pub fn desired(cfg: &Config) -> Node {
         );
     }
     for p in &cfg.providers {
-        labels.insert(format!("gpu-vk.io/provider.{}", p.name), "true".to_owned());
+        labels.insert(
+            format!("{PROVIDER_CONDITION_PREFIX}{}", p.name),
+            "true".to_owned(),
+        );
         labels.extend(p.labels.clone());
     }
     let taints = cfg.taint.then(|| vec![node_taint(&cfg.node_name)]);

@@ -35,16 +35,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::OPT_IN_LABEL;
 use super::reclaim::{gpus, snapshot};
 
-/// The label a research pod carries to have production handed off before it schedules.
-pub const PREEMPTOR_LABEL: &str = "gpu-vk.io/handoff";
-/// The scheduling gate such a pod is admitted with.
-pub const GATE: &str = "gpu-vk.io/handoff";
-/// Label of a stand-in (`true`).
-pub const STANDIN_LABEL: &str = "handoff.gpu-vk.io/standin";
 /// On a stand-in: the UID of the gated pod it makes room for.
-pub const FOR_ANNOTATION: &str = "handoff.gpu-vk.io/for";
+pub use crate::vocab::names::HANDOFF_FOR_ANNOTATION as FOR_ANNOTATION;
+/// The scheduling gate such a pod is admitted with.
+pub use crate::vocab::names::HANDOFF_GATE as GATE;
+/// The label a research pod carries to have production handed off before it schedules.
+pub use crate::vocab::names::HANDOFF_LABEL as PREEMPTOR_LABEL;
 /// On a stand-in: the name of the replica it replaces.
-pub const REPLACES_ANNOTATION: &str = "handoff.gpu-vk.io/replaces";
+pub use crate::vocab::names::HANDOFF_REPLACES_ANNOTATION as REPLACES_ANNOTATION;
+/// Label of a stand-in (`true`).
+pub use crate::vocab::names::HANDOFF_STANDIN_LABEL as STANDIN_LABEL;
 /// The ReplicaSet controller deletes pods of lower cost first.
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// The cost given to a replaced replica (the lowest an int32 holds).

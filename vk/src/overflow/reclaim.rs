@@ -27,7 +27,7 @@ pub use run::{caches, run};
 use fit::{Needs, Room};
 
 /// The label (with [`OPT_IN_LABEL`]) that lets the controller move a pod back in-cluster.
-pub const RECLAIM_LABEL: &str = "gpu-vk.io/reclaim";
+pub use crate::vocab::names::RECLAIM_LABEL;
 
 /// An offloaded replica that may be moved back.
 #[derive(Clone, Debug, PartialEq)]

@@ -23,7 +23,7 @@ use crate::provider::Endpoint;
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
 /// The pod condition saying whether `status.podIP` is where the workload can be reached.
-pub const CONDITION: &str = "gpu-vk.io/PodIPRoutable";
+pub use crate::vocab::names::POD_IP_ROUTABLE_CONDITION as CONDITION;
 /// The provider listed a usable address for the workload.
 pub const FROM_PROVIDER: &str = "ProviderAddress";
 /// The provider listed none; the pod IP is the provider's `podIpFallback`.

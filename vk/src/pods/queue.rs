@@ -2,7 +2,8 @@
 //! retries with exponential back-off and jitter, and a first lane for pods that just arrived
 //! (their provider create is what a user waits for; status refreshes can wait behind it).
 //! Delayed keys wait in one ordered map served by one timer task (as kube-runtime's
-//! `DelayQueue`), not a task per delay; on tokio's clock, so tests can pause it.
+//! `DelayQueue`), not a task per delay, with one entry per key: the earliest due time wins (as
+//! kube-runtime's scheduler); on tokio's clock, so tests can pause it.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,8 @@ struct State {
     failures: HashMap<String, u32>,
     /// Keys due later ([`Queue::add_after`]) by due time, in order of arrival among equals.
     delayed: BTreeMap<(Instant, u64), String>,
+    /// Each delayed key's one entry in `delayed`.
+    delayed_at: HashMap<String, (Instant, u64)>,
     delayed_seq: u64,
     /// Whether the timer task that moves due keys into the queue runs.
     timer_running: bool,
@@ -100,8 +103,9 @@ impl Queue {
         self.notify.notify_one();
     }
 
-    /// Schedules `key` after `delay` (each call is one wake-up; they collapse only with a
-    /// key already waiting when they fall due, as [`Queue::add`] does).
+    /// Schedules `key` after `delay`. A key holds one delayed entry: the earliest due time wins
+    /// (a later one is dropped, an earlier one replaces it); when it falls due it collapses
+    /// with a key already waiting, as [`Queue::add`] does.
     pub fn add_after(&self, key: &str, delay: Duration) {
         if delay.is_zero() {
             return self.add(key);
@@ -112,10 +116,17 @@ impl Queue {
             if s.shutdown {
                 return;
             }
+            if let Some(&(at, seq)) = s.delayed_at.get(key) {
+                if at <= due {
+                    return;
+                }
+                s.delayed.remove(&(at, seq));
+            }
             s.delayed_seq += 1;
             let seq = s.delayed_seq;
             let earliest = s.delayed.keys().next().is_none_or(|(d, _)| due < *d);
             s.delayed.insert((due, seq), key.to_owned());
+            s.delayed_at.insert(key.to_owned(), (due, seq));
             (earliest, !std::mem::replace(&mut s.timer_running, true))
         };
         if start {
@@ -144,6 +155,9 @@ impl Queue {
                         break;
                     }
                     due.push(e.remove());
+                }
+                for key in &due {
+                    s.delayed_at.remove(key);
                 }
                 (due, s.delayed.keys().next().map(|(at, _)| *at))
             };
@@ -322,6 +336,33 @@ mod tests {
             before,
             "the timer ends at shutdown"
         );
+    }
+
+    /// One entry per key, the earliest wins: a later due time is dropped, an earlier one
+    /// replaces the entry, and the key arrives once, at the earliest time.
+    #[tokio::test(start_paused = true)]
+    async fn a_key_holds_one_delayed_entry_the_earliest() {
+        let q = Queue::new();
+        q.add_after("a", Duration::from_secs(5));
+        q.add_after("a", Duration::from_secs(2));
+        q.add_after("a", Duration::from_secs(9));
+        q.add_after("b", Duration::from_secs(3));
+        assert_eq!(q.delayed(), 2, "one entry per key");
+        tokio::time::sleep(Duration::from_millis(1999)).await;
+        assert!(q.is_empty(), "a key came before its earliest time");
+        let t0 = Instant::now();
+        assert_eq!(q.next().await.as_deref(), Some("a"));
+        assert!(t0.elapsed() <= Duration::from_millis(1));
+        q.done("a");
+        assert_eq!(q.next().await.as_deref(), Some("b"));
+        q.done("b");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(q.is_empty(), "a dropped later entry still fired");
+        assert_eq!(q.delayed(), 0);
+        // Once due, the key may be delayed again.
+        q.add_after("a", Duration::from_secs(1));
+        assert_eq!(q.delayed(), 1);
+        assert_eq!(q.next().await.as_deref(), Some("a"));
     }
 
     #[tokio::test]

@@ -16,27 +16,27 @@ pub use containers::{
 };
 use containers::{run_containers, with_init_containers};
 
-/// Annotation prefix for everything the VK reads or writes on pods.
-pub const PREFIX: &str = "gpu-vk.io/";
-/// Pins the pod to one configured provider.
-pub const ANN_PROVIDER: &str = "gpu-vk.io/provider";
 /// Written by the VK: the provider chosen for this pod, so the choice survives restarts.
-pub const ANN_ASSIGNED: &str = "gpu-vk.io/assigned-provider";
+pub use crate::vocab::names::ANN_ASSIGNED;
+/// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
+pub use crate::vocab::names::ANN_DISPATCH;
+/// The pod's dispatch policy (`preference` or `cheapest`), where `dispatch.podPolicy` allows.
+pub use crate::vocab::names::ANN_DISPATCH_POLICY;
 /// GPU type wanted (e.g. `A100-80GB`), or a comma-separated set of acceptable types in order
 /// of preference (`H100,A100-80GB`); any type when absent.
-pub const ANN_GPU_TYPE: &str = "gpu-vk.io/gpu-type";
-/// The pod's dispatch policy (`preference` or `cheapest`), where `dispatch.podPolicy` allows.
-pub const ANN_DISPATCH_POLICY: &str = "gpu-vk.io/dispatch-policy";
-/// The pod's own start deadline in seconds (see `providers[].startDeadlineSeconds`).
-pub const ANN_START_DEADLINE: &str = "gpu-vk.io/start-deadline-seconds";
-/// Written by the VK: how many of the pod's workloads were given up at the start deadline
-/// (see `providers[].startAttempts`), so the count survives restarts.
-pub const ANN_START_ATTEMPTS: &str = "gpu-vk.io/start-attempts";
+pub use crate::vocab::names::ANN_GPU_TYPE;
+/// Pins the pod to one configured provider.
+pub use crate::vocab::names::ANN_PROVIDER;
 /// Written by the VK: how many pulls of the pod's image failed in a row and when the last did
 /// (`3 2026-12-07T10:00:00Z`), which the image pull back-off counts from.
-pub const ANN_PULL_FAILURES: &str = "gpu-vk.io/pull-failures";
-/// Written by the VK: the dispatch decision and its inputs (policy, choice, prices).
-pub const ANN_DISPATCH: &str = "gpu-vk.io/dispatch";
+pub use crate::vocab::names::ANN_PULL_FAILURES;
+/// Written by the VK: how many of the pod's workloads were given up at the start deadline
+/// (see `providers[].startAttempts`), so the count survives restarts.
+pub use crate::vocab::names::ANN_START_ATTEMPTS;
+/// The pod's own start deadline in seconds (see `providers[].startDeadlineSeconds`).
+pub use crate::vocab::names::ANN_START_DEADLINE;
+/// Annotation prefix for everything the VK reads or writes on pods.
+pub use crate::vocab::names::PREFIX;
 /// Written by the VK (with the status): where the provider publishes the pod's container ports
 /// when that is not the pod's own address and port (`8080=203.0.113.7:43210,...`, RunPod's and
 /// Vast's public port mappings); the EndpointSlices of the pod's Services are written from it
@@ -54,7 +54,7 @@ pub const VK_OWNED: [&str; 5] = [
 ];
 /// Containers and native sidecars the provider leaves out, comma-separated (`metrics,logs`):
 /// a provider runs one container, and a chart's exporter or log shipper need not come along.
-pub const ANN_OMIT_CONTAINERS: &str = "gpu-vk.io/omit-containers";
+pub use crate::vocab::names::ANN_OMIT_CONTAINERS;
 /// The option carrying the main container's `ephemeral-storage` in GB (set by the VK, not an
 /// annotation a pod can write: `gpu-vk.io/ephemeral-storage-gb` is refused as unknown).
 pub const EPHEMERAL_OPTION: &str = "ephemeral_storage_gb";

@@ -57,7 +57,7 @@ pub struct Endpoint {
 /// The pod annotation where a virtual kubelet of ours writes where a pod's container ports are
 /// published when that is not the pod's own address (`pods::address`); the kubernetes provider
 /// reads it on a remote pod run by another of ours.
-pub const PUBLISHED_ANNOTATION: &str = "gpu-vk.io/published-ports";
+pub use crate::vocab::names::ANN_PUBLISHED_PORTS as PUBLISHED_ANNOTATION;
 
 /// Reads the [`PUBLISHED_ANNOTATION`]'s text, `8080=203.0.113.7:43210,80=[2001:db8::7]:40000`,
 /// by container port. Entries that do not parse (or name port 0) are left out: whoever wrote

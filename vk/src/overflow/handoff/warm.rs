@@ -19,11 +19,11 @@ use super::{
 use crate::overflow::OPT_IN_LABEL;
 use crate::overflow::reclaim::gpus;
 
+/// On a warm stand-in: the UID of the ReplicaSet it stands by for.
+pub use crate::vocab::names::WARM_OF_ANNOTATION;
 /// On a pod template: how many warm replicas its ReplicaSet keeps on the virtual node while
 /// research is active (overrides `overflow.handoff.warmReplicas`).
-pub const WARM_REPLICAS_ANNOTATION: &str = "overflow.gpu-vk.io/warm-replicas";
-/// On a warm stand-in: the UID of the ReplicaSet it stands by for.
-pub const WARM_OF_ANNOTATION: &str = "handoff.gpu-vk.io/warm-of";
+pub use crate::vocab::names::WARM_REPLICAS_ANNOTATION;
 
 fn ns(p: &Pod) -> &str {
     p.metadata.namespace.as_deref().unwrap_or_default()

@@ -71,9 +71,9 @@ fn disk_refusal(may: &[&dispatch::Offer], request: &Request) -> Option<Refusal> 
         })
         .collect();
     let what = if key == "disk_gb" {
-        "the annotation gpu-vk.io/disk-gb"
+        format!("the annotation {}disk-gb", crate::vocab::names::PREFIX)
     } else {
-        "its ephemeral-storage request"
+        "its ephemeral-storage request".to_owned()
     };
     Some((
         reason::INVALID_SPEC,

@@ -16,17 +16,17 @@ use crate::naming::Owner;
 use crate::provider::{Hardening, ProviderError, Workload};
 
 /// Label carrying the ownership tag: `list()` selects on it.
-pub const LABEL_OWNER: &str = "gpu-vk.io/owner";
+pub use crate::vocab::names::OWNER as LABEL_OWNER;
 /// Label carrying the local pod's UID (for people and `kubectl -l`).
-pub const LABEL_POD_UID: &str = "gpu-vk.io/pod-uid";
+pub use crate::vocab::names::POD_UID_LABEL as LABEL_POD_UID;
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "gpu-vk";
 /// Annotations naming where the remote pod comes from. Not under `gpu-vk.io/`: a VK that is
 /// the remote cluster's node (offload chained on) refuses pods with `gpu-vk.io/*` annotations
 /// it does not know, as it must for a user's typo.
-pub const ANN_CLUSTER: &str = "offload.gpu-vk.io/cluster-id";
-pub const ANN_NODE: &str = "offload.gpu-vk.io/node";
-pub const ANN_SOURCE_POD: &str = "offload.gpu-vk.io/source-pod";
+pub use crate::vocab::names::REMOTE_CLUSTER_ANNOTATION as ANN_CLUSTER;
+pub use crate::vocab::names::REMOTE_NODE_ANNOTATION as ANN_NODE;
+pub use crate::vocab::names::REMOTE_SOURCE_POD_ANNOTATION as ANN_SOURCE_POD;
 
 /// The label selector of every remote pod of this VK.
 pub fn selector(owner: &Owner) -> String {
