@@ -1,7 +1,9 @@
 //! The providers as the pipeline holds them, one slot each: the provider behind the call
 //! layer, our workloads there as its last list showed them, the evidence of absences, the extra
 //! workloads to collect, its breaker, inventory and capacity refusals. A slot owns these fields;
-//! the rest of the pipeline goes through the methods here.
+//! the rest of the pipeline goes through the methods here. What the lists made (workloads,
+//! evidence, extras, the last list's start) is behind one lock, so folding a list takes one; no
+//! method holds two of a slot's locks.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,23 +19,29 @@ use crate::provider::health::{Breaker, BreakerRules, Health};
 use crate::provider::{DynProvider, Inventory, Observed, layer};
 use crate::telemetry::Metrics;
 
+/// What a provider's lists (and our own creates and deletes since) made of its workloads.
+#[derive(Default)]
+struct Listed {
+    /// Our workloads at this provider by pod UID, from the last list plus local changes.
+    cache: HashMap<String, Observed>,
+    /// Start time of the last successful list.
+    at: Option<Instant>,
+    /// Absences of our workloads from its lists (see [`super::evidence`]).
+    evidence: Evidence,
+    /// Workloads beyond the first for one pod, by provider id, with the list count when first
+    /// seen (see [`duplicates`]); the garbage collector deletes them.
+    extras: HashMap<String, (Observed, u64)>,
+    /// Extras already deleted, by provider id, while the provider still lists them (slurmctld
+    /// lists a cancelled job until `MinJobAge`): never deleted a second time.
+    collected: HashSet<String>,
+}
+
 /// What the pipeline knows about one provider.
 pub(super) struct ProviderSlot {
     provider: Arc<dyn DynProvider>,
-    /// Our workloads at this provider by pod UID, from the last list plus local changes.
-    cache: RwLock<HashMap<String, Observed>>,
-    /// Start time of the last successful list.
-    listed_at: RwLock<Option<Instant>>,
+    listed: RwLock<Listed>,
     /// Successful lists applied so far.
     lists: AtomicU64,
-    /// Absences of our workloads from its lists (see [`super::evidence`]).
-    evidence: RwLock<Evidence>,
-    /// Workloads beyond the first for one pod, by provider id, with the list count when first
-    /// seen (see [`duplicates`]); the garbage collector deletes them.
-    extras: RwLock<HashMap<String, (Observed, u64)>>,
-    /// Extras already deleted, by provider id, while the provider still lists them (slurmctld
-    /// lists a cancelled job until `MinJobAge`): never deleted a second time.
-    collected: RwLock<HashSet<String>>,
     /// Fed by every call through the layer; dispatch skips the provider while it is open.
     breaker: Arc<Breaker>,
     /// The last inventory (prices, free capacity), refreshed by [`super::inventory`].
@@ -58,12 +66,8 @@ impl ProviderSlot {
     fn new(provider: Arc<dyn DynProvider>, breaker: Arc<Breaker>) -> Self {
         Self {
             provider,
-            cache: RwLock::default(),
-            listed_at: RwLock::default(),
+            listed: RwLock::default(),
             lists: AtomicU64::default(),
-            evidence: RwLock::default(),
-            extras: RwLock::default(),
-            collected: RwLock::default(),
             breaker,
             inventory: RwLock::default(),
             refused: RwLock::default(),
@@ -89,27 +93,27 @@ impl ProviderSlot {
 
     /// Start of the last successful list; `None` before the first.
     pub fn listed_at(&self) -> Option<Instant> {
-        *read(&self.listed_at)
+        read(&self.listed).at
     }
 
     /// The pod's workload here, as last listed or changed by us.
     pub fn cached(&self, uid: &str) -> Option<Observed> {
-        read(&self.cache).get(uid).cloned()
+        read(&self.listed).cache.get(uid).cloned()
     }
 
     /// Records a workload we just created (before any list shows it).
     pub fn cache(&self, uid: String, obs: Observed) {
-        write(&self.cache).insert(uid, obs);
+        write(&self.listed).cache.insert(uid, obs);
     }
 
     /// Forgets a workload we just deleted.
     pub fn uncache(&self, uid: &str) {
-        write(&self.cache).remove(uid);
+        write(&self.listed).cache.remove(uid);
     }
 
     /// The pod UIDs of our workloads here.
     pub fn cached_uids(&self) -> Vec<String> {
-        read(&self.cache).keys().cloned().collect()
+        read(&self.listed).cache.keys().cloned().collect()
     }
 
     /// Our workloads here whose pod `live` does not claim, with their pod UIDs. `live` is
@@ -123,15 +127,19 @@ impl ProviderSlot {
     }
 
     /// Folds one successful list of our workloads into the cache, the extras and the evidence
-    /// of absences; returns the pod UIDs whose workload changed or is now judged gone.
+    /// of absences; returns the pod UIDs whose workload changed or is now judged gone. Holds the
+    /// slot's one list lock throughout, so our creates and deletes (`cache`, `uncache`) fall
+    /// before or after the whole fold; `cx` asks `pods::memory::Recent`, whose lock is a leaf
+    /// taken inside it (docs/architecture.md, "Who holds the pipeline's state").
     pub fn fold(&self, list: Vec<Observed>, cx: &ListContext<'_>) -> Vec<String> {
         let lists = self.lists();
         let mut changed = Vec::new();
         {
-            let mut cache = write(&self.cache);
+            let mut guard = write(&self.listed);
+            let l = &mut *guard;
             let (list, extras) =
-                duplicates::split(list, |uid| cache.get(uid).map(|o| o.provider_id.as_str()));
-            self.note_extras(extras, lists);
+                duplicates::split(list, |uid| l.cache.get(uid).map(|o| o.provider_id.as_str()));
+            note_extras(self.name(), &mut l.extras, &mut l.collected, extras, lists);
             let mut seen = HashSet::new();
             for obs in list {
                 let uid = obs.id.pod_uid().to_owned();
@@ -139,23 +147,24 @@ impl ProviderSlot {
                     continue;
                 }
                 seen.insert(uid.clone());
-                match cache.get(&uid) {
+                match l.cache.get(&uid) {
                     Some(old) if same_state(old, &obs) => {
-                        cache.insert(uid, obs);
+                        l.cache.insert(uid, obs);
                     }
                     _ => {
-                        cache.insert(uid.clone(), obs);
+                        l.cache.insert(uid.clone(), obs);
                         changed.push(uid);
                     }
                 }
             }
-            let missing: Vec<String> = cache
+            let missing: Vec<String> = l
+                .cache
                 .keys()
                 .filter(|uid| !seen.contains(*uid) && !(cx.created_since)(uid))
                 .cloned()
                 .collect();
             // Missing from one list is not gone: only repeated evidence removes a workload.
-            let verdict = write(&self.evidence).fold(&cx.rule, cx.started, seen.len(), &missing);
+            let verdict = l.evidence.fold(&cx.rule, cx.started, seen.len(), &missing);
             if verdict.suspect {
                 warn!(
                     provider = self.name(),
@@ -169,39 +178,20 @@ impl ProviderSlot {
                     provider = self.name(),
                     uid, "workload absent from consecutive lists: lost"
                 );
-                cache.remove(&uid);
+                l.cache.remove(&uid);
                 changed.push(uid);
             }
+            l.at = Some(cx.started);
         }
         self.lists.fetch_add(1, Ordering::Relaxed);
-        *write(&self.listed_at) = Some(cx.started);
         changed
-    }
-
-    /// Keeps the extra workloads of this list (seen at list count `lists`), forgetting those it
-    /// no longer shows.
-    fn note_extras(&self, extras: Vec<Observed>, lists: u64) {
-        let mut known = write(&self.extras);
-        let now: HashSet<&str> = extras.iter().map(|o| o.provider_id.as_str()).collect();
-        known.retain(|id, _| now.contains(id.as_str()));
-        let mut collected = write(&self.collected);
-        collected.retain(|id| now.contains(id.as_str()));
-        for o in extras {
-            // Deleted already and still listed as it ends: not a new duplicate.
-            if collected.contains(&o.provider_id) {
-                continue;
-            }
-            if !known.contains_key(&o.provider_id) {
-                warn!(provider = self.name(), uid = o.id.pod_uid(), provider_id = %o.provider_id, "provider holds a second workload for one pod; it will be deleted");
-            }
-            known.entry(o.provider_id.clone()).or_insert((o, lists));
-        }
     }
 
     /// Extra workloads seen in at least `min_lists` lists: due for deletion.
     pub fn due_extras(&self, min_lists: u64) -> Vec<Observed> {
         let lists = self.lists();
-        read(&self.extras)
+        read(&self.listed)
+            .extras
             .values()
             .filter(|(_, first)| lists.saturating_sub(*first) >= min_lists)
             .map(|(o, _)| o.clone())
@@ -210,8 +200,9 @@ impl ProviderSlot {
 
     /// An extra workload was deleted: never deleted again while it is still listed.
     pub fn extra_collected(&self, provider_id: &str) {
-        write(&self.extras).remove(provider_id);
-        write(&self.collected).insert(provider_id.to_owned());
+        let mut l = write(&self.listed);
+        l.extras.remove(provider_id);
+        l.collected.insert(provider_id.to_owned());
     }
 
     pub fn set_inventory(&self, inventory: Option<Inventory>) {
@@ -234,17 +225,44 @@ impl ProviderSlot {
     /// Health, inventory and live refusals now (the inventory is attached by the caller, see
     /// [`super::inventory::attach`]).
     pub fn standing(&self, now: Instant) -> (Option<Arc<Inventory>>, Standing<'static>) {
-        let mut refused = write(&self.refused);
-        refused.retain(|_, until| *until > now);
+        let refused = {
+            let mut refused = write(&self.refused);
+            refused.retain(|_, until| *until > now);
+            refused
+                .iter()
+                .map(|(t, until)| (t.clone(), *until - now))
+                .collect()
+        };
         let standing = Standing {
             health: self.health(now),
             inventory: None,
-            refused: refused
-                .iter()
-                .map(|(t, until)| (t.clone(), *until - now))
-                .collect(),
+            refused,
         };
         (read(&self.inventory).clone(), standing)
+    }
+}
+
+/// Keeps the extra workloads of one list (seen at list count `lists`) in `known`, forgetting
+/// those it no longer shows.
+fn note_extras(
+    provider: &str,
+    known: &mut HashMap<String, (Observed, u64)>,
+    collected: &mut HashSet<String>,
+    extras: Vec<Observed>,
+    lists: u64,
+) {
+    let now: HashSet<&str> = extras.iter().map(|o| o.provider_id.as_str()).collect();
+    known.retain(|id, _| now.contains(id.as_str()));
+    collected.retain(|id| now.contains(id.as_str()));
+    for o in extras {
+        // Deleted already and still listed as it ends: not a new duplicate.
+        if collected.contains(&o.provider_id) {
+            continue;
+        }
+        if !known.contains_key(&o.provider_id) {
+            warn!(provider, uid = o.id.pod_uid(), provider_id = %o.provider_id, "provider holds a second workload for one pod; it will be deleted");
+        }
+        known.entry(o.provider_id.clone()).or_insert((o, lists));
     }
 }
 

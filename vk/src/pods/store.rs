@@ -214,11 +214,21 @@ impl PodStore {
     /// A full (re-)list. Pods stored before and missing from it were deleted while the watch
     /// was down: they are marked gone. Returns every UID before and after, to reconcile.
     pub fn replace_all(&self, new: HashMap<String, Arc<StoredPod>>) -> Vec<String> {
-        let old = std::mem::replace(&mut *write(&self.pods), new);
-        let pods = read(&self.pods);
-        self.touched(old.values().chain(pods.values()).any(|p| p.published));
-        write(&self.gone).extend(old.keys().filter(|u| !pods.contains_key(*u)).cloned());
-        let uids = old.keys().chain(pods.keys()).cloned().collect();
+        let (published, gone, uids) = {
+            let old = std::mem::replace(&mut *write(&self.pods), new);
+            let pods = read(&self.pods);
+            let published = old.values().chain(pods.values()).any(|p| p.published);
+            let gone: Vec<String> = old
+                .keys()
+                .filter(|u| !pods.contains_key(*u))
+                .cloned()
+                .collect();
+            let uids: Vec<String> = old.keys().chain(pods.keys()).cloned().collect();
+            (published, gone, uids)
+        };
+        // One lock at a time: the pods' is released before the gone set's is taken.
+        self.touched(published);
+        write(&self.gone).extend(gone);
         self.synced.store(true, Ordering::SeqCst);
         uids
     }
