@@ -1,15 +1,16 @@
 Feature: Overflow to the virtual node, and back
   Research and production share the cluster's GPUs; research has priority. Production pods that
   opt in (label gpu-vk.io/overflow=true) run on in-cluster GPUs while they fit; when a research
-  job of higher priority that opts in to the hand-off (label gpu-vk.io/handoff=true) needs their
-  GPUs, it waits while their stand-ins start on a provider through the virtual node (60 s, as a
+  job of higher priority needs their GPUs (research as its users write it: a PriorityClass the
+  operator named once in overflow.handoff.researchPriorityClasses, no label of ours), it waits while their stand-ins start on a provider through the virtual node (60 s, as a
   large image on a GPU cloud; one of them never starts, as one start in 20 does on the
   emulators' realistic profile, and is made again at its start deadline unless the hand-off no
   longer needs it), and takes the GPUs
   once those serve (make-before-break); when the
   in-cluster GPUs are free again for the settle period, the reclaim
   controller moves them back one at a time (label gpu-vk.io/reclaim=true), and the provider is
-  left with nothing. Throughout, a client in the cluster asks production's Service every 200 ms:
+  left with nothing. Production is written as a new user writes it, without a preStop hook: the
+  companion's webhook adds the drain. Throughout, a client in the cluster asks production's Service every 200 ms:
   the replicas on the virtual node answer it where their provider publishes them. Only research
   of the namespaces the operator lists (overflow.handoff.researchNamespaces) is gated: research
   elsewhere preempts as usual and moves no team's production onto paid providers. Runs on kind,

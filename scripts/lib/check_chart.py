@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # Assertions on what the Helm chart deploy/helm/gpu-vk renders, run by scripts/lint-chart:
-#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml OVERFLOW.yaml
+#   check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml OVERFLOW.yaml OVERFLOW-CLASSES.yaml
 # (`helm template` output with the default values, with ci/credentials-values.yaml, that values
 # file itself, the output with ci/existing-secret-values.yaml, and with ci/ha-values.yaml: two
-# replicas electing a leader, and with ci/overflow-values.yaml: the overflow companion). Needs
+# replicas electing a leader, and with ci/overflow-values.yaml: the overflow companion, also with
+# research PriorityClasses). Needs
 # PyYAML (python3-yaml).
 """Checks the security settings, probes, credential handling and RBAC of the rendered chart."""
 
@@ -390,11 +391,26 @@ def check_overflow(docs):
         args = pod["containers"][0].get("args", [])
         check("--tls-cert-file=/etc/gpu-vk/overflow-tls/tls.crt" in args and not any(a.startswith("--webhook-config") for a in args),
               f"{case}: the companion does not serve the chart's certificate: {args}")
+        check("--drain-seconds=5" in args, f"{case}: the companion is not given overflow.drainSeconds: {args}")
         vols = [v for v in pod.get("volumes", []) if v.get("secret", {}).get("secretName", "").endswith("-overflow-tls")]
         check(len(vols) == 1, f"{case}: the certificate Secret is not mounted")
 
 
-def main(default_path, creds_path, creds_values_path, existing_path, ha_path, overflow_path):
+def check_research_classes(docs):
+    """Research named by PriorityClass: every pod of the research namespaces reaches the gate
+    (no label selector), the companion gets the classes, the namespaces still bound it."""
+    case = "overflow-classes"
+    hooks = one(docs, "MutatingWebhookConfiguration", case).get("webhooks", [{}])
+    gate = [h for h in hooks if h.get("clientConfig", {}).get("service", {}).get("path") == "/gate"]
+    check(len(gate) == 1 and "objectSelector" not in gate[0], f"{case}: the gate still selects by label: {gate}")
+    research = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["research"]}]}
+    check(bool(gate) and gate[0].get("namespaceSelector") == research, f"{case}: the gate is not limited to the research namespaces")
+    deps = [d for d in docs if d.get("kind") == "Deployment" and d["metadata"]["name"].endswith("-overflow")]
+    args = deps[0]["spec"]["template"]["spec"]["containers"][0].get("args", []) if deps else []
+    check("--handoff-research-priority-classes=research-high" in args, f"{case}: the companion is not given the classes: {args}")
+
+
+def main(default_path, creds_path, creds_values_path, existing_path, ha_path, overflow_path, classes_path):
     # Default values: everything the chart makes, an empty chart-made Secret, one replica.
     docs = load(default_path)
     secret = one(docs, "Secret", "default")
@@ -443,6 +459,7 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
     check_ha(load(ha_path))
     docs = load(overflow_path)
     check_overflow(docs)
+    check_research_classes(load(classes_path))
     check_network_policies(docs, "overflow", API_SERVER + ["2001:db8::10/128"],
                            {"": ["kubelet", "admission"], "-overflow": ["webhook"]}, [METRICS_SERVER])
     # config.allowedNamespaces set: Secrets and ConfigMaps readable there only.
@@ -457,6 +474,6 @@ def main(default_path, creds_path, creds_values_path, existing_path, ha_path, ov
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 7:
-        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml OVERFLOW.yaml")
+    if len(sys.argv) != 8:
+        sys.exit(__doc__ + "\nusage: check_chart.py DEFAULT.yaml CREDENTIALS.yaml CREDENTIALS-VALUES.yaml EXISTING.yaml HA.yaml OVERFLOW.yaml OVERFLOW-CLASSES.yaml")
     sys.exit(main(*sys.argv[1:]))

@@ -123,6 +123,19 @@ enum Command {
         /// comma-separated; a research pod elsewhere schedules as usual. None: no research.
         #[arg(long, env = "VK_HANDOFF_RESEARCH_NAMESPACES", value_delimiter = ',')]
         handoff_research_namespaces: Vec<String>,
+        /// PriorityClasses whose GPU pods in those namespaces are research, comma-separated:
+        /// gated without the `gpu-vk.io/handoff` label (which other research may still carry).
+        #[arg(
+            long,
+            env = "VK_HANDOFF_RESEARCH_PRIORITY_CLASSES",
+            value_delimiter = ','
+        )]
+        handoff_research_priority_classes: Vec<String>,
+        /// Seconds an opted-in container without a `preStop` hook sleeps when its pod is
+        /// deleted (a `sleep` hook the webhook adds), so its Service lets go of it first: a
+        /// hand-off or reclaim fails no request. 0: no hook added.
+        #[arg(long, env = "VK_OVERFLOW_DRAIN_SECONDS", default_value_t = 5)]
+        drain_seconds: u32,
     },
     /// Validate a configuration file (and that every provider's credentials can be read);
     /// warns about GPU types a provider cannot map to its own exact names.
@@ -141,29 +154,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         match cli.command {
-            Command::CheckConfig { config } => {
-                let cfg = Config::load(&config)?;
-                let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
-                let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
-                vk::providers::registry::preflight(&cfg.providers, &owner).await?;
-                // Warnings only: the exit code stays 0.
-                let warnings = vk::providers::registry::gpu_type_warnings(&cfg.providers)
-                    .into_iter()
-                    .chain(cfg.shared_slurm_secret_warnings());
-                for warning in warnings {
-                    println!("warning: {warning}");
-                }
-                println!(
-                    "config OK: node {} with providers {}",
-                    cfg.node_name,
-                    providers
-                        .iter()
-                        .map(|p| p.name().to_owned())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                Ok(())
-            }
+            Command::CheckConfig { config } => check_config(&config).await,
             Command::Overflow {
                 webhook_addr,
                 service,
@@ -179,12 +170,15 @@ fn main() -> anyhow::Result<()> {
                 handoff_max_delay_seconds,
                 handoff_warm_replicas,
                 handoff_research_namespaces,
+                handoff_research_priority_classes,
+                drain_seconds,
             } => {
                 let handoff = companion::handoff_settings(
                     virtual_node.clone(),
                     handoff_max_delay_seconds,
                     handoff_warm_replicas,
                     handoff_research_namespaces,
+                    handoff_research_priority_classes,
                 );
                 let reclaim = (!no_reclaim).then(|| vk::overflow::reclaim::Settings {
                     settle: std::time::Duration::from_secs(reclaim_settle_seconds),
@@ -199,8 +193,16 @@ fn main() -> anyhow::Result<()> {
                         "give --tls-cert-file and --tls-key-file, or --webhook-config"
                     ),
                 };
-                companion::overflow(webhook_addr, &service, cert, metrics_addr, reclaim, handoff)
-                    .await
+                companion::overflow(
+                    webhook_addr,
+                    &service,
+                    cert,
+                    metrics_addr,
+                    reclaim,
+                    handoff,
+                    drain_seconds,
+                )
+                .await
             }
             Command::Run {
                 config,
@@ -227,6 +229,32 @@ fn main() -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// `vk check-config`: loads the file, builds every provider and checks its credentials; warnings
+/// only for what would still run.
+async fn check_config(config: &std::path::Path) -> anyhow::Result<()> {
+    let cfg = Config::load(config)?;
+    let owner = Owner::new(&cfg.cluster_id, &cfg.node_name);
+    let providers = vk::providers::registry::build(&cfg.providers, &owner)?;
+    vk::providers::registry::preflight(&cfg.providers, &owner).await?;
+    // Warnings only: the exit code stays 0.
+    let warnings = vk::providers::registry::gpu_type_warnings(&cfg.providers)
+        .into_iter()
+        .chain(cfg.shared_slurm_secret_warnings());
+    for warning in warnings {
+        println!("warning: {warning}");
+    }
+    println!(
+        "config OK: node {} with providers {}",
+        cfg.node_name,
+        providers
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 /// What the command line (or the pod's environment) sets over the config file.

@@ -94,7 +94,8 @@ pub async fn overflow_vk(w: &mut Vkw, settle: u64, max_delay: u64, start_deadlin
             // Overflow spends provider money: the chart wants the namespaces that may.
             extra_config: format!("allowedNamespaces: [{ns}]\n"),
             chart_values: format!(
-                "overflow: {{enabled: true, handoff: {{maxResearchDelaySeconds: {max_delay}, researchNamespaces: [{ns}]}}, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n"
+                "overflow: {{enabled: true, handoff: {{maxResearchDelaySeconds: {max_delay}, researchNamespaces: [{ns}], researchPriorityClasses: [{research}]}}, reclaim: {{settleSeconds: {settle}, intervalSeconds: 2}}}}\n",
+                research = research_class(&ns)
             ),
             ..VkOptions::default()
         },
@@ -129,6 +130,13 @@ pub async fn overflow_vk(w: &mut Vkw, settle: u64, max_delay: u64, start_deadlin
         },
     )
     .await;
+}
+
+/// The research PriorityClass of the scenario in namespace `ns`: the operator names it in
+/// `overflow.handoff.researchPriorityClasses` when the companion is installed, before the
+/// scenario creates it.
+fn research_class(ns: &str) -> String {
+    format!("{ns}-research")
 }
 
 async fn priority_class(w: &Vkw, name: &str, value: i32) {
@@ -184,7 +192,7 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
     let vnode = w.node();
     let o = Overflow {
         production_pc: unique("production"),
-        research_pc: unique("research"),
+        research_pc: research_class(&w.ns),
         ..Default::default()
     };
     // A scenario before this one may still be letting go of the in-cluster GPUs.
@@ -197,8 +205,8 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
         "spec": {"replicas": n, "selector": {"matchLabels": {"app": app}},
             "template": {"metadata": {"labels": labels}, "spec": {
                 "priorityClassName": o.production_pc,
-                // As serving Deployments do: a preStop sleep, so the Service lets go of a
-                // replica before its server stops.
+                // As a new user writes it: no preStop hook (the companion's webhook adds the
+                // drain), a short grace period so reclaim's moves do not wait long.
                 "terminationGracePeriodSeconds": 5,
                 "affinity": placement(&vnode),
                 // A model server as the stand-in of its emulated replicas answers: by name.
@@ -206,7 +214,6 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
                     "imagePullPolicy": "Never", "args": ["stand-in"],
                     "ports": [{"name": "http", "containerPort": 8080}],
                     "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
-                    "lifecycle": {"preStop": {"sleep": {"seconds": 2}}},
                     "resources": {"requests": {"cpu": "100m"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}
     }))
     .unwrap();
@@ -265,6 +272,12 @@ async fn production(w: &mut Vkw, app: String, n: i32, min: i32) {
             "the webhook did not admit {:?}",
             p.metadata.name
         );
+        // The drain the user did not write: a preStop sleep within the 5 s grace period.
+        let sleep = p.spec.as_ref().and_then(|s| {
+            let hook = s.containers[0].lifecycle.as_ref()?.pre_stop.as_ref()?;
+            hook.sleep.as_ref().map(|s| s.seconds)
+        });
+        assert_eq!(sleep, Some(4), "no drain on {:?}", p.metadata.name);
     }
     w.overflow = Some(o);
 }
@@ -296,7 +309,9 @@ async fn research(w: &mut Vkw, secs: u32) {
     let job: Job = serde_json::from_value(json!({
         "metadata": {"name": o.research},
         "spec": {"parallelism": gpus, "completions": gpus, "backoffLimit": 0,
-            "template": {"metadata": {"labels": {"app": o.research, "gpu-vk.io/handoff": "true"}}, "spec": {
+            // Research as its users write it: a higher PriorityClass, no label of ours (the
+            // operator named the class once, in the chart).
+            "template": {"metadata": {"labels": {"app": o.research}}, "spec": {
                 "restartPolicy": "Never",
                 "priorityClassName": o.research_pc,
                 "nodeSelector": {"gpu-vk.io/fake-gpu": "true"},

@@ -15,6 +15,7 @@ pub fn handoff_settings(
     max_delay_seconds: u64,
     warm_replicas: u32,
     research_namespaces: Vec<String>,
+    research_priority_classes: Vec<String>,
 ) -> Option<vk::overflow::handoff::Settings> {
     if max_delay_seconds > 0 && research_namespaces.is_empty() {
         tracing::warn!(
@@ -28,6 +29,7 @@ pub fn handoff_settings(
             virtual_node: node,
             warm_replicas,
             research_namespaces,
+            research_priority_classes,
         })
 }
 
@@ -40,6 +42,7 @@ pub async fn overflow(
     metrics_addr: SocketAddr,
     reclaim: Option<vk::overflow::reclaim::Settings>,
     handoff: Option<vk::overflow::handoff::Settings>,
+    drain_seconds: u32,
 ) -> anyhow::Result<()> {
     let (namespace, name) = service
         .split_once('/')
@@ -74,6 +77,8 @@ pub async fn overflow(
         webhook_addr,
         serving,
         metrics.clone(),
+        handoff.clone(),
+        drain_seconds,
     ));
     let mut metrics_task = tokio::spawn(metrics.clone().serve(metrics_addr));
     let instance = std::env::var("VK_POD_NAME").unwrap_or_else(|_| default_identity());

@@ -3,7 +3,8 @@
 //! Preemption kills production's replicas first and lets their ReplicaSet replace them, so a
 //! Service has fewer replicas (none, when research takes every GPU) for as long as a provider
 //! takes to start the replacements: minutes for a large inference image. Instead, a research pod
-//! that opts in (label [`PREEMPTOR_LABEL`]`=true`) is admitted with the scheduling gate [`GATE`]
+//! (a GPU pod of a research namespace whose PriorityClass the operator names, or that carries
+//! [`PREEMPTOR_LABEL`]`=true`: [`Settings::gates`]) is admitted with the scheduling gate [`GATE`]
 //! (the webhook's `/gate`), and while it waits this controller:
 //! 1. chooses the opted-in production replicas the pod would displace (lower priority, on one
 //!    in-cluster node whose free GPUs plus theirs fit it, fewest first);
@@ -22,11 +23,13 @@
 //! the cluster at each look (the stand-ins carry what was chosen), so a restart loses nothing.
 //! Pure: [`plan`] returns actions, `handoff/run.rs` carries them out.
 
+mod gate;
 pub mod run;
 pub mod warm;
 
+pub use gate::{Settings, gate_patch, gated};
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -50,30 +53,6 @@ pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// The cost given to a replaced replica (the lowest an int32 holds).
 pub const LOWEST_COST: &str = "-2147483648";
 const HASH_LABEL: &str = "pod-template-hash";
-
-/// The controller's settings.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// How long a research pod may wait for its hand-off.
-    pub max_delay: Duration,
-    /// The virtual node stand-ins run on.
-    pub virtual_node: String,
-    /// Warm replicas per opted-in ReplicaSet while research is active ([`warm`]): a ceiling
-    /// that a pod template's annotation may lower, never raise.
-    pub warm_replicas: u32,
-    /// The namespaces whose research pods may take production's GPUs through the hand-off
-    /// (`--handoff-research-namespaces`); a gated pod elsewhere is released at once, and only
-    /// these count for warm standby. None listed: no research at all.
-    pub research_namespaces: Vec<String>,
-}
-
-impl Settings {
-    /// `p` is a research pod of a namespace the operator lists.
-    pub fn research(&self, p: &Pod) -> bool {
-        let ns = p.metadata.namespace.as_deref().unwrap_or_default();
-        self.research_namespaces.iter().any(|n| n == ns)
-    }
-}
 
 /// A pod by namespace and name.
 pub type Key = (String, String);
@@ -145,30 +124,6 @@ fn label<'a>(m: &'a ObjectMeta, k: &str) -> Option<&'a str> {
 
 fn annotation<'a>(m: &'a ObjectMeta, k: &str) -> Option<&'a str> {
     m.annotations.as_ref()?.get(k).map(String::as_str)
-}
-
-/// The JSON patch (RFC 6902) the webhook's `/gate` answers for a research pod: [`GATE`] added
-/// to its scheduling gates (a gate can only be added at creation: "Pod Scheduling Readiness" in
-/// the Kubernetes docs).
-pub fn gate_patch(pod: &Pod) -> Vec<serde_json::Value> {
-    let gate = serde_json::json!({"name": GATE});
-    match pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()) {
-        Some(g) if g.iter().any(|g| g.name == GATE) => vec![],
-        Some(_) => {
-            vec![serde_json::json!({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})]
-        }
-        None => {
-            vec![serde_json::json!({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})]
-        }
-    }
-}
-
-/// The pod waits behind [`GATE`].
-pub fn gated(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == GATE))
 }
 
 fn ready(p: &Pod) -> bool {

@@ -1,7 +1,11 @@
-//! What the webhook does to an opted-in pod, as a pure function from the pod to a JSON patch.
+//! What the webhook does to an opted-in pod, as a pure function from the pod to a JSON patch:
+//! the pod is changed as a copy (typed), and the patch is the diff of the two (`json-patch`), so
+//! no JSON pointer is written by hand.
 
-use k8s_openapi::api::core::v1::Pod;
-use serde_json::{Value, json};
+use k8s_openapi::api::core::v1::{
+    Affinity, LifecycleHandler, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    PreferredSchedulingTerm, SleepAction, Toleration,
+};
 
 use super::{DECISION_ANNOTATION, VIRTUAL_NODE_LABEL};
 use crate::vocab::{TAINT_KEY, node_taint, tolerates};
@@ -10,86 +14,130 @@ use crate::vocab::{TAINT_KEY, node_taint, tolerates};
 /// node affinity weight" in the Kubernetes docs), so it outweighs the scheduler's
 /// resource-balancing scores, which favour the virtual node's huge capacity.
 pub const PREFER_IN_CLUSTER_WEIGHT: i32 = 100;
+/// A pod's `terminationGracePeriodSeconds` when it sets none (the API server's default).
+const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 /// The webhook's decision for one pod.
 #[derive(Debug, PartialEq)]
 pub enum Decision {
-    /// May overflow: the JSON patch (RFC 6902) adding the toleration and the preference.
-    Offload(Vec<Value>),
+    /// May overflow: the JSON patch (RFC 6902) adding the toleration, the preference and the
+    /// drain.
+    Offload(json_patch::Patch),
     /// May not run on the virtual node; the patch only records why (the pod stays in-cluster).
-    Refuse { why: String, patch: Vec<Value> },
+    Refuse {
+        why: String,
+        patch: json_patch::Patch,
+    },
 }
 
-/// Decides for `pod` (as admitted, before defaults that the API server adds later).
-pub fn decide(pod: &Pod) -> Decision {
-    let mut patch = Vec::new();
-    // JSON pointer escaping of the annotation key: `/` becomes `~1`.
-    let key = DECISION_ANNOTATION.replace('~', "~0").replace('/', "~1");
-    let annotate = |patch: &mut Vec<Value>, value: String| {
-        if pod.metadata.annotations.is_none() {
-            patch.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
-        }
-        patch.push(
-            json!({"op": "add", "path": format!("/metadata/annotations/{key}"), "value": value}),
-        );
+/// Decides for `pod` (as admitted, before defaults that the API server adds later). `drain`:
+/// seconds each container without a `preStop` hook waits (a `sleep` hook) when the pod is
+/// deleted, so its Service stops sending to it before it stops: a hand-off or a reclaim then
+/// fails no request of a Deployment written without a hook. 0: none added.
+pub fn decide(pod: &Pod, drain: u32) -> Decision {
+    let mut out = pod.clone();
+    let annotate = |out: &mut Pod, value: String| {
+        out.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(DECISION_ANNOTATION.to_owned(), value);
     };
     // A pod the virtual kubelet would refuse must not go there to fail: it waits in-cluster.
     if let Err(e) = crate::pods::spec::request(pod) {
         let why = e.to_string();
-        annotate(&mut patch, format!("refused: {why}"));
-        return Decision::Refuse { why, patch };
+        annotate(&mut out, format!("refused: {why}"));
+        return Decision::Refuse {
+            why,
+            patch: diff(pod, &out),
+        };
     }
-    let Some(spec) = pod.spec.as_ref() else {
+    if pod.spec.is_none() {
         return Decision::Refuse {
             why: "pod has no spec".into(),
-            patch,
+            patch: diff(pod, &out),
         };
-    };
-    annotate(&mut patch, "offload".into());
+    }
+    annotate(&mut out, "offload".into());
+    let spec = out.spec.get_or_insert_with(Default::default);
+    tolerate_virtual_nodes(spec.tolerations.get_or_insert_with(Vec::new));
+    prefer_in_cluster(spec.affinity.get_or_insert_with(Affinity::default));
+    drain_before_stop(spec, drain);
+    Decision::Offload(diff(pod, &out))
+}
 
-    // Any virtual node's taint: an `Exists` toleration of the key (or of everything).
+/// The patch from `before` to `after`.
+fn diff(before: &Pod, after: &Pod) -> json_patch::Patch {
+    match (serde_json::to_value(before), serde_json::to_value(after)) {
+        (Ok(b), Ok(a)) => json_patch::diff(&b, &a),
+        _ => json_patch::Patch(Vec::new()),
+    }
+}
+
+/// Any virtual node's taint: an `Exists` toleration of the key (or of everything), added once.
+fn tolerate_virtual_nodes(tolerations: &mut Vec<Toleration>) {
     let taint = node_taint("");
-    let tolerated = spec.tolerations.as_ref().is_some_and(|ts| {
-        ts.iter()
-            .any(|t| t.operator.as_deref() == Some("Exists") && tolerates(t, &taint))
-    });
+    let tolerated = tolerations
+        .iter()
+        .any(|t| t.operator.as_deref() == Some("Exists") && tolerates(t, &taint));
     if !tolerated {
-        let t = json!({"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"});
-        if spec.tolerations.is_none() {
-            patch.push(json!({"op": "add", "path": "/spec/tolerations", "value": [t]}));
-        } else {
-            patch.push(json!({"op": "add", "path": "/spec/tolerations/-", "value": t}));
+        tolerations.push(Toleration {
+            key: Some(TAINT_KEY.to_owned()),
+            operator: Some("Exists".to_owned()),
+            effect: Some("NoSchedule".to_owned()),
+            ..Toleration::default()
+        });
+    }
+}
+
+/// The strongest preference for nodes that are not virtual, after the pod's own preferences.
+fn prefer_in_cluster(affinity: &mut Affinity) {
+    let node = affinity
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
+    let preferred = node
+        .preferred_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new);
+    preferred.push(PreferredSchedulingTerm {
+        weight: PREFER_IN_CLUSTER_WEIGHT,
+        preference: NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: VIRTUAL_NODE_LABEL.0.to_owned(),
+                operator: "NotIn".to_owned(),
+                values: Some(vec![VIRTUAL_NODE_LABEL.1.to_owned()]),
+            }]),
+            ..NodeSelectorTerm::default()
+        },
+    });
+}
+
+/// A `preStop` sleep of `drain` seconds (at most the grace period less one) on each container
+/// that has no `preStop` hook: while it sleeps, the pod is `terminating` in its EndpointSlices
+/// and kube-proxy stops sending to it, and the container still answers what was already sent
+/// ("Pod Lifecycle: Termination of Pods" and the `sleep` hook, Kubernetes 1.30+). A virtual
+/// kubelet keeps a deleted pod's workload for the hook's sleep the same way.
+fn drain_before_stop(spec: &mut k8s_openapi::api::core::v1::PodSpec, drain: u32) {
+    let grace = spec
+        .termination_grace_period_seconds
+        .unwrap_or(DEFAULT_GRACE_SECONDS);
+    let seconds = i64::from(drain).min(grace - 1);
+    if seconds < 1 {
+        return;
+    }
+    for c in &mut spec.containers {
+        let lifecycle = c.lifecycle.get_or_insert_with(Default::default);
+        if lifecycle.pre_stop.is_none() {
+            lifecycle.pre_stop = Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds }),
+                ..LifecycleHandler::default()
+            });
         }
     }
-
-    let term = json!({
-        "weight": PREFER_IN_CLUSTER_WEIGHT,
-        "preference": {"matchExpressions": [
-            {"key": VIRTUAL_NODE_LABEL.0, "operator": "NotIn", "values": [VIRTUAL_NODE_LABEL.1]}
-        ]}
-    });
-    let affinity = spec.affinity.as_ref();
-    let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    let preferred = node_affinity.and_then(|n| {
-        n.preferred_during_scheduling_ignored_during_execution
-            .as_ref()
-    });
-    match (affinity, node_affinity, preferred) {
-        (None, _, _) => patch.push(json!({"op": "add", "path": "/spec/affinity", "value":
-            {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}})),
-        (Some(_), None, _) => patch.push(json!({"op": "add", "path": "/spec/affinity/nodeAffinity", "value":
-            {"preferredDuringSchedulingIgnoredDuringExecution": [term]}})),
-        (Some(_), Some(_), None) => patch.push(json!({"op": "add",
-            "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution", "value": [term]})),
-        (Some(_), Some(_), Some(_)) => patch.push(json!({"op": "add",
-            "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", "value": term})),
-    }
-    Decision::Offload(patch)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn pod(extra: Value) -> Pod {
         let mut base = json!({
@@ -112,19 +160,54 @@ mod tests {
         }
     }
 
-    /// Applies an RFC 6902 patch of `add` operations, as the API server would.
-    fn apply(p: &Pod, ops: &[Value]) -> Pod {
+    /// Applies an RFC 6902 patch, as the API server would.
+    fn apply(p: &Pod, patch: &json_patch::Patch) -> Pod {
         let mut doc = serde_json::to_value(p).unwrap();
-        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec())).unwrap();
-        json_patch::patch(&mut doc, &patch).unwrap();
+        json_patch::patch(&mut doc, patch).unwrap();
         serde_json::from_value(doc).unwrap()
     }
 
-    fn offload(p: &Pod) -> Pod {
-        match decide(p) {
-            Decision::Offload(ops) => apply(p, &ops),
+    fn offload_draining(p: &Pod, drain: u32) -> Pod {
+        match decide(p, drain) {
+            Decision::Offload(patch) => apply(p, &patch),
             other => panic!("expected offload, got {other:?}"),
         }
+    }
+
+    fn offload(p: &Pod) -> Pod {
+        offload_draining(p, 0)
+    }
+
+    fn pre_stop_sleeps(p: &Pod) -> Vec<Option<i64>> {
+        p.spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .map(|c| {
+                let hook = c.lifecycle.as_ref()?.pre_stop.as_ref()?;
+                Some(hook.sleep.as_ref().map_or(-1, |s| s.seconds))
+            })
+            .collect()
+    }
+
+    /// Each container without a preStop hook sleeps `drain` seconds before it stops (within
+    /// the grace period); a hook the pod has is kept; 0 adds nothing.
+    #[test]
+    fn containers_without_a_pre_stop_hook_drain_before_they_stop() {
+        let p = pod(json!({"spec": {"containers": [
+            {"name": "m", "image": "m", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            {"name": "hooked", "image": "h", "lifecycle": {"preStop": {"exec": {"command": ["drain"]}}}}
+        ]}}));
+        assert_eq!(
+            pre_stop_sleeps(&offload_draining(&p, 5)),
+            [Some(5), Some(-1)]
+        );
+        assert_eq!(pre_stop_sleeps(&offload(&p)), [None, Some(-1)]);
+        let short = pod(json!({"spec": {"terminationGracePeriodSeconds": 3}}));
+        assert_eq!(pre_stop_sleeps(&offload_draining(&short, 5)), [Some(2)]);
+        let none = pod(json!({"spec": {"terminationGracePeriodSeconds": 1}}));
+        assert_eq!(pre_stop_sleeps(&offload_draining(&none, 5)), [None]);
     }
 
     #[test]
@@ -200,7 +283,7 @@ mod tests {
     #[test]
     fn a_pod_the_virtual_kubelet_would_refuse_stays_in_cluster_and_says_why() {
         let p = pod(json!({"spec": {"hostNetwork": true}}));
-        match decide(&p) {
+        match decide(&p, 5) {
             Decision::Refuse { why, patch } => {
                 let out = apply(&p, &patch);
                 let spec = out.spec.unwrap();
@@ -209,6 +292,10 @@ mod tests {
                     "a refused pod must not tolerate the virtual node"
                 );
                 assert!(spec.affinity.is_none());
+                assert!(
+                    spec.containers[0].lifecycle.is_none(),
+                    "a refused pod is not changed"
+                );
                 let d = &out.metadata.annotations.unwrap()[DECISION_ANNOTATION];
                 assert!(d.starts_with("refused: ") && d.contains(&why), "{d}");
                 assert!(why.to_lowercase().contains("host"), "{why}");

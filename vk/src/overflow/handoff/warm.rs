@@ -1,5 +1,5 @@
-//! Warm standby: while research is active (a live pod labelled [`PREEMPTOR_LABEL`]`=true`
-//! anywhere in the cluster), each opted-in ReplicaSet with replicas in-cluster keeps up to its
+//! Warm standby: while research is active (a live research pod, [`Settings::gates`], gated or
+//! placed), each opted-in ReplicaSet with replicas in-cluster keeps up to its
 //! number of warm replicas ([`WARM_REPLICAS_ANNOTATION`] on its pod template, else
 //! [`Settings::warm_replicas`]) running as stand-ins on the virtual node. The next research pod
 //! that needs its GPUs claims a Ready warm stand-in instead of starting one, so the hand-off takes
@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{
-    Action, FOR_ANNOTATION, HASH_LABEL, Key, PREEMPTOR_LABEL, STANDIN_LABEL, Settings, annotation,
-    gated, key, label, standin,
+    Action, FOR_ANNOTATION, HASH_LABEL, Key, STANDIN_LABEL, Settings, annotation, gated, key,
+    label, standin,
 };
 use crate::overflow::OPT_IN_LABEL;
 use crate::overflow::reclaim::gpus;
@@ -57,16 +57,14 @@ pub fn unclaimed(p: &Pod) -> Option<&str> {
     annotation(&p.metadata, WARM_OF_ANNOTATION)
 }
 
-/// Research is active: a live research pod of a listed namespace waits behind the gate or
-/// runs on a node. A label alone, on a pod that is never gated nor scheduled (Pending for
+/// Research is active: a live research pod of a listed namespace (by its PriorityClass or the
+/// label) waits behind the gate or runs on a node. A label alone, on a pod that is never gated nor scheduled (Pending for
 /// ever), keeps no stand-in running.
 pub fn research_active(pods: &[Pod], s: &Settings) -> bool {
     pods.iter().any(|p| {
         let placed = p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-        label(&p.metadata, PREEMPTOR_LABEL) == Some("true")
-            && live(p)
-            && (gated(p) || placed)
-            && s.research(p)
+        let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+        s.gates(p, ns) && live(p) && (gated(p) || placed)
     })
 }
 
