@@ -31,6 +31,8 @@ mod overflow_fit;
 mod overflow_handoff;
 #[path = "conformance/overflow_refused.rs"]
 mod overflow_refused;
+#[path = "conformance/plugin.rs"]
+mod plugin;
 #[path = "conformance/pod_ip.rs"]
 mod pod_ip;
 #[path = "conformance/pods.rs"]
