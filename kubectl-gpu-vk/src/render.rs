@@ -18,7 +18,7 @@ pub fn structured<T: Serialize>(rows: &T, output: Output) -> Option<anyhow::Resu
     match output {
         Output::Table => None,
         Output::Json => Some(serde_json::to_string_pretty(rows).map_err(Into::into)),
-        Output::Yaml => Some(serde_yaml::to_string(rows).map_err(Into::into)),
+        Output::Yaml => Some(serde_saphyr::to_string(rows).map_err(Into::into)),
     }
 }
 

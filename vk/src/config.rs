@@ -36,7 +36,7 @@ pub enum Error {
     Parse {
         path: PathBuf,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_saphyr::Error,
     },
     #[error("invalid config: {0}")]
     Invalid(String),
@@ -223,7 +223,7 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        let cfg: Self = serde_yaml::from_str(&text).map_err(|source| Error::Parse {
+        let cfg: Self = serde_saphyr::from_str(&text).map_err(|source| Error::Parse {
             path: path.to_owned(),
             source,
         })?;

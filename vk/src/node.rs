@@ -431,7 +431,7 @@ mod tests {
 
     #[test]
     fn the_node_carries_the_highest_cuda_version_its_providers_declare() {
-        let cfg: Config = serde_yaml::from_str(
+        let cfg: Config = serde_saphyr::from_str(
             "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod, settings: {maxCudaVersion: '12.10'}}\n- {name: v, kind: vast, settings: {maxCudaVersion: '12.8'}}\n- {name: s, kind: slurm}\n",
         )
         .unwrap();
@@ -442,7 +442,7 @@ mod tests {
             "10",
             "12.10 is above 12.8"
         );
-        let none: Config = serde_yaml::from_str(
+        let none: Config = serde_saphyr::from_str(
             "nodeName: vk\nclusterId: c\nproviders:\n- {name: s, kind: slurm}\n",
         )
         .unwrap();
@@ -454,7 +454,7 @@ mod tests {
     async fn provider_health_is_a_condition_each_and_inventory_mode_reports_free_gpus() {
         let kube = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = Client::try_from(kube).unwrap();
-        let cfg: Config = serde_yaml::from_str(
+        let cfg: Config = serde_saphyr::from_str(
             "nodeName: vk\nclusterId: c\ncapacity: {gpus: inventory}\nproviders:\n- {name: rp, kind: runpod}\n- {name: v, kind: vast}\n",
         )
         .unwrap();

@@ -332,7 +332,7 @@ async fn an_unschedulable_remote_pod_is_queued_with_the_schedulers_reason() {
 /// A kubeconfig for the testbed's API server with `user` (YAML, as a Secret would hold it).
 fn kubeconfig_text(server: &str, user: serde_json::Value) -> String {
     let ca = std::env::var("TESTBED_CA_CERT").expect("the testbed's env (TESTBED_CA_CERT)");
-    serde_yaml::to_string(&json!({
+    serde_saphyr::to_string(&json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "r", "cluster": {"server": server, "certificate-authority": ca}}],
         "users": [{"name": "u", "user": user}],

@@ -378,7 +378,7 @@ async fn secrets_stay_out_of_debug_and_config_is_checked() {
 
 #[test]
 fn settings_parse_from_yaml() {
-    let yaml: serde_yaml::Value = serde_yaml::from_str(
+    let yaml: serde_json::Value = serde_saphyr::from_str(
         "baseUrl: http://127.0.0.1:9000/v2\ncloud: COMMUNITY\ndataCenterIds: [EU-RO-1]\n\
          defaultGpuType: RTX4090\ngpuIds: {RTX4090: NVIDIA GeForce RTX 4090}\ncontainerDiskGb: 40\n",
     )
@@ -388,9 +388,14 @@ fn settings_parse_from_yaml() {
     assert_eq!(cfg.container_disk_gb, 40);
     assert_eq!(cfg.gpu_ids["RTX4090"], "NVIDIA GeForce RTX 4090");
     assert!(cfg.api_key.is_blank(), "keys never come from settings");
-    let defaults = RunPodConfig::from_settings(&serde_yaml::Value::Null).unwrap();
+    let defaults = RunPodConfig::from_settings(&serde_json::Value::Null).unwrap();
     assert_eq!(defaults.base_url, "https://api.runpod.io/v2");
-    assert!(RunPodConfig::from_settings(&serde_yaml::from_str("apiKey: x").unwrap()).is_err());
+    assert!(
+        RunPodConfig::from_settings(
+            &serde_saphyr::from_str::<serde_json::Value>("apiKey: x").unwrap()
+        )
+        .is_err()
+    );
 }
 
 #[tokio::test]

@@ -393,7 +393,7 @@ async fn secrets_stay_out_of_debug_and_settings_parse() {
     assert!(caps.logs && !caps.follow_logs && !caps.exec && caps.metrics);
     assert_eq!(caps.gpu_types, ["RTX4090"]);
 
-    let yaml: serde_yaml::Value = serde_yaml::from_str(
+    let yaml: serde_json::Value = serde_saphyr::from_str(
         "baseUrl: http://127.0.0.1:9001\ndiskGb: 40\nmaxPricePerHour: 1.5\ninterruptible: true\n\
          gpuNames: {RTX4090: RTX 4090}\n",
     )
@@ -401,7 +401,12 @@ async fn secrets_stay_out_of_debug_and_settings_parse() {
     let cfg = VastConfig::from_settings(&yaml).unwrap();
     assert!(cfg.interruptible && cfg.verified_only);
     assert_eq!(cfg.max_price_per_hour, Some(1.5));
-    assert!(VastConfig::from_settings(&serde_yaml::from_str("bogus: 1").unwrap()).is_err());
+    assert!(
+        VastConfig::from_settings(
+            &serde_saphyr::from_str::<serde_json::Value>("bogus: 1").unwrap()
+        )
+        .is_err()
+    );
     let _ = rustls::crypto::ring::default_provider().install_default();
     assert!(
         Vast::new("v".into(), VastConfig::default(), owner()).is_err(),

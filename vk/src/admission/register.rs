@@ -85,7 +85,7 @@ mod tests {
 
     #[test]
     fn the_configuration_fails_open_matches_this_node_and_is_owned_by_it() {
-        let mut cfg: Config = serde_yaml::from_str(
+        let mut cfg: Config = serde_saphyr::from_str(
             "nodeName: vk-a\nclusterId: c\nproviders: []\n\
              admission: {enabled: true, service: gpu-vk/vk-admission}",
         )

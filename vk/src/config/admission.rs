@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn an_enabled_webhook_needs_one_way_in() {
-        let parse = |y: &str| serde_yaml::from_str::<Admission>(y).unwrap().validate();
+        let parse = |y: &str| serde_saphyr::from_str::<Admission>(y).unwrap().validate();
         assert!(parse("enabled: false").is_ok());
         assert!(parse("enabled: true").unwrap_err().contains("service"));
         assert!(parse("enabled: true\nservice: gpu-vk/vk-admission").is_ok());

@@ -19,7 +19,7 @@ pub struct ProviderConfig {
     pub api_key_file: Option<PathBuf>,
     /// Adapter-specific settings (base URL, defaults), passed to the adapter as is.
     #[serde(default)]
-    pub settings: serde_yaml::Value,
+    pub settings: serde_json::Value,
     /// Extra node labels contributed by this provider.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,

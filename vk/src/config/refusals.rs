@@ -66,15 +66,15 @@ mod tests {
 
     #[test]
     fn defaults_and_bounds() {
-        let r: Refusals = serde_yaml::from_str("stormThreshold: 3").unwrap();
+        let r: Refusals = serde_saphyr::from_str("stormThreshold: 3").unwrap();
         assert_eq!(r.storm_threshold, 3);
         assert_eq!(r.hold_retry(), Duration::from_secs(60));
         assert_eq!(r.storm_window(), Duration::from_secs(60));
         assert!(r.validate().is_ok());
-        let zero: Refusals = serde_yaml::from_str("stormThreshold: 0").unwrap();
+        let zero: Refusals = serde_saphyr::from_str("stormThreshold: 0").unwrap();
         assert!(zero.validate().unwrap_err().contains("stormThreshold"));
-        let fast: Refusals = serde_yaml::from_str("holdRetryMs: 5").unwrap();
+        let fast: Refusals = serde_saphyr::from_str("holdRetryMs: 5").unwrap();
         assert!(fast.validate().unwrap_err().contains("holdRetryMs"));
-        assert!(serde_yaml::from_str::<Refusals>("holdRetry: 5").is_err());
+        assert!(serde_saphyr::from_str::<Refusals>("holdRetry: 5").is_err());
     }
 }

@@ -3,7 +3,7 @@
 use super::*;
 
 fn parse(s: &str) -> Result<Config, Error> {
-    let cfg: Config = serde_yaml::from_str(s).map_err(|source| Error::Parse {
+    let cfg: Config = serde_saphyr::from_str(s).map_err(|source| Error::Parse {
         path: "test".into(),
         source,
     })?;

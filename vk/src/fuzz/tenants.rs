@@ -96,7 +96,9 @@ proptest! {
         if let Ok(o) = crate::kubelet_api::logs::parse_query(&pairs, Timestamp::now()) {
             // The tail asked for (the legacy `tail` first), exactly; a byte limit of at least 1.
             let tail = first("tail").filter(|v| *v != "all").or(first("tail").map_or(first("tailLines"), |_| None));
-            prop_assert_eq!(o.tail_lines, tail.and_then(|v| v.parse::<u64>().ok()));
+            // As Go's strconv.ParseInt reads it, as the kubelet does: "-0" is 0.
+            let asked = tail.and_then(|v| v.parse::<i64>().ok()).and_then(|n| u64::try_from(n).ok());
+            prop_assert_eq!(o.tail_lines, asked);
             prop_assert!(o.limit_bytes.is_none_or(|n| n >= 1));
         }
     }

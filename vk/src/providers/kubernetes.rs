@@ -231,16 +231,13 @@ fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, String> {
 /// Where a kubeconfig's text does not parse, by line and column, never the text itself: a
 /// YAML error quotes what it stopped at, and a kubeconfig holds credentials.
 fn parse_failure(text: &str) -> String {
-    use serde::Deserialize as _;
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        if let Err(e) = serde_yaml::Value::deserialize(doc) {
-            return match e.location() {
-                Some(l) => format!("invalid YAML at line {}, column {}", l.line(), l.column()),
-                None => "invalid YAML".into(),
-            };
-        }
+    match serde_saphyr::from_multiple::<serde_json::Value>(text) {
+        Ok(_) => "YAML, but not a kubeconfig (a field is missing or of the wrong type)".into(),
+        Err(e) => match e.location() {
+            Some(l) => format!("invalid YAML at line {}, column {}", l.line(), l.column()),
+            None => "invalid YAML".into(),
+        },
     }
-    "YAML, but not a kubeconfig (a field is missing or of the wrong type)".into()
 }
 
 /// The HTTP status of an error the API server answered with.

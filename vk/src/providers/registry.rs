@@ -34,15 +34,16 @@ pub fn build(
     providers.iter().map(|p| build_one(p, owner)).collect()
 }
 
-/// Decodes a provider's `settings`; an absent (null) value means all defaults.
+/// Decodes a provider's `settings` (read from the YAML file as a JSON value, since each
+/// adapter's own type is known only here); an absent (null) value means all defaults.
 pub fn decode_settings<T: DeserializeOwned>(
-    settings: &serde_yaml::Value,
-) -> Result<T, serde_yaml::Error> {
+    settings: &serde_json::Value,
+) -> Result<T, serde_json::Error> {
     let value = match settings {
-        serde_yaml::Value::Null => serde_yaml::Value::Mapping(Default::default()),
+        serde_json::Value::Null => serde_json::Value::Object(Default::default()),
         v => v.clone(),
     };
-    serde_yaml::from_value(value)
+    serde_json::from_value(value)
 }
 
 fn settings<T: DeserializeOwned>(p: &ProviderConfig) -> Result<T, Error> {
@@ -160,7 +161,7 @@ mod tests {
     use super::*;
 
     fn providers(yaml: &str) -> Vec<ProviderConfig> {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_saphyr::from_str(yaml).unwrap()
     }
 
     #[test]

@@ -165,7 +165,7 @@ async fn unknown_exits_can_be_reported_as_failures() {
         }
     );
     let yaml = "unknownExitAs: Failed\ncpuFlavorId: null";
-    let cfg = RunPodConfig::from_settings(&serde_yaml::from_str(yaml).unwrap()).unwrap();
+    let cfg = RunPodConfig::from_settings(&serde_saphyr::from_str(yaml).unwrap()).unwrap();
     assert_eq!(
         cfg.unknown_exit_as,
         vk::providers::runpod::UnknownExit::Failed

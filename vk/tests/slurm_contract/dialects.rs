@@ -21,7 +21,7 @@ workDir: /scratch
 gpuTypes: {A100-80GB: a100}
 "#;
     // slurmrestd over plain http to another host: only when the operator says so.
-    let cfg: SlurmConfig = serde_yaml::from_str(yaml).unwrap();
+    let cfg: SlurmConfig = serde_saphyr::from_str(yaml).unwrap();
     let refused = Slurm::new("slurm".into(), cfg, owner())
         .err()
         .map(|e| e.to_string());
@@ -32,15 +32,15 @@ gpuTypes: {A100-80GB: a100}
         "{refused:?}"
     );
     let yaml = format!("{yaml}allowInsecureHttp: true\n");
-    let cfg: SlurmConfig = serde_yaml::from_str(&yaml).unwrap();
+    let cfg: SlurmConfig = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(cfg.dialect, Dialect::V0041);
     assert_eq!(cfg.runtime, Runtime::Enroot);
     let slurm = Slurm::new("slurm".into(), cfg.clone(), owner()).unwrap();
     assert_eq!(slurm.capabilities().gpu_types, vec!["A100-80GB".to_owned()]);
     assert!(!format!("{cfg:?}").contains("secret-value"));
 
-    assert!(serde_yaml::from_str::<SlurmConfig>("dialect: v0.0.99\nuserName: u").is_err());
-    assert!(serde_yaml::from_str::<SlurmConfig>("userName: u\nbogus: 1").is_err());
+    assert!(serde_saphyr::from_str::<SlurmConfig>("dialect: v0.0.99\nuserName: u").is_err());
+    assert!(serde_saphyr::from_str::<SlurmConfig>("userName: u\nbogus: 1").is_err());
     let no_user = SlurmConfig {
         token_file: Some("/x".into()),
         ..SlurmConfig::default()

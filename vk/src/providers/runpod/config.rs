@@ -174,7 +174,7 @@ impl Default for RunPodConfig {
 
 impl RunPodConfig {
     /// Parses the provider's `settings` value; an absent (null) value means all defaults.
-    pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
+    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, serde_json::Error> {
         crate::providers::registry::decode_settings(settings)
     }
 

@@ -52,7 +52,7 @@ async fn exec_is_off_by_default_and_srun_needs_the_bare_runtime() {
 
 #[test]
 fn exec_settings_parse() {
-    let cfg: SlurmConfig = serde_yaml::from_str(
+    let cfg: SlurmConfig = serde_saphyr::from_str(
         "userName: u\nexec: srun\nsrunPath: /opt/slurm/bin/srun\nexecWrapper: [runuser, -u, u, --]\nslurmConf: /etc/slurm/slurm.conf\n",
     )
     .unwrap();
@@ -63,7 +63,7 @@ fn exec_settings_parse() {
         cfg.slurm_conf.as_deref(),
         Some(std::path::Path::new("/etc/slurm/slurm.conf"))
     );
-    let cfg: SlurmConfig = serde_yaml::from_str("userName: u\n").unwrap();
+    let cfg: SlurmConfig = serde_saphyr::from_str("userName: u\n").unwrap();
     assert_eq!((cfg.exec, cfg.srun_path.as_str()), (ExecMode::Off, "srun"));
-    assert!(serde_yaml::from_str::<SlurmConfig>("exec: ssh\n").is_err());
+    assert!(serde_saphyr::from_str::<SlurmConfig>("exec: ssh\n").is_err());
 }

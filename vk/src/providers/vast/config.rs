@@ -150,7 +150,7 @@ impl Default for VastConfig {
 
 impl VastConfig {
     /// Parses the provider's `settings` value; an absent (null) value means all defaults.
-    pub fn from_settings(settings: &serde_yaml::Value) -> Result<Self, serde_yaml::Error> {
+    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, serde_json::Error> {
         crate::providers::registry::decode_settings(settings)
     }
 
