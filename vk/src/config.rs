@@ -135,72 +135,60 @@ pub struct Config {
 /// work, yet small enough that add-ons which size themselves from node capacity (for example
 /// per-node daemons computing requests as a fraction of allocatable) stay sane.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Capacity {
-    #[serde(default = "default_cpu")]
     pub cpu: String,
-    #[serde(default = "default_memory")]
     pub memory: String,
-    #[serde(default = "default_pods")]
     pub pods: String,
-    #[serde(default = "default_gpus")]
     pub gpus: String,
 }
 
 impl Default for Capacity {
     fn default() -> Self {
         Self {
-            cpu: default_cpu(),
-            memory: default_memory(),
-            pods: default_pods(),
-            gpus: default_gpus(),
+            cpu: "1000".into(),
+            memory: "4Ti".into(),
+            pods: "10000".into(),
+            gpus: "1000".into(),
         }
     }
 }
 
 /// Timings, in milliseconds in the file.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct Timings {
     /// Interval between two list calls to each provider.
-    #[serde(default = "default_poll_ms")]
     pub poll_interval_ms: u64,
     /// A workload without a pod is collected only once it is older than this and has been
     /// seen orphaned for this long.
-    #[serde(default = "default_gc_grace_ms")]
     pub gc_grace_ms: u64,
     /// Lease renewal interval.
-    #[serde(default = "default_lease_ms")]
     pub lease_renew_ms: u64,
     /// Node status is re-posted at least this often even without change.
-    #[serde(default = "default_node_status_ms")]
     pub node_status_ms: u64,
     /// First delay of the container restart back-off (doubles up to `restartBackoffMaxMs`).
-    #[serde(default = "default_restart_backoff_ms")]
     pub restart_backoff_ms: u64,
-    #[serde(default = "default_restart_backoff_max_ms")]
     pub restart_backoff_max_ms: u64,
     /// A workload is lost only once this many consecutive successful lists of its provider
     /// lacked it (one list proves nothing: see `pods::evidence`)...
-    #[serde(default = "default_loss_lists")]
     pub loss_lists: u32,
     /// ...spanning at least this long (five times as long when most workloads vanished at
     /// once, which looks like a provider incident rather than a loss).
-    #[serde(default = "default_loss_window_ms")]
     pub loss_window_ms: u64,
 }
 
 impl Default for Timings {
     fn default() -> Self {
         Self {
-            poll_interval_ms: default_poll_ms(),
-            gc_grace_ms: default_gc_grace_ms(),
-            lease_renew_ms: default_lease_ms(),
-            node_status_ms: default_node_status_ms(),
-            restart_backoff_ms: default_restart_backoff_ms(),
-            restart_backoff_max_ms: default_restart_backoff_max_ms(),
-            loss_lists: default_loss_lists(),
-            loss_window_ms: default_loss_window_ms(),
+            poll_interval_ms: 2000,
+            gc_grace_ms: 30_000,
+            lease_renew_ms: 10_000,
+            node_status_ms: 300_000,
+            restart_backoff_ms: 10_000,
+            restart_backoff_max_ms: 300_000,
+            loss_lists: 3,
+            loss_window_ms: 30_000,
         }
     }
 }
@@ -342,12 +330,6 @@ impl Config {
 /// Far above what one process serves, far below what a semaphore holds.
 const MAX_CONNECTIONS_LIMIT: usize = 1_000_000;
 
-fn default_max_connections() -> usize {
-    1024
-}
-fn default_exec_idle_timeout_seconds() -> u64 {
-    4 * 3600
-}
 fn yes() -> bool {
     true
 }
@@ -364,71 +346,6 @@ fn default_workers() -> usize {
     // Workers mostly wait on API server writes; `make bench` measured bind->create p99 of
     // 15 s at 128 and 2 s at 256 for a burst of 10,000 pods.
     256
-}
-fn default_cpu() -> String {
-    "1000".into()
-}
-fn default_memory() -> String {
-    "4Ti".into()
-}
-fn default_pods() -> String {
-    "10000".into()
-}
-fn default_gpus() -> String {
-    "1000".into()
-}
-fn default_poll_ms() -> u64 {
-    2000
-}
-fn default_gc_grace_ms() -> u64 {
-    30_000
-}
-fn default_lease_ms() -> u64 {
-    10_000
-}
-fn default_node_status_ms() -> u64 {
-    300_000
-}
-fn default_restart_backoff_ms() -> u64 {
-    10_000
-}
-fn default_restart_backoff_max_ms() -> u64 {
-    300_000
-}
-fn default_loss_lists() -> u32 {
-    3
-}
-fn default_loss_window_ms() -> u64 {
-    30_000
-}
-fn default_capacity_memory_ms() -> u64 {
-    30_000
-}
-fn default_inventory_interval_ms() -> u64 {
-    // Vast allows 10 offer searches a minute and RunPod 60 calls a minute in all: one
-    // inventory call a minute each stays far inside both.
-    60_000
-}
-fn default_breaker_failures() -> u32 {
-    5
-}
-fn default_breaker_open_ms() -> u64 {
-    30_000
-}
-fn default_breaker_slow_ms() -> u64 {
-    20_000
-}
-fn default_leader_namespace() -> String {
-    "kube-node-lease".into()
-}
-fn default_lease_duration_ms() -> u64 {
-    15_000
-}
-fn default_renew_deadline_ms() -> u64 {
-    10_000
-}
-fn default_retry_period_ms() -> u64 {
-    2_000
 }
 
 #[cfg(test)]

@@ -27,21 +27,16 @@ impl DispatchPolicy {
 
 /// The `dispatch` block.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct DispatchConfig {
-    #[serde(default)]
     pub policy: DispatchPolicy,
     /// Pods may choose the policy with `gpu-vk.io/dispatch-policy`.
-    #[serde(default = "yes")]
     pub pod_policy: bool,
     /// After a provider said "no capacity" for a GPU type, new pods skip it for that type
     /// this long, so a burst does not hammer a provider that just said no.
-    #[serde(default = "default_capacity_memory_ms")]
     pub capacity_memory_ms: u64,
     /// Interval between two inventory (price and free capacity) calls to each provider.
-    #[serde(default = "default_inventory_interval_ms")]
     pub inventory_interval_ms: u64,
-    #[serde(default)]
     pub breaker: BreakerConfig,
 }
 
@@ -50,8 +45,10 @@ impl Default for DispatchConfig {
         Self {
             policy: DispatchPolicy::default(),
             pod_policy: true,
-            capacity_memory_ms: default_capacity_memory_ms(),
-            inventory_interval_ms: default_inventory_interval_ms(),
+            capacity_memory_ms: 30_000,
+            // Vast allows 10 offer searches a minute and RunPod 60 calls a minute in all: one
+            // inventory call a minute each stays far inside both.
+            inventory_interval_ms: 60_000,
             breaker: BreakerConfig::default(),
         }
     }
@@ -68,25 +65,22 @@ impl DispatchConfig {
 
 /// The `dispatch.breaker` block: a provider's circuit breaker (`crate::provider::health`).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct BreakerConfig {
     /// Consecutive failed calls that open the breaker.
-    #[serde(default = "default_breaker_failures")]
     pub failures: u32,
     /// How long an open breaker keeps new pods away before the next call probes.
-    #[serde(default = "default_breaker_open_ms")]
     pub open_ms: u64,
     /// A call slower than this counts as failed.
-    #[serde(default = "default_breaker_slow_ms")]
     pub slow_call_ms: u64,
 }
 
 impl Default for BreakerConfig {
     fn default() -> Self {
         Self {
-            failures: default_breaker_failures(),
-            open_ms: default_breaker_open_ms(),
-            slow_call_ms: default_breaker_slow_ms(),
+            failures: 5,
+            open_ms: 30_000,
+            slow_call_ms: 20_000,
         }
     }
 }

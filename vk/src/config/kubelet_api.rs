@@ -5,28 +5,25 @@ use super::*;
 
 /// The `kubeletApi` block: bounds on the kubelet API server's connections and exec sessions.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeletApiConfig {
     /// TLS connections open at once (handshaking or established); more are closed at once.
-    #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// An exec session without a data message in either direction for this long is closed;
     /// 0 never closes one. The default is the kubelet's: its `streamingConnectionIdleTimeout`
     /// (`--streaming-connection-idle-timeout`) defaults to 4 hours.
-    #[serde(default = "default_exec_idle_timeout_seconds")]
     pub exec_idle_timeout_seconds: u64,
     /// Declare `ExtendWebSocketsToKubelet` in the Node's `status.declaredFeatures` (default).
     /// A 1.36 API server then passes `kubectl exec`'s WebSocket straight through; without it
     /// the API server translates WebSockets to SPDY/3.1 towards this node (served too).
-    #[serde(default = "yes")]
     pub declare_extend_web_sockets_to_kubelet: bool,
 }
 
 impl Default for KubeletApiConfig {
     fn default() -> Self {
         Self {
-            max_connections: default_max_connections(),
-            exec_idle_timeout_seconds: default_exec_idle_timeout_seconds(),
+            max_connections: 1024,
+            exec_idle_timeout_seconds: 4 * 3600,
             declare_extend_web_sockets_to_kubelet: true,
         }
     }

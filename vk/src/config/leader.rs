@@ -5,25 +5,19 @@ use super::*;
 /// The `leaderElection` block: replicas of the VK for one node elect a leader through a Lease
 /// (`crate::leader`). Defaults are client-go's (15 s, 10 s, 2 s), as the controller-manager uses.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct LeaderElection {
-    #[serde(default)]
     pub enabled: bool,
     /// Namespace of the Lease (default `kube-node-lease`, beside the node's heartbeat Lease).
-    #[serde(default = "default_leader_namespace")]
     pub namespace: String,
     /// Name of the Lease (default `gpu-vk-leader-<nodeName>`).
-    #[serde(default)]
     pub lease_name: Option<String>,
     /// A standby takes over once the Lease went unrenewed this long (whole seconds, as the
     /// Lease records it).
-    #[serde(default = "default_lease_duration_ms")]
     pub lease_duration_ms: u64,
     /// The leader stops leading once it could not renew for this long (less than the duration).
-    #[serde(default = "default_renew_deadline_ms")]
     pub renew_deadline_ms: u64,
     /// Interval between renewals, and between a standby's attempts.
-    #[serde(default = "default_retry_period_ms")]
     pub retry_period_ms: u64,
 }
 
@@ -31,11 +25,11 @@ impl Default for LeaderElection {
     fn default() -> Self {
         Self {
             enabled: false,
-            namespace: default_leader_namespace(),
+            namespace: "kube-node-lease".into(),
             lease_name: None,
-            lease_duration_ms: default_lease_duration_ms(),
-            renew_deadline_ms: default_renew_deadline_ms(),
-            retry_period_ms: default_retry_period_ms(),
+            lease_duration_ms: 15_000,
+            renew_deadline_ms: 10_000,
+            retry_period_ms: 2_000,
         }
     }
 }

@@ -26,6 +26,50 @@ fn minimal_config_gets_defaults() {
     );
 }
 
+/// A block that sets one field keeps every other at its default (each block's one `Default`),
+/// and an unknown field in it is still refused.
+#[test]
+fn a_partial_block_keeps_the_other_defaults() {
+    let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
+    let cfg = parse(&format!(
+        "{base}timings: {{pollIntervalMs: 500}}\ndispatch: {{breaker: {{failures: 2}}}}\n\
+         leaderElection: {{enabled: true}}\ncapacity: {{gpus: inventory}}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        (
+            cfg.timings.poll_interval_ms,
+            cfg.timings.gc_grace_ms,
+            cfg.timings.loss_lists
+        ),
+        (500, 30_000, 3)
+    );
+    let b = &cfg.dispatch.breaker;
+    assert_eq!((b.failures, b.open_ms, b.slow_call_ms), (2, 30_000, 20_000));
+    assert!(cfg.dispatch.pod_policy);
+    assert_eq!(cfg.dispatch.inventory_interval_ms, 60_000);
+    let l = &cfg.leader_election;
+    assert_eq!(
+        (
+            l.namespace.as_str(),
+            l.lease_duration_ms,
+            l.renew_deadline_ms,
+            l.retry_period_ms
+        ),
+        ("kube-node-lease", 15_000, 10_000, 2_000)
+    );
+    assert_eq!(
+        (cfg.capacity.gpus.as_str(), cfg.capacity.cpu.as_str()),
+        ("inventory", "1000")
+    );
+    assert!(
+        parse(&format!(
+            "{base}timings: {{pollIntervalMs: 500, poll: 1}}\n"
+        ))
+        .is_err()
+    );
+}
+
 #[test]
 fn cluster_networks_are_cidrs() {
     let base = "nodeName: vk\nclusterId: c\nproviders:\n- {name: rp, kind: runpod}\n";
