@@ -139,24 +139,6 @@ pub fn chosen_price(decision: &str) -> Option<f64> {
         .find_map(|w| w.strip_prefix('$')?.strip_suffix("/h")?.parse().ok())
 }
 
-fn gpus(p: &Pod) -> i64 {
-    let Some(spec) = p.spec.as_ref() else {
-        return 0;
-    };
-    spec.containers
-        .iter()
-        .filter_map(|c| {
-            let r = c.resources.as_ref()?;
-            let q = r
-                .limits
-                .as_ref()
-                .and_then(|l| l.get(vk::vocab::GPU_RESOURCE))
-                .or_else(|| r.requests.as_ref()?.get(vk::vocab::GPU_RESOURCE))?;
-            q.0.parse::<i64>().ok()
-        })
-        .sum()
-}
-
 fn phase(p: &Pod) -> String {
     p.status
         .as_ref()
@@ -249,7 +231,8 @@ pub fn pod_row(p: &Pod, now: Timestamp) -> PodRow {
         provider: annotation(p, ANN_ASSIGNED).map(str::to_owned),
         phase: phase(p),
         reason: status_reason(p).0,
-        gpus: gpus(p),
+        // GPUs as the overflow companion counts a pod's (its containers' and init containers').
+        gpus: vk::overflow::reclaim::gpus(p),
         price_per_hour: decision.as_ref().map(|_| Dollars::of(price)),
         started: started(p).map(|t| t.to_string()),
         cost_so_far: cost(price, hours),

@@ -76,3 +76,6 @@ pub fn gated(p: &Pod) -> bool {
         .and_then(|s| s.scheduling_gates.as_ref())
         .is_some_and(|g| g.iter().any(|g| g.name == GATE))
 }
+
+#[cfg(test)]
+mod tests;
